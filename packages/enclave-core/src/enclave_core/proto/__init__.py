@@ -1,0 +1,1 @@
+"""Generated gRPC stubs (hack/gen_protos.py); do not edit."""

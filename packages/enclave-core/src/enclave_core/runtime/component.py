@@ -1,0 +1,95 @@
+"""The process frame every component runs in: logs, probes, signals, leader election, graceful shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kubernetes.aio import client
+
+from enclave_core.runtime.kube import api_client
+from enclave_core.runtime.leader import LeaderElector
+from enclave_core.runtime.logs import setup_logging
+from enclave_core.runtime.options import HostPort
+from enclave_core.runtime.probes import ProbeServer, Readiness
+
+log = logging.getLogger(__name__)
+
+
+class Component:
+    """Shared state of a running component, handed to its body."""
+
+    def __init__(self, name: str, args: argparse.Namespace) -> None:
+        self.name = name
+        self.args = args
+        self.readiness = Readiness()
+        self.stopping = asyncio.Event()
+        self.api: client.ApiClient | None = None
+
+    @property
+    def namespace(self) -> str:
+        return str(self.args.namespace)
+
+
+Body = Callable[[Component], Coroutine[Any, Any, None]]
+
+
+async def _serve(component: Component, body: Body, leader_work: Body | None) -> None:
+    probes = ProbeServer(HostPort.parse(component.args.probe_address), component.readiness)
+    await probes.start()
+    component.api = await api_client(component.args.kubeconfig)
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, main.cancel)
+    tasks: list[asyncio.Task[None]] = [asyncio.create_task(body(component), name=f"{component.name}-body")]
+    if leader_work is not None:
+        if getattr(component.args, "leader_elect", False):
+            component.readiness.add("leader-election", ready=True)
+            elector = LeaderElector(
+                component.api,
+                name=f"enclave-{component.name}",
+                namespace=component.namespace,
+                identity=component.args.identity,
+            )
+
+            async def work() -> None:
+                await leader_work(component)
+
+            def note(leading: bool) -> None:
+                log.info("leadership changed", extra={"leading": leading})
+
+            tasks.append(asyncio.create_task(elector.run(work, note), name=f"{component.name}-elector"))
+        else:
+            tasks.append(asyncio.create_task(leader_work(component), name=f"{component.name}-leader"))
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()  # surface a crash instead of hanging half-alive
+    except asyncio.CancelledError:
+        log.info("shutting down")
+    finally:
+        component.stopping.set()
+        probes.alive = False
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await component.api.close()
+        await probes.stop()
+
+
+def run(name: str, args: argparse.Namespace, body: Body, leader_work: Body | None = None) -> int:
+    """Run ``body`` on every replica and ``leader_work`` on the elected one; return the exit code."""
+    setup_logging(name, args.log_level, args.log_format)
+    component = Component(name, args)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(component, body, leader_work))
+    return 0

@@ -1,0 +1,64 @@
+"""Options shared by every component: each flag has an ``ENCLAVE_*`` environment twin and a sane default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from dataclasses import dataclass
+
+
+def env_default(env: str, default: str) -> str:
+    return os.environ.get(env, default)
+
+
+def env_flag(env: str, default: bool) -> bool:
+    raw = os.environ.get(env)
+    return default if raw is None else raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def add_common_flags(parser: argparse.ArgumentParser, *, probe_port: int, leader_election: bool = True) -> None:
+    """Flags every process has. Environment variables fill the defaults so a Helm chart can set either."""
+    parser.add_argument(
+        "--kubeconfig",
+        default=env_default("KUBECONFIG", ""),
+        help="kubeconfig path; empty means in-cluster configuration (env KUBECONFIG)",
+    )
+    parser.add_argument(
+        "--namespace",
+        default=env_default("ENCLAVE_NAMESPACE", "enclave-system"),
+        help="the namespace Enclave runs in: TLS secret, leases, events of its own (env ENCLAVE_NAMESPACE)",
+    )
+    parser.add_argument(
+        "--probe-address",
+        default=env_default("ENCLAVE_PROBE_ADDRESS", f"0.0.0.0:{probe_port}"),
+        help="host:port serving /healthz, /readyz and /metrics (env ENCLAVE_PROBE_ADDRESS)",
+    )
+    parser.add_argument("--log-level", default=env_default("ENCLAVE_LOG_LEVEL", "info"))
+    parser.add_argument("--log-format", choices=["json", "text"], default=env_default("ENCLAVE_LOG_FORMAT", "json"))
+    if leader_election:
+        parser.add_argument(
+            "--leader-elect",
+            action=argparse.BooleanOptionalAction,
+            default=env_flag("ENCLAVE_LEADER_ELECT", True),
+            help="run as one active replica behind a Lease; off only for single-replica development",
+        )
+        parser.add_argument(
+            "--identity",
+            default=env_default("ENCLAVE_IDENTITY", f"{socket.gethostname()}-{os.getpid()}"),
+            help="this replica's name in the Lease (env ENCLAVE_IDENTITY, default host-pid)",
+        )
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, value: str) -> HostPort:
+        host, _, port = value.rpartition(":")
+        return cls(host or "0.0.0.0", int(port))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"

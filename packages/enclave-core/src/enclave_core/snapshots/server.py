@@ -1,0 +1,97 @@
+"""A gRPC server that streams a hub's snapshots, with standard health checking and TLS.
+
+Every snapshot service in protos/ has the same ``Watch`` method, so one servicer class serves them all;
+``register`` is the generated ``add_<Service>Servicer_to_server`` function of the service being offered.
+Plaintext is allowed only on loopback: in a cluster the stream carries tenant data and must be TLS.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import Gauge
+
+from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot, WatchRequest
+from enclave_core.snapshots.hub import SnapshotHub
+
+log = logging.getLogger(__name__)
+
+SUBSCRIBERS = Gauge("enclave_snapshot_subscribers", "Open snapshot streams", ["service"])
+
+
+class HubServicer:
+    """Implements ``Watch`` for any snapshot service."""
+
+    def __init__(self, hub: SnapshotHub, service: str) -> None:
+        self.hub = hub
+        self.service = service
+
+    async def Watch(self, request: WatchRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Snapshot]:  # noqa: N802 - gRPC method name
+        log.info("subscriber connected", extra={"subscriber": request.subscriber, "service": self.service})
+        SUBSCRIBERS.labels(self.service).inc()
+        try:
+            async for snapshot in self.hub.stream(request.kinds):
+                yield snapshot
+        finally:
+            SUBSCRIBERS.labels(self.service).dec()
+            log.info("subscriber left", extra={"subscriber": request.subscriber, "service": self.service})
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class SnapshotServer:
+    """Owns the grpc.aio server: the snapshot service, the health service and the listening port."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        tls_cert_file: str = "",
+        tls_key_file: str = "",
+    ) -> None:
+        if not tls_cert_file and not _is_loopback(address):
+            raise ValueError(
+                f"refusing plaintext gRPC on {address}: give --grpc-tls-cert/--grpc-tls-key, or bind to loopback"
+            )
+        self.address = address
+        self.tls = (tls_cert_file, tls_key_file) if tls_cert_file else None
+        self.server = grpc.aio.server()
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.port = 0
+
+    def add(self, register: Callable[[Any, grpc.aio.Server], None], hub: SnapshotHub, service: str) -> None:
+        register(HubServicer(hub, service), self.server)
+
+    async def start(self) -> None:
+        if self.tls is None:
+            self.port = self.server.add_insecure_port(self.address)
+        else:
+            cert_file, key_file = self.tls
+
+            def fetch() -> grpc.ServerCertificateConfiguration:
+                # Read on every handshake cycle: a renewed serving certificate is used without a restart.
+                with open(key_file, "rb") as key, open(cert_file, "rb") as cert:
+                    return grpc.ssl_server_certificate_configuration([(key.read(), cert.read())])
+
+            credentials = grpc.dynamic_ssl_server_credentials(fetch(), fetch)
+            self.port = self.server.add_secure_port(self.address, credentials)
+        await self.server.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace: float = 2.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)

@@ -1,0 +1,213 @@
+"""The one place that knows the control-plane binaries: which exist, how they are built, where they are cached.
+
+There is no Docker engine on our machines, so the test control plane is compiled from the published Go
+modules pinned in ``hack/controlplane/<module>/go.mod`` (with ``go.sum`` committed). The pinned version is read
+from those files rather than repeated here, so bumping a version is a one-file change. Builds land in a cache
+outside the work tree, keyed by version and by a hash of ``go.sum``, so a second run costs a stat call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from enclave_testing.paths import repo_root
+
+
+@dataclass(frozen=True)
+class BinarySpec:
+    """How one binary is produced: the Go module directory under hack/controlplane and the package to build."""
+
+    name: str
+    module_dir: str
+    package: str
+    pinned_module: str
+
+    def version_ldflags(self, version: str, commit: str, build_date: str) -> list[str]:
+        """Version stamps, so that ``/version`` and ``--version`` report the real release."""
+        if self.pinned_module == "k8s.io/kubernetes":
+            major, minor = version.lstrip("v").split(".")[:2]
+            stamps = {
+                "gitVersion": version,
+                "gitMajor": major,
+                "gitMinor": minor,
+                "gitCommit": commit,
+                "gitTreeState": "clean",
+                "buildDate": build_date,
+            }
+            flags = []
+            for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+                flags += [f"-X {pkg}.{key}={value}" for key, value in stamps.items()]
+            return flags
+        if self.pinned_module == "helm.sh/helm/v3":
+            return [
+                f"-X helm.sh/helm/v3/internal/version.version={version}",
+                f"-X helm.sh/helm/v3/internal/version.gitCommit={commit}",
+                "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+            ]
+        return []
+
+
+BINARIES: dict[str, BinarySpec] = {
+    spec.name: spec
+    for spec in (
+        BinarySpec("etcd", "etcd", ".", "go.etcd.io/etcd/server/v3"),
+        BinarySpec("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes"),
+        BinarySpec(
+            "kube-controller-manager",
+            "kubernetes",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "k8s.io/kubernetes",
+        ),
+        BinarySpec("helm", "helm", "helm.sh/helm/v3/cmd/helm", "helm.sh/helm/v3"),
+    )
+}
+
+
+def cache_root() -> Path:
+    """``$ENCLAVE_CACHE_DIR`` or ``$XDG_CACHE_HOME/enclave`` or ``~/.cache/enclave``: never inside the work tree."""
+    explicit = os.environ.get("ENCLAVE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "enclave"
+
+
+def _module_dir(spec: BinarySpec) -> Path:
+    return repo_root() / "hack" / "controlplane" / spec.module_dir
+
+
+def pinned_version(spec: BinarySpec) -> str:
+    """The version required in the module's go.mod: the single record of what we pin."""
+    gomod = (_module_dir(spec) / "go.mod").read_text()
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(spec.pinned_module)}\s+(v\S+)", gomod, re.MULTILINE)
+    if not match:
+        raise RuntimeError(f"{spec.pinned_module} is not required in {_module_dir(spec) / 'go.mod'}")
+    return match.group(1)
+
+
+def _sum_digest(spec: BinarySpec) -> str:
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        digest.update((_module_dir(spec) / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def binary_path(name: str) -> Path:
+    """Where the cached binary lives (it may not be built yet)."""
+    spec = BINARIES[name]
+    return cache_root() / "bin" / f"{name}-{pinned_version(spec)}-{_sum_digest(spec)}" / name
+
+
+def _origin(spec: BinarySpec, version: str) -> tuple[str, str]:
+    """Commit and release time of the pinned module, from the module proxy metadata (cached by Go)."""
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{spec.pinned_module}@{version}"],
+        cwd=_module_dir(spec),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    commit, date = "unknown", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if out.returncode == 0:
+        info = json.loads(out.stdout)
+        commit = info.get("Origin", {}).get("Hash", commit)
+        info_file = info.get("Info")
+        if info_file and Path(info_file).exists():
+            released = json.loads(Path(info_file).read_text()).get("Time")
+            if released:
+                date = released
+    return commit, date
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """One build at a time per machine: tox -e up and a test session may start together."""
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with open(cache_root() / ".build.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(spec: BinarySpec, target: Path) -> None:
+    if shutil.which("go") is None:
+        raise RuntimeError("the Go toolchain is needed to build the control plane; install Go 1.25 or newer")
+    version = pinned_version(spec)
+    commit, build_date = _origin(spec, version)
+    ldflags = ["-s", "-w", *spec.version_ldflags(version, commit, build_date)]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=target.parent))
+    env = {**os.environ, "CGO_ENABLED": "0"}
+    cmd = ["go", "build", "-v", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp / spec.name), spec.package]
+    _log(f"building {spec.name} {version} (first build of a version takes minutes; progress below)")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=_module_dir(spec), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    last_report, tail = 0.0, list[str]()
+    for compiled, line in enumerate(proc.stdout, start=1):
+        tail = [*tail[-40:], line.rstrip()]
+        if time.monotonic() - last_report > 15:
+            last_report = time.monotonic()
+            elapsed = int(time.monotonic() - started)
+            _log(f"  {spec.name}: {compiled} packages compiled, {elapsed}s, now {line.strip()}")
+    if proc.wait() != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"building {spec.name} failed:\n" + "\n".join(tail))
+    os.replace(tmp / spec.name, target)
+    shutil.rmtree(tmp, ignore_errors=True)
+    _log(f"built {spec.name} {version} in {int(time.monotonic() - started)}s -> {target}")
+
+
+def _log(message: str) -> None:
+    print(f"[enclave-controlplane] {message}", file=sys.stderr, flush=True)
+
+
+def ensure(*names: str) -> dict[str, Path]:
+    """Return paths of the named binaries (all when none named), building the missing ones."""
+    wanted = names or tuple(BINARIES)
+    found: dict[str, Path] = {}
+    missing = []
+    for name in wanted:
+        path = binary_path(name)
+        if path.exists():
+            found[name] = path
+        else:
+            missing.append(name)
+    if missing:
+        with _build_lock():
+            for name in missing:
+                path = binary_path(name)
+                if not path.exists():  # another process may have built it while we waited
+                    _build(BINARIES[name], path)
+                found[name] = path
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m enclave_testing.binaries [name ...]``: build or reuse, then print the paths."""
+    args = sys.argv[1:] if argv is None else argv
+    for name, path in ensure(*args).items():
+        print(f"{name}\t{path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,272 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager.
+
+It is configured like a small real cluster (RBAC, the admission plugins a production apiserver runs, the
+controllers that finalise namespaces, collect garbage, compute quota usage and mint service-account tokens), so
+that what passes here passes there. The admin identity is in ``system:masters`` and may therefore impersonate
+any user or group: that is how tests act as tenant owners, administrators and service accounts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from enclave_core.pki import CertificateAuthority, KeyPair, signing_key_pair
+from enclave_testing import binaries
+from enclave_testing.processes import ManagedProcess, free_port, wait_until
+
+ADMISSION_PLUGINS = [
+    "NamespaceLifecycle",
+    "LimitRanger",
+    "ServiceAccount",
+    "PodNodeSelector",
+    "DefaultStorageClass",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionWebhook",
+    "ValidatingAdmissionPolicy",
+    "ResourceQuota",
+]
+
+CONTROLLERS = [
+    "namespace-controller",
+    "garbage-collector-controller",
+    "resourcequota-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "clusterrole-aggregation-controller",
+    "root-ca-certificate-publisher-controller",
+]
+
+SERVICE_CIDR = "10.0.0.0/24"
+ADMIN_USER = "enclave-admin"
+
+
+@dataclass
+class ControlPlane:
+    """Start, wait for, and stop a local control plane rooted in ``workdir``."""
+
+    workdir: Path
+    processes: list[ManagedProcess] = field(default_factory=list)
+    api_port: int = 0
+    ca: CertificateAuthority | None = None
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def api_url(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki_dir / "ca.crt"
+
+    # -- start ---------------------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 90.0) -> ControlPlane:
+        paths = binaries.ensure("etcd", "kube-apiserver", "kube-controller-manager")
+        if self.workdir.exists():
+            shutil.rmtree(self.workdir)
+        self.workdir.mkdir(parents=True)
+        self._write_pki()
+        try:
+            self._start_etcd(paths["etcd"], timeout)
+            self._start_apiserver(paths["kube-apiserver"], timeout)
+            self._start_controller_manager(paths["kube-controller-manager"], timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _write_pki(self) -> None:
+        self.pki_dir.mkdir(parents=True)
+        self.ca = CertificateAuthority.generate("enclave-test-ca")
+        self._write_pair("ca", self.ca.pair)
+        serving = self.ca.issue(
+            "kube-apiserver",
+            dns_names=[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+            ip_addresses=["127.0.0.1", "10.0.0.1"],
+        )
+        self._write_pair("apiserver", serving)
+        admin = self.ca.issue(ADMIN_USER, organizations=["system:masters"], server=False, client=True)
+        self._write_pair("admin", admin)
+        kcm = self.ca.issue("system:kube-controller-manager", server=False, client=True)
+        self._write_pair("kube-controller-manager", kcm)
+        sa_key, sa_pub = signing_key_pair()
+        (self.pki_dir / "sa.key").write_bytes(sa_key)
+        (self.pki_dir / "sa.pub").write_bytes(sa_pub)
+
+    def _write_pair(self, name: str, pair: KeyPair) -> None:
+        (self.pki_dir / f"{name}.crt").write_bytes(pair.cert_pem)
+        key = self.pki_dir / f"{name}.key"
+        key.write_bytes(pair.key_pem)
+        key.chmod(0o600)
+
+    def _spawn(self, name: str, args: list[str]) -> ManagedProcess:
+        proc = ManagedProcess(name, args, self.log_dir / f"{name}.log").start()
+        self.processes.append(proc)
+        return proc
+
+    def _start_etcd(self, binary: Path, timeout: float) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        proc = self._spawn(
+            "etcd",
+            [
+                str(binary),
+                "--name=enclave-test",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=enclave-test=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",  # throwaway data: durability costs seconds per test session
+                "--log-level=warn",
+            ],
+        )
+        wait_until(lambda: _http_ok(f"{self.etcd_url}/health"), timeout=timeout, what="etcd health", alive=proc)
+
+    def _start_apiserver(self, binary: Path, timeout: float) -> None:
+        self.api_port = free_port()
+        pki = self.pki_dir
+        proc = self._spawn(
+            "kube-apiserver",
+            [
+                str(binary),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=RBAC",
+                f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
+                "--allow-privileged=true",
+                # Loopback cannot be an Endpoints address; nothing here routes to the kubernetes Service anyway.
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self._write_kubeconfig(self.kubeconfig, "admin")
+        wait_until(lambda: self._api_get("/readyz") == 200, timeout=timeout, what="kube-apiserver /readyz", alive=proc)
+
+    def _start_controller_manager(self, binary: Path, timeout: float) -> None:
+        kubeconfig = self.workdir / "kube-controller-manager.kubeconfig"
+        self._write_kubeconfig(kubeconfig, "kube-controller-manager")
+        pki = self.pki_dir
+        proc = self._spawn(
+            "kube-controller-manager",
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                "--concurrent-namespace-syncs=5",
+                "--v=1",
+            ],
+        )
+        # Ready once the service-account controller has populated kube-system: the token and namespace
+        # controllers start in the same pass.
+        wait_until(
+            lambda: self._api_get("/api/v1/namespaces/default/serviceaccounts/default") == 200,
+            timeout=timeout,
+            what="kube-controller-manager (default service account)",
+            alive=proc,
+        )
+
+    def _write_kubeconfig(self, path: Path, identity: str) -> None:
+        config: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "enclave-local",
+                    "cluster": {"server": self.api_url, "certificate-authority": str(self.ca_file)},
+                }
+            ],
+            "users": [
+                {
+                    "name": identity,
+                    "user": {
+                        "client-certificate": str(self.pki_dir / f"{identity}.crt"),
+                        "client-key": str(self.pki_dir / f"{identity}.key"),
+                    },
+                }
+            ],
+            "contexts": [{"name": "enclave-local", "context": {"cluster": "enclave-local", "user": identity}}],
+            "current-context": "enclave-local",
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def _api_get(self, path: str) -> int:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
+        try:
+            with urllib.request.urlopen(f"{self.api_url}{path}", context=context, timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as err:
+            return int(err.code)
+
+    # -- use -----------------------------------------------------------------------------------------------
+
+    def admin_client(self) -> Any:
+        """A synchronous ``kubernetes.client.ApiClient`` acting as the cluster admin."""
+        from enclave_testing.clients import api_client
+
+        return api_client(self.kubeconfig)
+
+    def impersonate(self, user: str, groups: list[str] | None = None) -> Any:
+        """An ``ApiClient`` that acts as ``user`` in ``groups`` (through the admin's impersonation right)."""
+        from enclave_testing.clients import api_client
+
+        return api_client(self.kubeconfig, user=user, groups=groups or [])
+
+    # -- stop ----------------------------------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        return all(proc.running for proc in self.processes)
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.stop()
+        self.processes.clear()
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as response:
+        return int(response.status) == 200

@@ -1,0 +1,77 @@
+"""pytest fixtures: one real control plane per test session, a fresh namespace per test.
+
+Loaded automatically (entry point ``pytest11``) wherever ``enclave-testing`` is installed. The control plane
+starts lazily, so a run of unit tests alone never builds or starts anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from enclave_testing.controlplane import ControlPlane
+from enclave_testing.crds import install_crds
+
+_kept_workdirs: list[Path] = []
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A running etcd + kube-apiserver + kube-controller-manager, shared by the whole session."""
+    base = os.environ.get("ENCLAVE_TEST_WORKDIR")
+    workdir = Path(tempfile.mkdtemp(prefix="enclave-cp-", dir=base))
+    plane = ControlPlane(workdir).start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+        if request.session.testsfailed:
+            _kept_workdirs.append(workdir)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kube(control_plane: ControlPlane) -> Any:
+    """Admin ``kubernetes.client.ApiClient``."""
+    return control_plane.admin_client()
+
+
+@pytest.fixture(scope="session")
+def impersonate(control_plane: ControlPlane) -> Callable[..., Any]:
+    """``impersonate(user, groups)`` -> an ``ApiClient`` acting as that user."""
+    return control_plane.impersonate
+
+
+@pytest.fixture(scope="session")
+def enclave_crds(kube: Any) -> list[str]:
+    """Every CRD of charts/enclave/crds installed and Established."""
+    return install_crds(kube)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kube: Any) -> Iterator[str]:
+    """A fresh namespace named after the test, deleted afterwards (without waiting for it to go)."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{stem}-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": name, "labels": {"enclave.dev/test": "true"}}})
+    yield name
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(name)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for workdir in _kept_workdirs:
+        terminalreporter.write_line(f"control-plane logs of the failed session kept in {workdir / 'logs'}")
