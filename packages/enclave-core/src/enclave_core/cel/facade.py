@@ -1,0 +1,237 @@
+"""The one way Enclave components compile, check and evaluate CEL.
+
+Why a facade: the engine is an implementation detail chosen by measurement
+(``docs/decisions/0001-cel-engine.md``); call sites only see programs that are compiled once,
+cached by text and declaration, guarded against runaway expressions, and that return typed
+results which never raise.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from enclave_core.cel import limits
+from enclave_core.cel.engine import CompiledExpression, Engine
+from enclave_core.cel.environment import Environment, ResultType
+from enclave_core.cel.errors import CelCompileError, CelIssue, ErrorKind, EvalError
+from enclave_core.cel.results import EvalResult, Failed, Ok
+from enclave_core.quantity import Quantity
+
+__all__ = ["CelFacade", "Program"]
+
+T = TypeVar("T")
+
+_OPAQUE_MESSAGES = frozenset({"kubernetes.Quantity", "kubernetes.URL", "net.IP", "net.CIDR"})
+
+_ACCEPTED_STATIC: dict[ResultType, tuple[str, ...]] = {
+    ResultType.ANY: (),
+    ResultType.BOOL: ("bool", "dyn"),
+    ResultType.QUANTITY: ("kubernetes.quantity", "dyn"),
+    ResultType.QUANTITIES: ("kubernetes.quantity", "dyn", "list"),
+}
+"""Statically known result types that may still produce what the caller needs at run time."""
+
+
+def _as_bool(text: str, value: Any) -> EvalResult[bool]:
+    if isinstance(value, bool):
+        return Ok(value)
+    return Failed(EvalError(ErrorKind.RESULT_TYPE, f"expected a bool, got {type(value).__name__}", text))
+
+
+def _as_quantity(text: str, value: Any) -> EvalResult[Quantity]:
+    if isinstance(value, Quantity):
+        return Ok(value)
+    return Failed(EvalError(ErrorKind.RESULT_TYPE, f"expected a quantity, got {type(value).__name__}", text))
+
+
+def _as_quantities(text: str, value: Any) -> EvalResult[list[Quantity]]:
+    if isinstance(value, Quantity):
+        return Ok([value])
+    if isinstance(value, list) and all(isinstance(v, Quantity) for v in value):
+        return Ok(list(value))
+    return Failed(
+        EvalError(ErrorKind.RESULT_TYPE, "expected a quantity or a list of quantities", text),
+    )
+
+
+def _as_any(text: str, value: Any) -> EvalResult[Any]:
+    return Ok(value)
+
+
+class Program(Generic[T]):
+    """A compiled, checked expression bound to its declaration and expected result type."""
+
+    __slots__ = ("_compiled", "_convert", "_engine", "env", "result_type")
+
+    def __init__(
+        self,
+        compiled: CompiledExpression,
+        engine: Engine,
+        env: Environment,
+        result_type: ResultType,
+        convert: Callable[[str, Any], EvalResult[T]],
+    ) -> None:
+        self._compiled = compiled
+        self._engine = engine
+        self._convert = convert
+        self.env = env
+        self.result_type = result_type
+
+    @property
+    def text(self) -> str:
+        return self._compiled.text
+
+    @property
+    def compiled(self) -> CompiledExpression:
+        return self._compiled
+
+    def evaluate(self, variables: Mapping[str, Any]) -> EvalResult[T]:
+        """Evaluate with named variables (Kubernetes objects as plain dicts); never raises."""
+        result = self._compiled.evaluate(variables)
+        if isinstance(result, Failed):
+            return result
+        if self._convert is _as_bool and type(result.value) is bool:
+            return result
+        return self._convert(self._compiled.text, result.value)
+
+    def __repr__(self) -> str:
+        return f"Program({self.text!r}, env={self.env.name}, result={self.result_type.value})"
+
+
+class CelFacade:
+    """Compile cache, guards and typed evaluation on top of one engine."""
+
+    def __init__(self, engine: Engine, cache_size: int = 4096) -> None:
+        self.engine = engine
+        self._cache_size = cache_size
+        self._cache: dict[tuple[str, Environment, ResultType], Program[Any] | CelCompileError] = {}
+        self._lock = threading.Lock()
+
+    # -- compiling ------------------------------------------------------------------------------
+
+    def condition(self, expression: str, env: Environment) -> Program[bool]:
+        """A boolean condition (rule conditions, selectors, policy conditions, match conditions)."""
+        return self._compile(expression, env, ResultType.BOOL, _as_bool)
+
+    def quantity(self, expression: str, env: Environment) -> Program[Quantity]:
+        """An expression that must yield one quantity."""
+        return self._compile(expression, env, ResultType.QUANTITY, _as_quantity)
+
+    def quantities(self, expression: str, env: Environment) -> Program[list[Quantity]]:
+        """CustomQuota ``sources[].cel``: a quantity or a list of quantities, always returned as a list."""
+        return self._compile(expression, env, ResultType.QUANTITIES, _as_quantities)
+
+    def compile(self, expression: str, env: Environment) -> Program[Any]:
+        """An expression of any result type (tests, tooling)."""
+        return self._compile(expression, env, ResultType.ANY, _as_any)
+
+    def check(self, expression: str, env: Environment, result: ResultType = ResultType.BOOL) -> list[CelIssue]:
+        """Every problem that would stop ``expression`` from compiling; empty when it is valid.
+
+        The validating webhook calls this and puts the issues, with their positions, in its denial.
+        """
+        converters: dict[ResultType, Callable[[str, Any], EvalResult[Any]]] = {
+            ResultType.ANY: _as_any,
+            ResultType.BOOL: _as_bool,
+            ResultType.QUANTITY: _as_quantity,
+            ResultType.QUANTITIES: _as_quantities,
+        }
+        try:
+            self._compile(expression, env, result, converters[result])
+        except CelCompileError as exc:
+            return list(exc.issues)
+        return []
+
+    def _compile(
+        self,
+        expression: str,
+        env: Environment,
+        result: ResultType,
+        convert: Callable[[str, Any], EvalResult[T]],
+    ) -> Program[T]:
+        key = (expression, env, result)
+        cached = self._cache.get(key)
+        if cached is None:
+            try:
+                cached = self._build(expression, env, result, convert)
+            except CelCompileError as exc:
+                cached = exc
+            with self._lock:
+                if len(self._cache) >= self._cache_size:
+                    self._cache.clear()
+                self._cache[key] = cached
+        if isinstance(cached, CelCompileError):
+            raise cached
+        return cached
+
+    def _build(
+        self,
+        expression: str,
+        env: Environment,
+        result: ResultType,
+        convert: Callable[[str, Any], EvalResult[T]],
+    ) -> Program[T]:
+        if len(expression) > limits.MAX_EXPRESSION_LENGTH:
+            raise CelCompileError(
+                expression,
+                [CelIssue(expression, f"expression longer than {limits.MAX_EXPRESSION_LENGTH} characters")],
+            )
+        if not expression.strip():
+            raise CelCompileError(expression, [CelIssue(expression, "expression is empty")])
+        compiled = self.engine.compile(expression, env)
+        issues = _guard(compiled)
+        accepted = _ACCEPTED_STATIC[result]
+        static = compiled.static_type
+        if accepted and not any(static == a or static.startswith(a + "<") for a in accepted):
+            issues.append(CelIssue(expression, f"expression must yield {_describe(result)}, not {static}"))
+        if issues:
+            raise CelCompileError(expression, issues)
+        return Program(compiled, self.engine, env, result, convert)
+
+    # -- evaluating several programs on one input -------------------------------------------------
+
+    def evaluate_all(self, programs: Sequence[Program[T]], variables: Mapping[str, Any]) -> list[EvalResult[T]]:
+        """Evaluate programs on the same input, converting it once (a rule's condition list)."""
+        if not programs:
+            return []
+        raw = self.engine.evaluate_many([p.compiled for p in programs], variables)
+        out: list[EvalResult[T]] = []
+        for program, result in zip(programs, raw, strict=True):
+            if isinstance(result, Failed):
+                out.append(result)
+            else:
+                out.append(program._convert(program.text, result.value))
+        return out
+
+
+def _describe(result: ResultType) -> str:
+    return {
+        ResultType.ANY: "a value",
+        ResultType.BOOL: "a bool",
+        ResultType.QUANTITY: "a quantity",
+        ResultType.QUANTITIES: "a quantity or a list of quantities",
+    }[result]
+
+
+def _guard(compiled: CompiledExpression) -> list[CelIssue]:
+    """The static runaway guard; engines without a syntax tree only get the length limit."""
+    facts = compiled.facts
+    text = compiled.text
+    if facts is None:
+        return []
+    issues: list[CelIssue] = []
+    if facts.depth > limits.MAX_AST_DEPTH:
+        issues.append(CelIssue(text, f"expression nested deeper than {limits.MAX_AST_DEPTH} levels"))
+    if facts.nodes > limits.MAX_AST_NODES:
+        issues.append(CelIssue(text, f"expression has more than {limits.MAX_AST_NODES} syntax nodes"))
+    if facts.comprehension_nesting > limits.MAX_COMPREHENSION_NESTING:
+        issues.append(
+            CelIssue(text, f"more than {limits.MAX_COMPREHENSION_NESTING} nested comprehensions (all/exists/map...)")
+        )
+    for name in sorted(facts.functions & limits.FORBIDDEN_FUNCTIONS):
+        issues.append(CelIssue(text, f"function {name} is not allowed"))
+    for name in sorted(facts.messages & _OPAQUE_MESSAGES):
+        issues.append(CelIssue(text, f"{name} values can only be built with their conversion function"))
+    return issues
