@@ -49,10 +49,7 @@ def test_roundtrip_and_time_format() -> None:
     assert dumped == raw(observedGeneration=3)
     assert Condition.model_validate_json(c.model_dump_json(by_alias=True)) == c
     assert format_time(datetime(2024, 5, 1, 12, 0, 0, 999)) == "2024-05-01T12:00:00Z"  # naive = UTC
-    assert (
-        format_time(datetime(2024, 5, 1, 9, 0, tzinfo=timezone(timedelta(hours=-3))))
-        == "2024-05-01T12:00:00Z"
-    )
+    assert format_time(datetime(2024, 5, 1, 9, 0, tzinfo=timezone(timedelta(hours=-3)))) == "2024-05-01T12:00:00Z"
 
 
 @pytest.mark.parametrize("type_", ["Ready", "Cordoned", "enclave.dev/Ready", "a.b-c.d/QuotaExceeded", "X1"])

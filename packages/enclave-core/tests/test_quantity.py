@@ -239,9 +239,7 @@ quantity_text = st.builds(
     lambda sign, whole, frac, suffix: f"{sign}{whole}{frac}{suffix}",
     st.sampled_from(["", "+", "-"]),
     st.integers(min_value=0, max_value=10**15).map(str),
-    st.one_of(
-        st.just(""), st.just("."), st.text("0123456789", min_size=1, max_size=12).map(lambda s: "." + s)
-    ),
+    st.one_of(st.just(""), st.just("."), st.text("0123456789", min_size=1, max_size=12).map(lambda s: "." + s)),
     st.sampled_from(_SUFFIXES),
 )
 quantities = st.one_of(

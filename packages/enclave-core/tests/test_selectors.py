@@ -186,9 +186,7 @@ requirement_st = st.one_of(
             "values": st.lists(st.sampled_from(VALS), min_size=1, max_size=3),
         }
     ),
-    st.fixed_dictionaries(
-        {"key": st.sampled_from(KEYS), "operator": st.sampled_from(["Exists", "DoesNotExist"])}
-    ),
+    st.fixed_dictionaries({"key": st.sampled_from(KEYS), "operator": st.sampled_from(["Exists", "DoesNotExist"])}),
 )
 selector_st = st.one_of(
     st.none(),
@@ -207,9 +205,7 @@ def reference(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
     if selector is None:
         return False
     requirements = [(k, "In", [v]) for k, v in (selector.get("matchLabels") or {}).items()]
-    requirements += [
-        (r["key"], r["operator"], r.get("values") or []) for r in selector.get("matchExpressions") or []
-    ]
+    requirements += [(r["key"], r["operator"], r.get("values") or []) for r in selector.get("matchExpressions") or []]
     for key, op, values in requirements:
         value = labels.get(key)  # None when absent; never a valid label value
         ok = {

@@ -75,9 +75,7 @@ ConditionType = Annotated[
 Reason = Annotated[
     str,
     AfterValidator(_check_reason),
-    WithJsonSchema(
-        {"type": "string", "pattern": REASON_PATTERN, "minLength": 1, "maxLength": REASON_MAX_LENGTH}
-    ),
+    WithJsonSchema({"type": "string", "pattern": REASON_PATTERN, "minLength": 1, "maxLength": REASON_MAX_LENGTH}),
 ]
 
 
@@ -105,9 +103,7 @@ class Condition(BaseModel):
 
     type: ConditionType = Field(description="Condition type, CamelCase or `<dns-subdomain>/CamelCase`.")
     status: ConditionStatus = Field(description="True, False or Unknown.")
-    reason: Reason = Field(
-        description="CamelCase programmatic identifier of the cause of the last transition."
-    )
+    reason: Reason = Field(description="CamelCase programmatic identifier of the cause of the last transition.")
     message: str = Field(max_length=MESSAGE_MAX_LENGTH, description="Human-readable details; may be empty.")
     last_transition_time: datetime = Field(
         alias="lastTransitionTime", description="When the condition last changed status (RFC 3339)."
@@ -116,7 +112,6 @@ class Condition(BaseModel):
         default=None,
         alias="observedGeneration",
         ge=0,
-        le=2**63 - 1,
         description="metadata.generation the condition was computed from; lower means out of date.",
     )
 

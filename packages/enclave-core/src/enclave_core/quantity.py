@@ -207,9 +207,7 @@ class Quantity:
         return cls(nanos, fmt)
 
     @classmethod
-    def from_units(
-        cls, value: int | Decimal | Fraction, fmt: QuantityFormat = QuantityFormat.DECIMAL_SI
-    ) -> Quantity:
+    def from_units(cls, value: int | Decimal | Fraction, fmt: QuantityFormat = QuantityFormat.DECIMAL_SI) -> Quantity:
         """Build from an exact number of base units (cores, bytes, ...), rounding to 1n away from 0."""
         if isinstance(value, bool):
             raise TypeError("a boolean is not a quantity")
@@ -358,9 +356,7 @@ class Quantity:
     # -- pydantic integration: a Quantity field accepts int | str and serialises canonically ----
 
     @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         return core_schema.no_info_plain_validator_function(
             cls.parse,
             serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="always"),
@@ -461,9 +457,7 @@ def add_maps(*maps: Mapping[str, QuantityLike]) -> dict[str, Quantity]:
     return result
 
 
-def sub_maps(
-    minuend: Mapping[str, QuantityLike], subtrahend: Mapping[str, QuantityLike]
-) -> dict[str, Quantity]:
+def sub_maps(minuend: Mapping[str, QuantityLike], subtrahend: Mapping[str, QuantityLike]) -> dict[str, Quantity]:
     """``minuend - subtrahend`` key by key, over the union of keys (missing counts as zero).
 
     Like Kubernetes' ``quota.Subtract``, a key only in ``subtrahend`` comes out negative; pass the

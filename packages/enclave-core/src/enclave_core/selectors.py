@@ -205,9 +205,7 @@ def to_label_query(selector: SelectorLike | None) -> str:
     if selector is None:
         raise ValueError("a null label selector matches nothing and has no query string; skip the list call")
     model = as_selector(selector)
-    parts: list[tuple[str, str]] = [
-        (key, f"{key}={value}") for key, value in (model.match_labels or {}).items()
-    ]
+    parts: list[tuple[str, str]] = [(key, f"{key}={value}") for key, value in (model.match_labels or {}).items()]
     for requirement in model.match_expressions or ():
         key, values = requirement.key, ",".join(sorted(set(requirement.values or ())))
         if requirement.operator == "In":
