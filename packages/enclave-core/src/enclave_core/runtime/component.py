@@ -12,6 +12,7 @@ from typing import Any
 
 from kubernetes.aio import client
 
+from enclave_core.kube.rest import Kube
 from enclave_core.runtime.kube import api_client
 from enclave_core.runtime.leader import LeaderElector
 from enclave_core.runtime.logs import setup_logging
@@ -30,6 +31,10 @@ class Component:
         self.readiness = Readiness()
         self.stopping = asyncio.Event()
         self.api: client.ApiClient | None = None
+        self.started = asyncio.Event()
+        """Set by the body once ``state`` holds what the leader work needs."""
+        self.state: dict[str, Any] = {}
+        """Objects the body shares with the leader work (e.g. the controller whose writes it enables)."""
 
     @property
     def namespace(self) -> str:
@@ -53,7 +58,7 @@ async def _serve(component: Component, body: Body, leader_work: Body | None) -> 
         if getattr(component.args, "leader_elect", False):
             component.readiness.add("leader-election", ready=True)
             elector = LeaderElector(
-                component.api,
+                Kube(component.api, field_manager=f"enclave-{component.name}"),
                 name=f"enclave-{component.name}",
                 namespace=component.namespace,
                 identity=component.args.identity,

@@ -1,0 +1,355 @@
+"""The configuration controller: one level-based reconcile of everything ServiceConfiguration implies.
+
+Every replica watches the same objects and computes the effective configuration, so every replica can serve
+ConfigService (subscribers may reach any of them through the Service). Only the Lease holder writes: the
+default object when missing, the TLS Secret, webhook configurations, RBAC and status. Any change to a watched
+object (including drift someone made to what we own) triggers a full reconcile from observed state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+from pydantic import ValidationError
+
+from enclave_config import rbac, tls, webhooks
+from enclave_config.effective import EffectiveConfiguration, effective, problems
+from enclave_core import GROUP_VERSION
+from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
+from enclave_core.api.meta import Entity
+from enclave_core.conditions import Condition, new_condition, set_condition
+from enclave_core.durations import parse_duration
+from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.informer import Informer
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.snapshots.hub import SnapshotHub
+
+log = logging.getLogger(__name__)
+
+RECONCILES = Counter("enclave_config_reconciles_total", "Reconciles of the ServiceConfiguration", ["result"])
+READY = Gauge("enclave_config_ready", "1 when the ServiceConfiguration is validated and applied")
+PROMOTED_LABEL = "enclave.dev/promoted"
+CONFIG_KIND = "ServiceConfiguration"
+INVALIDATION_KIND = "CacheInvalidation"
+ADMISSION_PATHS = {
+    "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+}
+RBAC_PATHS = {
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+OWNER_LABEL = "enclave.dev/service-configuration"
+
+
+@dataclass(frozen=True)
+class Settings:
+    name: str
+    namespace: str
+    tls_validity: timedelta
+    extra_tls_ips: tuple[str, ...] = ("127.0.0.1",)
+    extra_tls_names: tuple[str, ...] = ("localhost",)
+    resync_seconds: float = 60.0
+
+
+class ApplyError(Exception):
+    """Applying the configuration failed in a way the user must fix (reason, message)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ConfigController:
+    def __init__(self, kube: Kube, settings: Settings, hub: SnapshotHub, events: EventRecorder) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.hub = hub
+        self.events = events
+        self.leading = False
+        self.last_good: EffectiveConfiguration | None = None
+        self.reconciled = asyncio.Event()
+        self._trigger = asyncio.Event()
+        self._last_event: tuple[str, str] | None = None
+        self._owner: JSON = {}
+        base = f"/apis/{GROUP_VERSION}"
+        change = self._changed
+        self.configs = Informer(kube, f"{base}/serviceconfigurations", on_change=change, name="configs")
+        self.tenants = Informer(kube, f"{base}/tenants", on_change=change, name="tenants")
+        self.owners = Informer(kube, f"{base}/tenantowners", on_change=change, name="tenantowners")
+        self.secrets = Informer(
+            kube, resource_path("v1", "secrets", namespace=settings.namespace), on_change=change, name="secrets"
+        )
+        # Only objects generated for *this* ServiceConfiguration are ours to prune.
+        managed = f"{webhooks.MANAGED_BY}={webhooks.MANAGER},{OWNER_LABEL}={settings.name}"
+        self.managed = {
+            kind: Informer(kube, path, label_selector=managed, on_change=change, name=kind)
+            for kind, path in {**ADMISSION_PATHS, **RBAC_PATHS}.items()
+        }
+        self.promoted = Informer(
+            kube, "/api/v1/serviceaccounts", label_selector=f"{PROMOTED_LABEL}=true", on_change=change, name="sa"
+        )
+
+    def _informers(self) -> list[Informer]:
+        return [self.configs, self.tenants, self.owners, self.secrets, self.promoted, *self.managed.values()]
+
+    def _changed(self, _key: str) -> None:
+        self._trigger.set()
+
+    def set_leading(self, leading: bool) -> None:
+        self.leading = leading
+        self._trigger.set()
+
+    async def run(self) -> None:
+        """Watch, then reconcile on every change and at least every resync period."""
+        tasks = [asyncio.create_task(informer.run(), name=informer.name) for informer in self._informers()]
+        tasks.append(asyncio.create_task(self._invalidation_ticks(), name="cache-invalidation"))
+        try:
+            await asyncio.gather(*(informer.synced.wait() for informer in self._informers()))
+            backoff = 0.5
+            while True:
+                self._trigger.clear()
+                wait = self.settings.resync_seconds
+                try:
+                    wait = min(wait, await self.reconcile())
+                    backoff = 0.5
+                except Exception:
+                    log.exception("reconcile failed")
+                    RECONCILES.labels("error").inc()
+                    wait, backoff = backoff, min(30.0, backoff * 2)
+                self.reconciled.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._trigger.wait(), timeout=wait)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    # -- one reconcile -------------------------------------------------------------------------------------
+
+    async def reconcile(self) -> float:
+        """Converge on the observed state; return seconds until the next time-driven check."""
+        raw = self.configs.get(self.settings.name)
+        if raw is None:
+            if self.leading:
+                await self._create_default()
+            return self.settings.resync_seconds
+        generation = int(raw.get("metadata", {}).get("generation", 0))
+        try:
+            config = ServiceConfiguration.model_validate(raw)
+        except ValidationError as err:
+            await self._not_ready(raw, generation, "InvalidSpec", _validation_message(err))
+            return self.settings.resync_seconds
+        found = problems(config.spec)
+        if found:
+            await self._not_ready(raw, generation, "InvalidConfiguration", "; ".join(str(p) for p in found))
+            return self.settings.resync_seconds
+        current = effective(self.settings.name, generation, config.spec)
+        self._publish(current)
+        if not self.leading:
+            return self.settings.resync_seconds
+        self._owner = {
+            "apiVersion": GROUP_VERSION,
+            "kind": CONFIG_KIND,
+            "name": self.settings.name,
+            "uid": raw["metadata"]["uid"],
+            "controller": True,
+        }
+        try:
+            ca_pem, next_tls = await self._reconcile_tls(config.spec)
+            await self._apply_admission(current, ca_pem)
+            await self._apply_rbac(current)
+        except ApplyError as err:
+            await self._not_ready(raw, generation, err.reason, str(err))
+            return min(self.settings.resync_seconds, 5.0)
+        except KubeError as err:
+            await self._not_ready(raw, generation, "ApplyFailed", str(err))
+            return 5.0
+        await self._write_status(raw, generation, "True", "Applied", "configuration validated and applied", current)
+        RECONCILES.labels("applied").inc()
+        READY.set(1)
+        return next_tls
+
+    def _own(self, body: JSON) -> JSON:
+        """Mark a generated object as ours: the labels find it for pruning, the owner reference lets the
+        garbage collector remove it with its ServiceConfiguration."""
+        meta = body["metadata"]
+        meta["labels"] = {**meta.get("labels", {}), OWNER_LABEL: self.settings.name}
+        meta["ownerReferences"] = [self._owner]
+        return body
+
+    def _publish(self, current: EffectiveConfiguration) -> None:
+        self.last_good = current
+        self.hub.publish(CONFIG_KIND, current.model_dump_json(by_alias=True).encode())
+
+    async def _create_default(self) -> None:
+        body = {
+            "apiVersion": GROUP_VERSION,
+            "kind": CONFIG_KIND,
+            "metadata": {"name": self.settings.name},
+            "spec": ServiceConfigurationSpec().to_k8s(),
+        }
+        with contextlib.suppress(KubeError):
+            created = await self.kube.create(f"/apis/{GROUP_VERSION}/serviceconfigurations", body)
+            await self.events.emit(created, "Normal", "Created", "created the default configuration")
+            log.info("created the default ServiceConfiguration", extra={"name": self.settings.name})
+
+    async def _reconcile_tls(self, spec: ServiceConfigurationSpec) -> tuple[bytes | None, float]:
+        """The CA to inject, and seconds until the serving certificate needs a look again."""
+        secret_name = spec.overrides.tls_secret_name
+        secret = self.secrets.get(f"{self.settings.namespace}/{secret_name}")
+        existing = tls.decode(secret)
+        if not spec.enable_tls_reconciler:
+            # Externally managed certificates: read the CA if there is one, never write.
+            return existing.get(tls.CA_CERT), self.settings.resync_seconds
+        service = spec.admission.service_name if spec.admission else "enclave-webhook-service"
+        names = tls.service_names(service, self.settings.namespace) + list(self.settings.extra_tls_names)
+        planned = tls.plan(
+            existing,
+            dns_names=names,
+            ip_addresses=list(self.settings.extra_tls_ips),
+            validity=self.settings.tls_validity,
+        )
+        if planned.reason:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": secret_name,
+                    "namespace": self.settings.namespace,
+                    "labels": {webhooks.MANAGED_BY: webhooks.MANAGER},
+                },
+                "type": "kubernetes.io/tls",
+                "data": {key: base64.b64encode(value).decode() for key, value in sorted(planned.data.items())},
+            }
+            path = resource_path("v1", "secrets", namespace=self.settings.namespace, name=secret_name)
+            stored = await self.kube.apply(path, body)
+            self.secrets.items[f"{self.settings.namespace}/{secret_name}"] = stored
+            await self.events.emit(stored, "Normal", planned.reason, f"webhook TLS: {planned.reason}")
+            log.info("webhook TLS secret written", extra={"reason": planned.reason, "secret": secret_name})
+        return planned.ca_pem, tls.next_check(planned.data)
+
+    async def _apply_admission(self, current: EffectiveConfiguration, ca_pem: bytes | None) -> None:
+        desired = webhooks.render(current, ca_pem)
+        for kind, body in desired.items():
+            name = body["metadata"]["name"]
+            path = f"{ADMISSION_PATHS[kind]}/{name}"
+            if self.managed[kind].get(name) is None:
+                existing = await self.kube.get_or_none(path)
+                if existing is not None:
+                    raise ApplyError(
+                        "ConflictingWebhookConfiguration",
+                        f"{kind} {name} exists and was not created by Enclave; choose another name "
+                        "(spec.admission.*.name) or delete it",
+                    )
+            stored = await self.kube.apply(path, self._own(body))
+            self.managed[kind].items[name] = stored
+        for kind in ADMISSION_PATHS:
+            wanted = desired.get(kind, {}).get("metadata", {}).get("name")
+            for name in [n for n in self.managed[kind].items if n != wanted]:
+                await self.kube.delete(f"{ADMISSION_PATHS[kind]}/{name}")
+                self.managed[kind].items.pop(name, None)
+                log.info("pruned webhook configuration", extra={"kind": kind, "name": name})
+
+    async def _apply_rbac(self, current: EffectiveConfiguration) -> None:
+        promoted = [(sa["metadata"]["namespace"], sa["metadata"]["name"]) for sa in self.promoted.values()]
+        desired = rbac.render(current, promoted)
+        wanted: dict[str, set[str]] = {kind: set() for kind in RBAC_PATHS}
+        for body in desired:
+            kind, name = body["kind"], body["metadata"]["name"]
+            wanted[kind].add(name)
+            live = self.managed[kind].get(name)
+            if kind == "ClusterRoleBinding" and live is not None and live.get("roleRef") != body["roleRef"]:
+                await self.kube.delete(f"{RBAC_PATHS[kind]}/{name}")  # roleRef is immutable
+            stored = await self.kube.apply(f"{RBAC_PATHS[kind]}/{name}", self._own(body))
+            self.managed[kind].items[name] = stored
+        for kind, path in RBAC_PATHS.items():
+            for name in [n for n in self.managed[kind].items if n not in wanted[kind]]:
+                await self.kube.delete(f"{path}/{name}")
+                self.managed[kind].items.pop(name, None)
+
+    # -- status --------------------------------------------------------------------------------------------
+
+    def _status_users(self, current: EffectiveConfiguration | None) -> list[Entity]:
+        users = list(current.users if current else [])
+        for owner in self.owners.values():
+            spec = owner.get("spec", {})
+            if spec.get("aggregate") and spec.get("kind") and spec.get("name"):
+                entity = Entity(kind=spec["kind"], name=spec["name"])
+                if entity not in users:
+                    users.append(entity)
+        return users
+
+    async def _not_ready(self, raw: JSON, generation: int, reason: str, message: str) -> None:
+        READY.set(0)
+        RECONCILES.labels("invalid").inc()
+        log.warning("configuration not applied", extra={"reason": reason, "detail": message})
+        if not self.leading:
+            return
+        if self._last_event != (reason, message):
+            self._last_event = (reason, message)
+            await self.events.emit(raw, "Warning", reason, message)
+        await self._write_status(raw, generation, "False", reason, message, self.last_good)
+
+    async def _write_status(
+        self,
+        raw: JSON,
+        generation: int,
+        status: str,
+        reason: str,
+        message: str,
+        current: EffectiveConfiguration | None,
+    ) -> None:
+        if status == "True":
+            self._last_event = None
+        old = raw.get("status") or {}
+        conditions = [Condition.model_validate(c) for c in old.get("conditions") or []]
+        ready = new_condition(
+            "Ready",
+            "True" if status == "True" else "False",
+            reason,
+            message[:32000],
+            now=datetime.now(UTC),
+            observed_generation=generation,
+        )
+        conditions = set_condition(conditions, ready)
+        new_status: dict[str, Any] = {
+            "conditions": [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions],
+            "observedGeneration": generation,
+            "tenants": sorted(t["metadata"]["name"] for t in self.tenants.values()),
+            "users": [u.to_k8s() for u in self._status_users(current)],
+        }
+        if new_status == {k: old.get(k) for k in new_status}:
+            return
+        path = f"/apis/{GROUP_VERSION}/serviceconfigurations/{self.settings.name}/status"
+        stored = await self.kube.merge_patch(path, {"status": new_status})
+        self.configs.items[self.settings.name] = stored
+
+    # -- cache invalidation --------------------------------------------------------------------------------
+
+    async def _invalidation_ticks(self) -> None:
+        """Publish a tick every spec.cacheInvalidation; subscribers drop their caches on each."""
+        tick = 0
+        while True:
+            period = 86400.0
+            if self.last_good is not None:
+                period = max(1.0, parse_duration(self.last_good.spec.cache_invalidation).total_seconds())
+            await asyncio.sleep(period)
+            tick += 1
+            payload = {"tick": tick, "at": datetime.now(UTC).isoformat()}
+            self.hub.publish(INVALIDATION_KIND, json.dumps(payload).encode(), only_if_changed=False)
+
+
+def _validation_message(err: ValidationError) -> str:
+    parts = []
+    for error in err.errors()[:5]:
+        location = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{location}: {error['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,68 @@
+"""The namespace provisioner and deleter ClusterRoles, and who may provision (pure rendering).
+
+Tenant users create namespaces through the provisioner binding; admission then decides which tenant the
+namespace lands in. The deleter role is not bound cluster-wide: the tenants component binds it inside each
+tenant namespace, so an owner can delete only namespaces of their own tenants.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from enclave_config.effective import EffectiveConfiguration
+from enclave_config.webhooks import MANAGED_BY, MANAGER
+from enclave_core.api.meta import Entity
+
+RBAC_GROUP: Final = "rbac.authorization.k8s.io"
+SERVICE_ACCOUNT_PREFIX: Final = "system:serviceaccount:"
+
+JSON = dict[str, Any]
+
+
+def subject(entity: Entity) -> JSON:
+    """An RBAC subject; service accounts are named ``system:serviceaccount:<namespace>:<name>``."""
+    if entity.kind == "ServiceAccount" or entity.name.startswith(SERVICE_ACCOUNT_PREFIX):
+        namespace, _, name = entity.name.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+        return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+    return {"kind": entity.kind, "apiGroup": RBAC_GROUP, "name": entity.name}
+
+
+def _labels() -> dict[str, str]:
+    return {MANAGED_BY: MANAGER}
+
+
+def render(config: EffectiveConfiguration, promoted_service_accounts: list[tuple[str, str]]) -> list[JSON]:
+    """ClusterRoles and the provisioner ClusterRoleBinding, in apply order."""
+    rbac = config.spec.rbac
+    roles: list[JSON] = [
+        {
+            "apiVersion": f"{RBAC_GROUP}/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": rbac.provisioner, "labels": _labels()},
+            "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create"]}],
+        },
+        {
+            "apiVersion": f"{RBAC_GROUP}/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": rbac.deleter, "labels": _labels()},
+            "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["delete"]}],
+        },
+    ]
+    subjects: list[JSON] = []
+    for entity in [*config.users, *(config.spec.administrators or [])]:
+        entry = subject(entity)
+        if entry not in subjects:
+            subjects.append(entry)
+    if config.spec.allow_service_account_promotion:
+        for namespace, name in sorted(promoted_service_accounts):
+            entry = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+            if entry not in subjects:
+                subjects.append(entry)
+    binding: JSON = {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": rbac.provisioner, "labels": _labels()},
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": rbac.provisioner},
+        "subjects": subjects,
+    }
+    return [*roles, binding]

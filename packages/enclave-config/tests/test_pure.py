@@ -1,0 +1,137 @@
+"""Fast tests of the configuration component's pure parts: effective config, rendering, TLS planning."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from enclave_config import rbac, tls, webhooks
+from enclave_config.effective import effective, effective_users, problems
+from enclave_core.api.configuration import ServiceConfigurationSpec
+from enclave_core.api.meta import Entity
+
+
+def spec(**fields: object) -> ServiceConfigurationSpec:
+    return ServiceConfigurationSpec.model_validate(fields)
+
+
+def test_default_users_is_the_enclave_group() -> None:
+    assert effective_users(spec()) == [Entity(kind="Group", name="enclave.dev")]
+
+
+def test_deprecated_fields_convert_and_deduplicate() -> None:
+    users = effective_users(
+        spec(users=[{"kind": "Group", "name": "a"}], userGroups=["a", "b"], userNames=["alice", "alice"])
+    )
+    assert [(u.kind, u.name) for u in users] == [("Group", "a"), ("Group", "b"), ("User", "alice")]
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"protectedNamespaceRegex": "(["}, "spec.protectedNamespaceRegex"),
+        ({"nodeMetadata": {"forbiddenLabels": {"deniedRegex": "*x"}}}, "spec.nodeMetadata.forbiddenLabels.deniedRegex"),
+        (
+            {"nodeMetadata": {"forbiddenAnnotations": {"deniedRegex": "a)"}}},
+            "spec.nodeMetadata.forbiddenAnnotations.deniedRegex",
+        ),
+        ({"cacheInvalidation": "0"}, "spec.cacheInvalidation"),
+    ],
+)
+def test_problems_name_the_field(fields: dict[str, object], where: str) -> None:
+    found = problems(spec(**fields))
+    assert [p.field for p in found] == [where]
+
+
+def _hook(**extra: object) -> dict[str, object]:
+    return {
+        "name": "all.enclave.dev",
+        "path": "/all",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "rules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}],
+        **extra,
+    }
+
+
+def test_fail_closed_webhook_on_everything_must_spare_kube_system() -> None:
+    admission = {"validating": {"client": {"url": "https://x.example.com"}, "webhooks": [_hook()]}}
+    assert [p.field for p in problems(spec(admission=admission))] == [
+        "spec.admission.validating.webhooks[0].namespaceSelector"
+    ]
+    spared = _hook(
+        namespaceSelector={
+            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
+        }
+    )
+    admission["validating"]["webhooks"] = [spared]
+    assert problems(spec(admission=admission)) == []
+
+
+def test_match_condition_that_does_not_compile_is_a_problem() -> None:
+    hook = _hook(failurePolicy="Ignore", matchConditions=[{"name": "c", "expression": "request.userInfo.("}])
+    found = problems(spec(admission={"validating": {"client": {"url": "https://x.example.com"}, "webhooks": [hook]}}))
+    assert [p.field for p in found] == ["spec.admission.validating.webhooks[0].matchConditions[0].expression"]
+
+
+def test_render_service_client_and_opts() -> None:
+    hook = _hook(failurePolicy="Ignore", opts={"administrators": True, "serviceUsers": False})
+    config = effective(
+        "default",
+        3,
+        spec(
+            administrators=[{"kind": "Group", "name": "ops"}],
+            admission={
+                "validating": {
+                    "client": {"service": {"name": "svc", "namespace": "ns", "path": "/p/"}},
+                    "webhooks": [hook],
+                }
+            },
+        ),
+    )
+    rendered = webhooks.render(config, b"CA")
+    configuration = rendered["ValidatingWebhookConfiguration"]
+    assert configuration["metadata"]["name"] == "enclave-validating-webhook-configuration"
+    entry = configuration["webhooks"][0]
+    assert entry["clientConfig"]["service"] == {"name": "svc", "namespace": "ns", "port": 443, "path": "/p/all"}
+    assert entry["clientConfig"]["caBundle"] == "Q0E="
+    assert entry["matchConditions"] == [
+        {"name": "enclave.dev/audience", "expression": '(request.userInfo.groups.exists(g, g in ["ops"]))'}
+    ]
+    assert "MutatingWebhookConfiguration" not in rendered
+
+
+def test_rbac_subjects_include_users_admins_and_promoted_accounts() -> None:
+    config = effective(
+        "default",
+        1,
+        spec(
+            users=[{"kind": "Group", "name": "t"}, {"kind": "ServiceAccount", "name": "system:serviceaccount:a:b"}],
+            administrators=[{"kind": "User", "name": "root"}],
+            allowServiceAccountPromotion=True,
+        ),
+    )
+    binding = rbac.render(config, [("solar-dev", "ci")])[-1]
+    assert binding["subjects"] == [
+        {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "t"},
+        {"kind": "ServiceAccount", "name": "b", "namespace": "a"},
+        {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "root"},
+        {"kind": "ServiceAccount", "name": "ci", "namespace": "solar-dev"},
+    ]
+
+
+def test_tls_plan_keeps_ca_and_renews_late_in_life() -> None:
+    names = tls.service_names("svc", "ns")
+    first = tls.plan({}, dns_names=names, ip_addresses=["127.0.0.1"], validity=timedelta(hours=3))
+    assert first.reason == "CertificateAuthorityCreated"
+    same = tls.plan(first.data, dns_names=names, ip_addresses=["127.0.0.1"], validity=timedelta(hours=3))
+    assert same.reason == ""
+    assert same.data == first.data
+    later = datetime.now(UTC) + timedelta(hours=2, minutes=30)
+    renewed = tls.plan(first.data, dns_names=names, ip_addresses=["127.0.0.1"], validity=timedelta(hours=3), now=later)
+    assert renewed.reason == "ServingCertificateExpiring"
+    assert renewed.data[tls.CA_CERT] == first.data[tls.CA_CERT]
+    assert renewed.data[tls.TLS_CERT] != first.data[tls.TLS_CERT]
+    moved = tls.plan(first.data, dns_names=[*names, "extra"], ip_addresses=["127.0.0.1"], validity=timedelta(hours=3))
+    assert moved.reason == "ServingCertificateNamesChanged"

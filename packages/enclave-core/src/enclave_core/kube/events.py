@@ -1,0 +1,80 @@
+"""Kubernetes Events: how Enclave tells a user, in ``kubectl describe`` and ``kubectl get events``, what it did.
+
+Events about namespaced objects go to the object's namespace. Events about cluster-scoped objects (Tenants,
+the ServiceConfiguration) and deny events go to ``spec.events.namespace``; kube-apiserver only accepts a
+cluster-scoped ``involvedObject`` in the ``default`` namespace, so elsewhere the event's ``involvedObject``
+carries the events namespace: kind, name and uid still find it
+(``kubectl get events -n <ns> --field-selector involvedObject.name=<tenant>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+
+log = logging.getLogger(__name__)
+
+EventType = Literal["Normal", "Warning"]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class EventRecorder:
+    """Posts core/v1 Events on behalf of one component; never raises (an event is best effort)."""
+
+    def __init__(self, kube: Kube, component: str, default_namespace: str = "default") -> None:
+        self.kube = kube
+        self.component = component
+        self.instance = f"{socket.gethostname()}-{os.getpid()}"
+        self.default_namespace = default_namespace
+
+    async def emit(
+        self, obj: JSON, event_type: EventType, reason: str, message: str, *, namespace: str | None = None
+    ) -> None:
+        meta: dict[str, Any] = obj.get("metadata", {})
+        object_namespace = meta.get("namespace")
+        target = object_namespace or namespace or self.default_namespace
+        involved: JSON = {
+            "apiVersion": obj.get("apiVersion", ""),
+            "kind": obj.get("kind", ""),
+            "name": meta.get("name", ""),
+            "uid": meta.get("uid", ""),
+        }
+        if object_namespace or target != "default":
+            involved["namespace"] = target
+        now = _now()
+        event: JSON = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "generateName": f"{meta.get('name', 'enclave')}.",
+                "namespace": target,
+                "labels": {
+                    "enclave.dev/component": self.component,
+                    "enclave.dev/involved-kind": str(involved["kind"]).lower()[:63],
+                },
+            },
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": event_type,
+            "source": {"component": self.component},
+            "reportingComponent": f"enclave.dev/{self.component}",
+            "reportingInstance": self.instance[:128],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.kube.create(resource_path("v1", "events", namespace=target), event)
+        except KubeError as err:
+            log.warning("could not post event", extra={"reason": reason, "error": str(err)})
+        except Exception:
+            log.exception("could not post event", extra={"reason": reason})

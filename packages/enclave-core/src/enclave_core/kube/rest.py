@@ -1,0 +1,162 @@
+"""Raw-JSON access to the Kubernetes API over the ``kubernetes.aio`` transport.
+
+Controllers here work on plain dicts validated by our own pydantic models, apply with server-side apply, and
+stream watches; the generated typed API classes get in the way of all three (they validate every call and
+re-model every object). We keep the ``kubernetes.aio`` ApiClient for what it is good at, configuration,
+authentication and the connection pool, and speak JSON paths on top of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+from urllib.parse import urlencode
+
+from kubernetes.aio import client
+
+JSON = dict[str, Any]
+
+
+class KubeError(Exception):
+    """A non-2xx answer from kube-apiserver, with its Status message."""
+
+    def __init__(self, status: int, reason: str, message: str, body: JSON | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+def resource_path(
+    api_version: str,
+    plural: str,
+    *,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """``/api/v1/namespaces/x/pods/y/status`` and friends."""
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
+    if name:
+        path += f"/{name}"
+    if subresource:
+        path += f"/{subresource}"
+    return path
+
+
+class Kube:
+    """JSON-in, JSON-out calls against kube-apiserver."""
+
+    def __init__(self, api: client.ApiClient, field_manager: str) -> None:
+        self.api = api
+        self.field_manager = field_manager
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, str | int | bool] | None = None,
+        content_type: str = "application/json",
+        request_timeout: float | None = 30.0,
+    ) -> JSON:
+        url = self.api.configuration.host + path
+        if query:
+            url += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        response = await self.api.call_api(
+            method, url, header_params=headers, body=body, _request_timeout=request_timeout
+        )
+        data = await response.read()
+        payload: JSON = json.loads(data) if data else {}
+        if response.status >= 400:
+            raise KubeError(response.status, payload.get("reason", ""), payload.get("message", str(data)), payload)
+        return payload
+
+    async def get(self, path: str) -> JSON:
+        return await self.request("GET", path)
+
+    async def get_or_none(self, path: str) -> JSON | None:
+        try:
+            return await self.get(path)
+        except KubeError as err:
+            if err.not_found:
+                return None
+            raise
+
+    async def list(self, path: str, *, label_selector: str | None = None) -> JSON:
+        query = {"labelSelector": label_selector} if label_selector else None
+        return await self.request("GET", path, query=query)
+
+    async def create(self, path: str, body: JSON) -> JSON:
+        return await self.request("POST", path, body=body, query={"fieldManager": self.field_manager})
+
+    async def replace(self, path: str, body: JSON) -> JSON:
+        return await self.request("PUT", path, body=body, query={"fieldManager": self.field_manager})
+
+    async def apply(self, path: str, body: JSON, *, force: bool = True) -> JSON:
+        """Server-side apply: we state the fields we own; fields others own stay theirs."""
+        return await self.request(
+            "PATCH",
+            path,
+            body=body,
+            query={"fieldManager": self.field_manager, "force": force},
+            content_type="application/apply-patch+yaml",
+        )
+
+    async def merge_patch(self, path: str, patch: JSON) -> JSON:
+        return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    async def delete(self, path: str, *, missing_ok: bool = True) -> None:
+        try:
+            await self.request("DELETE", path)
+        except KubeError as err:
+            if not (missing_ok and err.not_found):
+                raise
+
+    async def watch(
+        self, path: str, *, resource_version: str, label_selector: str | None = None, timeout_seconds: int = 300
+    ) -> AsyncIterator[JSON]:
+        """Watch events from ``resource_version`` on; ends when the server closes the stream."""
+        query: dict[str, str | int | bool] = {
+            "watch": True,
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": timeout_seconds,
+        }
+        if label_selector:
+            query["labelSelector"] = label_selector
+        url = (
+            self.api.configuration.host
+            + path
+            + "?"
+            + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
+        )
+        response = await self.api.call_api(
+            "GET", url, header_params={"Accept": "application/json"}, _request_timeout=timeout_seconds + 30
+        )
+        raw = response.response
+        try:
+            if response.status >= 400:
+                data = await raw.read()
+                payload = json.loads(data) if data else {}
+                raise KubeError(response.status, payload.get("reason", ""), payload.get("message", ""), payload)
+            while True:
+                line = await raw.content.readline()
+                if not line:
+                    return
+                yield json.loads(line)
+        finally:
+            raw.release()

@@ -1,0 +1,85 @@
+"""The Tenancy snapshot: what admission needs to decide namespace requests from memory.
+
+Published by enclave-tenants (TenantService, kind ``Tenancy``), consumed by every admission replica. It is a
+compiled view, not a copy of the Tenant objects: owners are already resolved (spec owners, TenantOwners,
+promoted service accounts), and lookups admission does on every request (which tenants does this user own,
+which tenant owns this namespace) are indexed once when the snapshot arrives.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from enclave_core.api.meta import Entity
+
+TENANT_LABEL: Final = "enclave.dev/tenant"
+"""Namespace label naming its tenant; also how a TenantOwner joins a tenant."""
+PROMOTED_LABEL: Final = "enclave.dev/promoted"
+"""Service-account label (value ``"true"``) by which a tenant owner promotes an account to owner."""
+NODE_SELECTOR_ANNOTATION: Final = "scheduler.alpha.kubernetes.io/node-selector"
+TENANCY_KIND: Final = "Tenancy"
+SERVICE_ACCOUNT_PREFIX: Final = "system:serviceaccount:"
+
+
+class Forbidden(BaseModel):
+    """Denied keys, exact or by regular expression."""
+
+    model_config = ConfigDict(frozen=True)
+
+    denied: list[str] = Field(default_factory=list)
+    denied_regex: str | None = None
+
+
+class TenantView(BaseModel):
+    """One tenant as admission sees it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    uid: str
+    owners: list[Entity] = Field(default_factory=list)
+    """Effective owners: spec owners, matched TenantOwners and promoted service accounts."""
+    namespaces: list[str] = Field(default_factory=list)
+    """Sorted names of the tenant's namespaces (terminating ones included)."""
+    namespace_quota: int | None = None
+    """spec.namespaceOptions.quota: the most namespaces the tenant may have."""
+    force_tenant_prefix: bool | None = None
+    """spec.forceTenantPrefix; None means the global setting applies."""
+    cordoned: bool = False
+    prevent_deletion: bool = False
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    forbidden_labels: Forbidden = Field(default_factory=Forbidden)
+    forbidden_annotations: Forbidden = Field(default_factory=Forbidden)
+
+
+def entity_matches(entity: Entity, username: str, groups: list[str] | tuple[str, ...]) -> bool:
+    """Whether a request subject is ``entity``; service accounts match by their full username."""
+    if entity.kind == "Group":
+        return entity.name in groups
+    if entity.kind == "ServiceAccount" and not entity.name.startswith(SERVICE_ACCOUNT_PREFIX):
+        return username == SERVICE_ACCOUNT_PREFIX + entity.name
+    return entity.name == username
+
+
+class TenancySnapshot(BaseModel):
+    """Every tenant, indexed for the lookups admission makes per request."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenants: list[TenantView] = Field(default_factory=list)
+
+    @cached_property
+    def by_name(self) -> dict[str, TenantView]:
+        return {tenant.name: tenant for tenant in self.tenants}
+
+    @cached_property
+    def namespace_owner(self) -> dict[str, str]:
+        """Namespace name -> tenant name."""
+        return {ns: tenant.name for tenant in self.tenants for ns in tenant.namespaces}
+
+    def owned_by(self, username: str, groups: list[str] | tuple[str, ...]) -> list[TenantView]:
+        """Tenants the subject owns, sorted by name."""
+        return [t for t in self.tenants if any(entity_matches(o, username, groups) for o in t.owners)]

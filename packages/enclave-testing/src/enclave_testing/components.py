@@ -1,0 +1,105 @@
+"""The one place that knows how to start an Enclave component as its own process on the local control plane.
+
+Each component is a package with a ``__main__``; locally it runs with the admin kubeconfig, its probes on a
+free loopback port and (where it has one) its gRPC listener on another. A component joins ``tox -e up`` and
+the end-to-end tests by being added to ``COMPONENTS``; packages not installed are skipped, so a checkout that
+has only some components still runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from enclave_testing.processes import ManagedProcess, free_port, wait_until
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """How to run one component locally."""
+
+    name: str
+    module: str
+    grpc: bool = False
+    extra_args: Callable[[dict[str, str]], list[str]] = field(default=lambda endpoints: [])
+
+
+# Order matters: a component may need the endpoints of the ones before it (admission subscribes to all).
+def _admission_args(endpoints: dict[str, str]) -> list[str]:
+    args = [f"--{name}-endpoint={target}" for name, target in sorted(endpoints.items())]
+    return [*args, "--tls-secret-name=enclave-tls"]
+
+
+COMPONENTS: list[ComponentSpec] = [
+    ComponentSpec("config", "enclave_config", grpc=True),
+    ComponentSpec("tenants", "enclave_tenants", grpc=True),
+    ComponentSpec("admission", "enclave_admission", extra_args=_admission_args),
+]
+
+
+@dataclass
+class RunningComponent:
+    spec: ComponentSpec
+    process: ManagedProcess
+    probe_port: int
+    grpc_port: int | None
+
+    @property
+    def probe_url(self) -> str:
+        return f"http://127.0.0.1:{self.probe_port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+
+def available(spec: ComponentSpec) -> bool:
+    return importlib.util.find_spec(spec.module) is not None
+
+
+def _ready(url: str) -> bool:
+    with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
+        return int(response.status) == 200
+
+
+def start_component(
+    spec: ComponentSpec,
+    *,
+    kubeconfig: Path,
+    log_dir: Path,
+    namespace: str,
+    endpoints: dict[str, str],
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    wait_ready: bool = True,
+    timeout: float = 60.0,
+    identity: str = "",
+    grpc_port: int | None = None,
+) -> RunningComponent:
+    """Start ``spec`` as a child process; ``endpoints`` maps component names to their gRPC targets."""
+    probe_port = free_port()
+    port = grpc_port if grpc_port is not None else (free_port() if spec.grpc else None)
+    command = [
+        sys.executable,
+        "-m",
+        spec.module,
+        f"--kubeconfig={kubeconfig}",
+        f"--namespace={namespace}",
+        f"--probe-address=127.0.0.1:{probe_port}",
+        f"--identity={identity or spec.name + '-local'}",
+    ]
+    if port is not None:
+        command.append(f"--grpc-address=127.0.0.1:{port}")
+    command += spec.extra_args(endpoints) + (args or [])
+    process_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    log_name = f"{spec.name}-{identity}" if identity else spec.name
+    process = ManagedProcess(log_name, command, log_dir / f"{log_name}.log", env=process_env).start()
+    running = RunningComponent(spec, process, probe_port, port)
+    if wait_ready:
+        wait_until(lambda: _ready(running.probe_url), timeout=timeout, what=f"{spec.name} /readyz", alive=process)
+    return running

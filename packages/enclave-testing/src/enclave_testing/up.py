@@ -1,0 +1,168 @@
+"""``tox -e up``: the whole service on a local control plane, with sample tenants, until Ctrl-C.
+
+Builds (or reuses) the pinned binaries, starts etcd, kube-apiserver and kube-controller-manager, installs the
+CRDs, runs every Enclave component that is installed as its own process, applies the samples in
+``hack/samples`` and prints how to act as a tenant owner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, utils
+from kubernetes.client.rest import ApiException
+
+from enclave_core import API_GROUP
+from enclave_core.api import kind_info
+from enclave_testing.components import COMPONENTS, RunningComponent, available, start_component
+from enclave_testing.controlplane import ControlPlane
+from enclave_testing.crds import crd_dir, install_crds
+from enclave_testing.paths import repo_root
+
+ENCLAVE_NAMESPACE = "enclave-system"
+
+
+def _say(message: str) -> None:
+    print(f"[enclave-up] {message}", flush=True)
+
+
+def apply_samples(api: Any, directory: Path) -> list[str]:
+    """Create every object in ``directory`` (custom objects included); existing ones are left as they are."""
+    created = []
+    custom = client.CustomObjectsApi(api)
+    for path in sorted(directory.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            group, _, version = doc["apiVersion"].rpartition("/")
+            name = f"{doc['kind']}/{doc['metadata']['name']}"
+            try:
+                if group == API_GROUP:
+                    plural = kind_info(doc["kind"]).plural
+                    namespace = doc["metadata"].get("namespace")
+                    if namespace:
+                        custom.create_namespaced_custom_object(group, version, namespace, plural, doc)
+                    else:
+                        custom.create_cluster_custom_object(group, version, plural, doc)
+                else:
+                    utils.create_from_dict(api, doc)
+                created.append(name)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+            except utils.FailToCreateError as err:
+                if not all(getattr(e, "status", None) == 409 for e in err.api_exceptions):
+                    raise
+    return created
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tox -e up", description=__doc__)
+    parser.add_argument("--workdir", type=Path, default=repo_root() / ".enclave" / "dev")
+    parser.add_argument("--exit-when-ready", action="store_true", help="stop once everything is up (smoke test)")
+    args = parser.parse_args(argv)
+
+    plane = ControlPlane(args.workdir / "cluster")
+    running: list[RunningComponent] = []
+    stop = False
+
+    def request_stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        _say("starting etcd, kube-apiserver and kube-controller-manager (first run builds them: minutes)")
+        plane.start()
+        api = plane.admin_client()
+        if any(crd_dir().glob("*.yaml")):
+            names = install_crds(api)
+            _say(f"installed {len(names)} CRDs")
+        with contextlib.suppress(ApiException):
+            client.CoreV1Api(api).create_namespace({"metadata": {"name": ENCLAVE_NAMESPACE}})
+        endpoints: dict[str, str] = {}
+        for spec in COMPONENTS:
+            if not available(spec):
+                _say(f"component {spec.name}: not installed, skipped")
+                continue
+            component = start_component(
+                spec,
+                kubeconfig=plane.kubeconfig,
+                log_dir=args.workdir / "logs",
+                namespace=ENCLAVE_NAMESPACE,
+                endpoints=endpoints,
+            )
+            running.append(component)
+            if component.grpc_port:
+                endpoints[spec.name] = component.grpc_target
+            _say(f"component {spec.name}: ready (probes {component.probe_url})")
+        samples = apply_samples(api, repo_root() / "hack" / "samples")
+        _say(f"applied samples: {', '.join(samples) or 'none new'}")
+        kubeconfig = args.workdir / "kubeconfig"
+        shutil.copy(plane.kubeconfig, kubeconfig)
+        _print_guide(kubeconfig, running, args.workdir / "logs")
+        while not stop and not args.exit_when_ready:
+            time.sleep(0.5)
+            dead = [c.spec.name for c in running if not c.process.running]
+            if dead or not plane.healthy():
+                _say(f"a process exited ({', '.join(dead) or 'control plane'}); logs in {args.workdir / 'logs'}")
+                return 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _say("stopping")
+        for component in reversed(running):
+            component.process.stop()
+        plane.stop()
+    return 0
+
+
+def _print_guide(kubeconfig: Path, running: list[RunningComponent], logs: Path) -> None:
+    names = [c.spec.name for c in running]
+    tenancy = (
+        """  # act as alice, owner of the sample tenant "solar":
+  kubectl --as alice --as-group enclave.dev create namespace solar-dev
+  kubectl --as alice --as-group enclave.dev get namespaces -l enclave.dev/tenant=solar
+"""
+        if "admission" in names
+        else """  # the global configuration, its status (tenants, users) and what it generated:
+  kubectl get serviceconfiguration default -o yaml
+  kubectl get clusterroles,clusterrolebindings -l app.kubernetes.io/managed-by=enclave-config
+"""
+    )
+    print(
+        f"""
+Enclave is up.
+
+  kubeconfig (admin):  {kubeconfig}
+  components:          {", ".join(names) or "none yet"}
+  component logs:      {logs}
+
+Try it (the admin may impersonate anyone, so --as acts as a tenant user):
+
+  export KUBECONFIG={kubeconfig}
+  kubectl get tenants,tenantowners,serviceconfigurations
+{tenancy}
+  # or from Python, as alice:
+  from kubernetes import client, config
+  api = config.new_client_from_config("{kubeconfig}")
+  api.set_default_header("Impersonate-User", "alice")
+  api.set_default_header("Impersonate-Group", "enclave.dev")
+  client.CoreV1Api(api).create_namespace({{"metadata": {{"name": "solar-prod"}}}})
+
+Ctrl-C stops everything.
+""",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
