@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from enclave_config import rbac, tls, webhooks
-from enclave_config.effective import effective, effective_users, problems
 from enclave_core.api.configuration import ServiceConfigurationSpec
 from enclave_core.api.meta import Entity
+from enclave_core.api.validation import service_configuration_problems as problems
+from enclave_core.snapshots.configuration import effective, effective_users
 
 
 def spec(**fields: object) -> ServiceConfigurationSpec:

@@ -21,15 +21,16 @@ from prometheus_client import Counter, Gauge
 from pydantic import ValidationError
 
 from enclave_config import rbac, tls, webhooks
-from enclave_config.effective import EffectiveConfiguration, effective, problems
 from enclave_core import GROUP_VERSION
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.meta import Entity
+from enclave_core.api.validation import service_configuration_problems as problems
 from enclave_core.conditions import Condition, new_condition, set_condition
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.snapshots.configuration import CONFIG_KIND, INVALIDATION_KIND, EffectiveConfiguration, effective
 from enclave_core.snapshots.hub import SnapshotHub
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,6 @@ log = logging.getLogger(__name__)
 RECONCILES = Counter("enclave_config_reconciles_total", "Reconciles of the ServiceConfiguration", ["result"])
 READY = Gauge("enclave_config_ready", "1 when the ServiceConfiguration is validated and applied")
 PROMOTED_LABEL = "enclave.dev/promoted"
-CONFIG_KIND = "ServiceConfiguration"
-INVALIDATION_KIND = "CacheInvalidation"
 ADMISSION_PATHS = {
     "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",

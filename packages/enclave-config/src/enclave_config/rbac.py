@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from enclave_config.effective import EffectiveConfiguration
 from enclave_config.webhooks import MANAGED_BY, MANAGER
 from enclave_core.api.meta import Entity
+from enclave_core.snapshots.configuration import EffectiveConfiguration
 
 RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 SERVICE_ACCOUNT_PREFIX: Final = "system:serviceaccount:"

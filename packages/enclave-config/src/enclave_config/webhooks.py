@@ -12,10 +12,10 @@ import base64
 import json
 from typing import Any, Final
 
-from enclave_config.effective import EffectiveConfiguration
 from enclave_core.api.configuration import MutatingAdmission, MutatingWebhook, ValidatingAdmission, ValidatingWebhook
 from enclave_core.api.meta import Entity
 from enclave_core.selectors import LabelSelector
+from enclave_core.snapshots.configuration import EffectiveConfiguration
 
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGER: Final = "enclave-config"

@@ -1,8 +1,8 @@
-"""From the ServiceConfiguration a user wrote to the configuration every component acts on.
+"""Validation of API objects beyond what their CRD schema can express (the validating webhook's rules).
 
-Pure functions: validation the CRD schema cannot express, the conversion of deprecated fields, and the
-effective users. The validating webhook and the controller call the same ``problems`` function, so what the
-API refuses and what the controller reports as not Ready can never disagree.
+kube-apiserver's CEL rules cannot compile a regular expression, parse a duration's range or compile an
+embedded CEL expression. These checks are pure functions shared by the validating webhook (which refuses
+the object) and the owning controller (which reports it in status), so the two can never disagree.
 """
 
 from __future__ import annotations
@@ -10,69 +10,23 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from pydantic import Field
-
 from enclave_core import cel
-from enclave_core.api.configuration import (
-    MutatingAdmission,
-    ServiceConfigurationSpec,
-    ValidatingAdmission,
-)
-from enclave_core.api.meta import ApiModel, Entity
+from enclave_core.api.configuration import MutatingAdmission, ServiceConfigurationSpec, ValidatingAdmission
+from enclave_core.api.meta import ApiModel
 from enclave_core.durations import parse_duration
 
-DEFAULT_USER_GROUP: Final = "enclave.dev"
 # Namespaces whose failure to admit would stop the cluster from healing itself.
 CRITICAL_NAMESPACES: Final = ("kube-system",)
 
 
 class Problem(ApiModel):
-    """One thing wrong with a configuration, located by its JSON path."""
+    """One thing wrong with an object, located by its JSON path."""
 
     field: str
     message: str
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
-
-
-class EffectiveConfiguration(ApiModel):
-    """What ConfigService streams: the spec with defaults applied and deprecated fields converted."""
-
-    name: str
-    generation: int = 0
-    spec: ServiceConfigurationSpec
-    users: list[Entity] = Field(default_factory=list)
-    """Entities treated as tenant users (spec.users, converted userGroups/userNames, or the default group)."""
-    mutating_configuration_name: str
-    validating_configuration_name: str
-
-
-def effective_users(spec: ServiceConfigurationSpec) -> list[Entity]:
-    """``users`` plus the deprecated ``userGroups``/``userNames``; the ``enclave.dev`` group when none is set."""
-    users: list[Entity] = list(spec.users or [])
-    users += [Entity(kind="Group", name=group) for group in spec.user_groups or []]
-    users += [Entity(kind="User", name=name) for name in spec.user_names or []]
-    if not users:
-        users = [Entity(kind="Group", name=DEFAULT_USER_GROUP)]
-    unique: dict[tuple[str, str], Entity] = {}
-    for entity in users:
-        unique.setdefault((entity.kind, entity.name), entity)
-    return list(unique.values())
-
-
-def effective(name: str, generation: int, spec: ServiceConfigurationSpec) -> EffectiveConfiguration:
-    admission = spec.admission
-    mutating = admission.mutating.name if admission and admission.mutating and admission.mutating.name else None
-    validating = admission.validating.name if admission and admission.validating and admission.validating.name else None
-    return EffectiveConfiguration(
-        name=name,
-        generation=generation,
-        spec=spec,
-        users=effective_users(spec),
-        mutating_configuration_name=mutating or spec.overrides.mutating_webhook_configuration_name,
-        validating_configuration_name=validating or spec.overrides.validating_webhook_configuration_name,
-    )
 
 
 def _regex_problem(field: str, pattern: str | None) -> list[Problem]:
@@ -85,7 +39,7 @@ def _regex_problem(field: str, pattern: str | None) -> list[Problem]:
     return []
 
 
-def problems(spec: ServiceConfigurationSpec) -> list[Problem]:
+def service_configuration_problems(spec: ServiceConfigurationSpec) -> list[Problem]:
     """Everything the schema cannot check: regexes, durations, CEL, webhooks that would break the cluster."""
     found: list[Problem] = []
     found += _regex_problem("spec.protectedNamespaceRegex", spec.protected_namespace_regex)
