@@ -148,9 +148,11 @@ def test_deprecated_user_fields_are_converted(start_config: Start, cluster: Clus
     ]
 
 
-def test_bad_regex_is_reported_with_field_and_nothing_applied(start_config: Start, cluster: Cluster) -> None:
+def test_bad_regex_is_reported_with_field_and_nothing_applied(
+    start_config: Start, cluster: Cluster, namespace: str
+) -> None:
     name = unique("cfg")
-    cluster.create_config(name, {"rbac": _rbac(name)})
+    cluster.create_config(name, {"rbac": _rbac(name), "events": {"namespace": namespace}})
     start_config(name, unique("ns"))
     poll(lambda: cluster.ready(name))
     cluster.patch_spec(name, {"protectedNamespaceRegex": "([unclosed", "rbac": {"provisioner": f"other-{name}"}})
@@ -162,8 +164,13 @@ def test_bad_regex_is_reported_with_field_and_nothing_applied(start_config: Star
         cluster.rbac.read_cluster_role(f"other-{name}")
     assert missing.value.status == 404
     cluster.rbac.read_cluster_role(f"prov-{name}")
-    events = cluster.core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
-    assert any(e.reason == "InvalidConfiguration" and e.type == "Warning" for e in events)
+
+    # Events about the cluster-scoped configuration go to spec.events.namespace.
+    def warned() -> bool:
+        events = cluster.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+        return any(e.reason == "InvalidConfiguration" and e.type == "Warning" for e in events)
+
+    poll(warned)
 
 
 def _admission_spec(name: str, url: str | None, service: dict[str, Any] | None) -> dict[str, Any]:
@@ -510,3 +517,34 @@ async def test_subscriber_sees_changes_within_a_second_and_survives_restart(
     stop.set()
     subscriber = await watcher
     assert subscriber.state.reconnects >= 1
+
+
+async def test_config_service_over_tls_with_the_generated_certificate(
+    start_config: Start, cluster: Cluster, tmp_path: Path
+) -> None:
+    name, home = unique("cfg"), unique("ns")
+    cluster.create_config(name, {"enableTLSReconciler": True, "rbac": _rbac(name)})
+    config = start_config(name, home, args=["--grpc-tls-secret=enclave-tls"])
+    secret = cluster.core.read_namespaced_secret("enclave-tls", home)
+    (tmp_path / "ca.crt").write_bytes(base64.b64decode(secret.data["ca.crt"]))
+    seen: list[Snapshot] = []
+    arrived = asyncio.Event()
+
+    def accept(snapshot: Snapshot) -> None:
+        seen.append(snapshot)
+        arrived.set()
+
+    subscriber = SnapshotSubscriber(
+        config.grpc_target,
+        config_pb2_grpc.ConfigServiceStub,
+        kinds=["ServiceConfiguration"],
+        on_snapshot=accept,
+        subscriber="tls-test",
+        ca_file=str(tmp_path / "ca.crt"),
+    )
+    task = asyncio.create_task(subscriber.run())
+    try:
+        await asyncio.wait_for(arrived.wait(), timeout=10)
+        assert json.loads(seen[0].payload)["name"] == name
+    finally:
+        task.cancel()

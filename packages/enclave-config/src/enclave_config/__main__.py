@@ -11,6 +11,7 @@ from enclave_config.controller import ConfigController, Settings
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.rest import Kube
+from enclave_core.kube.tls_secret import TlsSecretSource
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.runtime import component
 from enclave_core.runtime.options import add_common_flags, env_default
@@ -33,6 +34,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--grpc-tls-cert", default=env_default("ENCLAVE_GRPC_TLS_CERT", ""))
     parser.add_argument("--grpc-tls-key", default=env_default("ENCLAVE_GRPC_TLS_KEY", ""))
+    parser.add_argument(
+        "--grpc-tls-secret",
+        default=env_default("ENCLAVE_GRPC_TLS_SECRET", ""),
+        help="serve gRPC with the certificate in this kubernetes.io/tls Secret of --namespace (the one this "
+        "component maintains when enableTLSReconciler is on); read through a watch, renewals apply live",
+    )
     parser.add_argument(
         "--tls-validity",
         default=env_default("ENCLAVE_TLS_VALIDITY", "8760h"),
@@ -58,23 +65,38 @@ async def body(process: component.Component) -> None:
     settings = Settings(
         name=args.service_configuration_name,
         namespace=args.namespace,
+        extra_tls_names=grpc_service_names(args.namespace),
         tls_validity=timedelta(seconds=parse_duration(args.tls_validity).total_seconds()),
         resync_seconds=parse_duration(args.resync).total_seconds(),
     )
     controller = ConfigController(kube, settings, hub, EventRecorder(kube, "enclave-config"))
     process.state["controller"] = controller
     process.started.set()
-    server = SnapshotServer(args.grpc_address, tls_cert_file=args.grpc_tls_cert, tls_key_file=args.grpc_tls_key)
+    secret = TlsSecretSource(kube, args.namespace, args.grpc_tls_secret) if args.grpc_tls_secret else None
+    server = SnapshotServer(
+        args.grpc_address,
+        tls_cert_file=args.grpc_tls_cert,
+        tls_key_file=args.grpc_tls_key,
+        tls_source=secret.current if secret else None,
+    )
     server.add(config_pb2_grpc.add_ConfigServiceServicer_to_server, hub, "ConfigService")
-    await server.start()
     process.readiness.add("reconciled")
-    run = asyncio.create_task(controller.run())
+    process.readiness.add("grpc")
+    tasks = [asyncio.create_task(controller.run())]
+    if secret is not None:
+        tasks.append(asyncio.create_task(secret.run()))
     try:
+        if secret is not None:
+            # The Secret may be ours to create: reconcile first, serve once it holds a certificate.
+            await secret.wait_ready()
+        await server.start()
+        process.readiness.set("grpc")
         await controller.reconciled.wait()
         process.readiness.set("reconciled")
-        await run
+        await asyncio.gather(*tasks)
     finally:
-        run.cancel()
+        for task in tasks:
+            task.cancel()
         await server.stop()
 
 
@@ -87,6 +109,15 @@ async def lead(process: component.Component) -> None:
         await asyncio.Event().wait()
     finally:
         controller.set_leading(False)
+
+
+def grpc_service_names(namespace: str) -> tuple[str, ...]:
+    """Names the serving certificate must cover so components can reach each other's gRPC services over TLS."""
+    names = ["localhost"]
+    for name in ("config", "tenants", "quotas", "globalquotas", "pools", "replication"):
+        service = f"enclave-{name}"
+        names += [service, f"{service}.{namespace}", f"{service}.{namespace}.svc"]
+    return tuple(names)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -294,7 +294,8 @@ class ConfigController:
             return
         if self._last_event != (reason, message):
             self._last_event = (reason, message)
-            await self.events.emit(raw, "Warning", reason, message)
+            events_namespace = (raw.get("spec") or {}).get("events", {}).get("namespace") or "default"
+            await self.events.emit(raw, "Warning", reason, message, namespace=events_namespace)
         await self._write_status(raw, generation, "False", reason, message, self.last_good)
 
     async def _write_status(

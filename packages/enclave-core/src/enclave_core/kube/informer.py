@@ -32,12 +32,14 @@ class Informer:
         path: str,
         *,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         on_change: Callable[[str], None] | None = None,
         name: str = "",
     ) -> None:
         self.kube = kube
         self.path = path
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.on_change = on_change or (lambda key: None)
         self.name = name or path
         self.items: dict[str, JSON] = {}
@@ -53,7 +55,9 @@ class Informer:
         backoff = 0.2
         while True:
             try:
-                listing = await self.kube.list(self.path, label_selector=self.label_selector)
+                listing = await self.kube.list(
+                    self.path, label_selector=self.label_selector, field_selector=self.field_selector
+                )
                 version = str(listing["metadata"]["resourceVersion"])
                 fresh = {object_key(obj): obj for obj in listing.get("items", [])}
                 changed = set(fresh) ^ set(self.items) | {
@@ -76,7 +80,9 @@ class Informer:
                 backoff = min(5.0, backoff * 2)
 
     async def _watch(self, version: str) -> str:
-        async for event in self.kube.watch(self.path, resource_version=version, label_selector=self.label_selector):
+        async for event in self.kube.watch(
+            self.path, resource_version=version, label_selector=self.label_selector, field_selector=self.field_selector
+        ):
             kind, obj = event.get("type"), event.get("object", {})
             if kind == "ERROR":
                 if obj.get("code") == 410:

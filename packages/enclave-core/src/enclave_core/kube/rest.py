@@ -8,6 +8,7 @@ authentication and the connection pool, and speak JSON paths on top of it.
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -96,9 +97,11 @@ class Kube:
                 return None
             raise
 
-    async def list(self, path: str, *, label_selector: str | None = None) -> JSON:
-        query = {"labelSelector": label_selector} if label_selector else None
-        return await self.request("GET", path, query=query)
+    async def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None) -> JSON:
+        query = {"labelSelector": label_selector} if label_selector else {}
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        return await self.request("GET", path, query=query or None)
 
     async def create(self, path: str, body: JSON) -> JSON:
         return await self.request("POST", path, body=body, query={"fieldManager": self.field_manager})
@@ -119,6 +122,10 @@ class Kube:
     async def merge_patch(self, path: str, patch: JSON) -> JSON:
         return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
+    async def json_patch(self, path: str, operations: builtins.list[JSON]) -> JSON:
+        """RFC 6902 patch: the one way to remove a single list item (with a ``test`` guarding the rest)."""
+        return await self.request("PATCH", path, body=operations, content_type="application/json-patch+json")
+
     async def delete(self, path: str, *, missing_ok: bool = True) -> None:
         try:
             await self.request("DELETE", path)
@@ -127,7 +134,13 @@ class Kube:
                 raise
 
     async def watch(
-        self, path: str, *, resource_version: str, label_selector: str | None = None, timeout_seconds: int = 300
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
     ) -> AsyncIterator[JSON]:
         """Watch events from ``resource_version`` on; ends when the server closes the stream."""
         query: dict[str, str | int | bool] = {
@@ -138,6 +151,8 @@ class Kube:
         }
         if label_selector:
             query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         url = (
             self.api.configuration.host
             + path

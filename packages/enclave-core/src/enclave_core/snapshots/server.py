@@ -52,6 +52,18 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
+TlsSource = Callable[[], "tuple[bytes, bytes] | None"]
+"""Returns the current (certificate chain PEM, private key PEM); consulted on every handshake cycle."""
+
+
+def file_tls_source(cert_file: str, key_file: str) -> TlsSource:
+    def read() -> tuple[bytes, bytes]:
+        with open(cert_file, "rb") as cert, open(key_file, "rb") as key:
+            return cert.read(), key.read()
+
+    return read
+
+
 class SnapshotServer:
     """Owns the grpc.aio server: the snapshot service, the health service and the listening port."""
 
@@ -61,13 +73,17 @@ class SnapshotServer:
         *,
         tls_cert_file: str = "",
         tls_key_file: str = "",
+        tls_source: TlsSource | None = None,
     ) -> None:
-        if not tls_cert_file and not _is_loopback(address):
+        if tls_source is None and tls_cert_file:
+            tls_source = file_tls_source(tls_cert_file, tls_key_file)
+        if tls_source is None and not _is_loopback(address):
             raise ValueError(
-                f"refusing plaintext gRPC on {address}: give --grpc-tls-cert/--grpc-tls-key, or bind to loopback"
+                f"refusing plaintext gRPC on {address}: give --grpc-tls-cert/--grpc-tls-key "
+                "(or --grpc-tls-secret), or bind to loopback"
             )
         self.address = address
-        self.tls = (tls_cert_file, tls_key_file) if tls_cert_file else None
+        self.tls_source = tls_source
         self.server = grpc.aio.server()
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -77,15 +93,21 @@ class SnapshotServer:
         register(HubServicer(hub, service), self.server)
 
     async def start(self) -> None:
-        if self.tls is None:
+        source = self.tls_source
+        if source is None:
             self.port = self.server.add_insecure_port(self.address)
         else:
-            cert_file, key_file = self.tls
+            initial = source()
+            if initial is None:
+                raise RuntimeError("no TLS certificate available for the gRPC listener yet")
+            last = [initial]
 
             def fetch() -> grpc.ServerCertificateConfiguration:
-                # Read on every handshake cycle: a renewed serving certificate is used without a restart.
-                with open(key_file, "rb") as key, open(cert_file, "rb") as cert:
-                    return grpc.ssl_server_certificate_configuration([(key.read(), cert.read())])
+                # Consulted on every handshake cycle: a renewed certificate is used without a restart.
+                pair = source() or last[0]
+                last[0] = pair
+                cert, key = pair
+                return grpc.ssl_server_certificate_configuration([(key, cert)])
 
             credentials = grpc.dynamic_ssl_server_credentials(fetch(), fetch)
             self.port = self.server.add_secure_port(self.address, credentials)

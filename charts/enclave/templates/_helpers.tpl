@@ -1,0 +1,181 @@
+{{/*
+Shared helpers. Most take a context dict `(dict "root" $ "name" "<component>")`: `root` is the chart's top-level
+context, `name` one of the component keys of values.yaml.
+*/}}
+
+{{/* The components, in dependency order, with what the chart must know about each. */}}
+{{- define "enclave.components" -}}
+config:
+  module: enclave_config
+  controller: true
+tenants:
+  module: enclave_tenants
+  controller: true
+admission:
+  module: enclave_admission
+  controller: false
+quotas:
+  module: enclave_quotas
+  controller: true
+globalquotas:
+  module: enclave_globalquotas
+  controller: true
+pools:
+  module: enclave_pools
+  controller: true
+replication:
+  module: enclave_replication
+  controller: true
+{{- end -}}
+
+{{/* Facts about one component (module, controller) as a dict. */}}
+{{- define "enclave.meta" -}}
+{{- index (include "enclave.components" . | fromYaml) .name | toYaml -}}
+{{- end -}}
+
+{{/* Chart label value: name-version. */}}
+{{- define "enclave.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Name of a component's objects: `enclave-<component>`. Names are fixed, not derived from the release name: Enclave
+is a cluster-wide singleton and other components address each other by these names
+(`enclave-config.<namespace>.svc:9090`).
+*/}}
+{{- define "enclave.componentName" -}}
+{{- printf "enclave-%s" .name -}}
+{{- end -}}
+
+{{/* Labels on objects that belong to no single component. */}}
+{{- define "enclave.commonLabels" -}}
+helm.sh/chart: {{ include "enclave.chart" . }}
+app.kubernetes.io/name: enclave
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: enclave
+{{- with .Values.global.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels of a component's objects. */}}
+{{- define "enclave.labels" -}}
+{{ include "enclave.commonLabels" .root }}
+app.kubernetes.io/component: {{ .name }}
+{{- end -}}
+
+{{/* Selector labels of a component's pods: stable across upgrades, never include the version. */}}
+{{- define "enclave.selectorLabels" -}}
+app.kubernetes.io/name: enclave
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .name }}
+{{- end -}}
+
+{{/* Image reference of a component: component value, else global, else the chart's appVersion. */}}
+{{- define "enclave.image" -}}
+{{- $v := index .root.Values .name -}}
+{{- $g := .root.Values.global.image -}}
+{{- $repository := $v.image.repository | default $g.repository -}}
+{{- $digest := $v.image.digest | default $g.digest -}}
+{{- if $digest -}}
+{{- printf "%s@%s" $repository $digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository ($v.image.tag | default $g.tag | default .root.Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* gRPC target of a component as other components dial it: `enclave-<name>.<namespace>.svc:<port>`. */}}
+{{- define "enclave.grpcTarget" -}}
+{{- $v := index .root.Values .name -}}
+{{- printf "%s.%s.svc:%d" (include "enclave.componentName" .) .root.Release.Namespace (int $v.grpcPort) -}}
+{{- end -}}
+
+{{/* Whether a component runs more than one pod (so spreading and disruption budgets matter): "true" or "". */}}
+{{- define "enclave.multiReplica" -}}
+{{- $v := index .root.Values .name -}}
+{{- if or (gt (int $v.replicas) 1) (and $v.autoscaling $v.autoscaling.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Where the TLS Secret (ca.crt, tls.crt, tls.key) is mounted in every pod. */}}
+{{- define "enclave.tlsDir" -}}/etc/enclave/tls{{- end -}}
+
+{{/* The cluster role names of serviceConfiguration.spec.rbac, with the CRD defaults filled in. */}}
+{{- define "enclave.rbacSpec" -}}
+{{- $rbac := .Values.serviceConfiguration.spec.rbac | default dict -}}
+provisioner: {{ $rbac.provisioner | default "enclave-namespace-provisioner" }}
+deleter: {{ $rbac.deleter | default "enclave-namespace-deleter" }}
+administrationClusterRoles: {{ $rbac.administrationClusterRoles | default (list "enclave-namespace-deleter") | toJson }}
+promotionClusterRoles: {{ $rbac.promotionClusterRoles | default (list "enclave-namespace-provisioner" "enclave-namespace-deleter") | toJson }}
+{{- end -}}
+
+{{/*
+The webhooks to render, as a YAML dict {mutating: [...], validating: [...]}. A webhook is rendered when it is
+enabled, the admission server is enabled, and (when `requires` is set) one of the required components is enabled.
+The chart-only keys are stripped, and every webhook's namespaceSelector gets
+`kubernetes.io/metadata.name NotIn [excludedNamespaces..., <release namespace>]`.
+*/}}
+{{- define "enclave.webhooks" -}}
+{{- $root := . -}}
+{{- $admission := .Values.serviceConfiguration.admission -}}
+{{- $excluded := concat ($admission.excludedNamespaces | default list) (list .Release.Namespace) | uniq -}}
+{{- $exclusion := dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded -}}
+{{- $out := dict "mutating" list "validating" list -}}
+{{- if .Values.admission.enabled -}}
+{{- range $id := keys ($admission.webhooks | default dict) | sortAlpha -}}
+{{- $hook := index $admission.webhooks $id -}}
+{{- $needed := true -}}
+{{- with $hook.requires -}}
+{{- $needed = false -}}
+{{- range $component := . -}}
+{{- if (index $root.Values $component).enabled -}}{{- $needed = true -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $hook.enabled $needed -}}
+{{- $entry := omit $hook "enabled" "type" "requires" -}}
+{{- $selector := deepCopy ($hook.namespaceSelector | default dict) -}}
+{{- $_ := set $selector "matchExpressions" (append ($selector.matchExpressions | default list) $exclusion) -}}
+{{- $_ = set $entry "namespaceSelector" $selector -}}
+{{- $_ = set $out $hook.type (append (index $out $hook.type) $entry) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* The client kube-apiserver uses to reach the admission server. */}}
+{{- define "enclave.webhookClient" -}}
+{{- with .Values.serviceConfiguration.admission.client -}}
+{{- toYaml . -}}
+{{- else -}}
+service:
+  name: {{ .Values.admission.service.name }}
+  namespace: {{ .Release.Namespace }}
+  port: {{ .Values.admission.service.port }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Cross-field checks the JSON schema cannot express; each fails the render with a message saying what to change.
+*/}}
+{{- define "enclave.validate" -}}
+{{- $v := .Values -}}
+{{- if and $v.admission.enabled (not $v.config.enabled) -}}
+{{- fail "admission.enabled requires config.enabled: the admission server takes its configuration from the config component's gRPC stream" -}}
+{{- end -}}
+{{- if and $v.admission.autoscaling.enabled (gt (int $v.admission.autoscaling.minReplicas) (int $v.admission.autoscaling.maxReplicas)) -}}
+{{- fail (printf "admission.autoscaling.minReplicas (%d) must not exceed maxReplicas (%d)" (int $v.admission.autoscaling.minReplicas) (int $v.admission.autoscaling.maxReplicas)) -}}
+{{- end -}}
+{{- range $id, $hook := $v.serviceConfiguration.admission.webhooks -}}
+{{- if and (eq $hook.type "validating") (hasKey $hook "reinvocationPolicy") -}}
+{{- fail (printf "serviceConfiguration.admission.webhooks.%s: reinvocationPolicy is only valid on mutating webhooks" $id) -}}
+{{- end -}}
+{{- $components := include "enclave.components" $ | fromYaml -}}
+{{- range $hook.requires -}}
+{{- if not (hasKey $components .) -}}
+{{- fail (printf "serviceConfiguration.admission.webhooks.%s.requires: unknown component %q" $id .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

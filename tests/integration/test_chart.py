@@ -1,0 +1,540 @@
+"""The Helm chart in charts/enclave: it lints, renders, and what it renders is accepted by a real kube-apiserver.
+
+Rendering uses the real ``helm`` binary built from the pinned module (``enclave_testing.binaries``). Every rendered
+object is created on the test control plane with ``dryRun=All`` and ``fieldValidation=Strict``: the apiserver runs
+defaulting, schema, CEL and admission validation, and refuses unknown or duplicated fields, without storing
+anything. The RBAC test goes further and applies the chart's roles for real, then acts as the components'
+service accounts to prove the narrow ``escalate`` and ``bind`` grants are enough, and no more than enough.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+from enclave_testing import binaries
+from enclave_testing.paths import repo_root
+
+pytestmark = pytest.mark.integration
+
+CHART = repo_root() / "charts" / "enclave"
+KUBE_VERSION = "1.35.4"
+"""The version `helm template` assumes; the chart requires >=1.30 and helm's offline default is older."""
+SERVICE_CONFIGURATION_CRD = "serviceconfigurations.enclave.dev"
+
+ALL_COMPONENTS = ["config", "tenants", "admission", "quotas", "globalquotas", "pools", "replication"]
+CONTROLLERS = [name for name in ALL_COMPONENTS if name != "admission"]
+
+Manifest = dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The pinned helm binary (built on first use, cached afterwards)."""
+    return binaries.ensure("helm")["helm"]
+
+
+def _helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+def _values_file(tmp_path: Path, values: dict[str, Any], name: str = "values.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def render(helm: Path, namespace: str, *values_files: Path, sets: tuple[str, ...] = ()) -> list[Manifest]:
+    """`helm template` the chart into ``namespace``; the rendered objects (CRDs excluded: helm skips crds/)."""
+    args = ["template", "enclave", str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION]
+    for path in values_files:
+        args += ["--values", str(path)]
+    for assignment in sets:
+        args += ["--set", assignment]
+    result = _helm(helm, *args)
+    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def render_error(helm: Path, *sets: str, values: Path | None = None) -> str:
+    """Render with values that must be refused; the error text helm prints."""
+    args = ["template", "enclave", str(CHART), "--namespace", "enclave-system", "--kube-version", KUBE_VERSION]
+    if values is not None:
+        args += ["--values", str(values)]
+    for assignment in sets:
+        args += ["--set", assignment]
+    result = _helm(helm, *args)
+    assert result.returncode != 0, f"helm accepted invalid values {sets}:\n{result.stdout[:2000]}"
+    return result.stderr
+
+
+def by_kind(manifests: list[Manifest], kind: str) -> dict[str, Manifest]:
+    return {doc["metadata"]["name"]: doc for doc in manifests if doc["kind"] == kind}
+
+
+def container(deployment: Manifest) -> Manifest:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return dict(containers[0])
+
+
+def _message(err: ApiException) -> str:
+    """The apiserver's own message from an error Status, else the raw body."""
+    try:
+        return str(json.loads(err.body)["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(err.body)
+
+
+def dry_run(kube: Any, manifests: list[Manifest], namespace: str) -> None:
+    """Create every object with dryRun=All and strict field validation; fail listing every refusal."""
+    dynamic = DynamicClient(kube)
+    refused: list[str] = []
+    for doc in manifests:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        target = namespace if resource.namespaced else None
+        if resource.namespaced:
+            assert doc["metadata"].get("namespace") == namespace, f"{doc['kind']} {doc['metadata']['name']}"
+        try:
+            resource.create(body=doc, namespace=target, dry_run="All", query_params=[("fieldValidation", "Strict")])
+        except ApiException as err:
+            refused.append(f"{doc['kind']}/{doc['metadata']['name']}: {err.status} {_message(err)}")
+    assert not refused, "kube-apiserver refused rendered objects:\n" + "\n".join(refused)
+
+
+def all_components_values() -> dict[str, Any]:
+    """Every component enabled, with the optional parts switched on, as a user would write it."""
+    values: dict[str, Any] = {name: {"enabled": True} for name in ALL_COMPONENTS}
+    values["config"]["replicas"] = 2
+    values["config"]["podDisruptionBudget"] = {"enabled": True, "maxUnavailable": 1}
+    values["tenants"]["rbac"] = {"bindableClusterRoles": ["edit", "view"]}
+    values["admission"]["autoscaling"] = {"enabled": True, "minReplicas": 3, "maxReplicas": 9}
+    values["admission"]["podDisruptionBudget"] = {"enabled": True, "minAvailable": "50%"}
+    values["metrics"] = {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}
+    values["global"] = {"image": {"tag": "v9.9.9"}, "priorityClassName": "system-cluster-critical"}
+    values["serviceConfiguration"] = {
+        "spec": {"administrators": [{"kind": "Group", "name": "platform"}], "allowServiceAccountPromotion": True},
+        "admission": {"webhooks": {"nodes": {"enabled": True}}},
+    }
+    return values
+
+
+# -- lint and render ---------------------------------------------------------------------------------------
+
+
+def test_helm_lint_passes(helm: Path, tmp_path: Path) -> None:
+    default = _helm(helm, "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION)
+    assert default.returncode == 0, default.stdout + default.stderr
+    every = _values_file(tmp_path, all_components_values())
+    full = _helm(helm, "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, "--values", str(every))
+    assert full.returncode == 0, full.stdout + full.stderr
+
+
+def test_defaults_render_the_built_components(helm: Path) -> None:
+    manifests = render(helm, "enclave-system")
+    deployments = by_kind(manifests, "Deployment")
+    assert sorted(deployments) == ["enclave-admission", "enclave-config", "enclave-tenants"]
+
+    for name, deployment in deployments.items():
+        component = name.removeprefix("enclave-")
+        spec = deployment["spec"]["template"]["spec"]
+        main = container(deployment)
+        assert main["command"] == ["python", "-m", f"enclave_{component}"]
+        assert main["image"] == "ghcr.io/enclave-dev/enclave:0.1.0"
+        assert "--namespace=enclave-system" in main["args"]
+        assert "--probe-address=0.0.0.0:8081" in main["args"]
+        assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        assert {"name": "metrics", "containerPort": 8081, "protocol": "TCP"} in main["ports"]
+        assert any(env["name"] == "ENCLAVE_LOG_LEVEL" for env in main["env"])
+        security = main["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["serviceAccountName"] == name
+        assert main["resources"]["requests"]
+
+    # Controllers: one active replica behind a Lease, gRPC with TLS, identity = pod name.
+    for name in ("enclave-config", "enclave-tenants"):
+        deployment = deployments[name]
+        args = container(deployment)["args"]
+        assert deployment["spec"]["replicas"] == 1
+        assert "topologySpreadConstraints" not in deployment["spec"]["template"]["spec"]
+        assert "--grpc-address=0.0.0.0:9090" in args
+        assert "--leader-elect" in args
+        assert "--grpc-tls-cert=/etc/enclave/tls/tls.crt" in args
+        identity = next(env for env in container(deployment)["env"] if env["name"] == "ENCLAVE_IDENTITY")
+        assert identity["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+    config_args = container(deployments["enclave-config"])["args"]
+    assert "--service-configuration-name=default" in config_args
+    assert "--tls-secret-name=enclave-tls" in config_args
+    assert "--webhook-service-name=enclave-webhook-service" in config_args
+    assert (
+        "--config-endpoint=enclave-config.enclave-system.svc:9090" in container(deployments["enclave-tenants"])["args"]
+    )
+
+    # Admission: stateless, 2 replicas spread, serving TLS from the shared Secret, subscribed to the controllers.
+    admission = deployments["enclave-admission"]
+    args = container(admission)["args"]
+    assert admission["spec"]["replicas"] == 2
+    assert admission["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert "--leader-elect" not in args
+    assert "--tls-cert-file=/etc/enclave/tls/tls.crt" in args
+    assert "--tls-key-file=/etc/enclave/tls/tls.key" in args
+    assert "--grpc-ca-file=/etc/enclave/tls/ca.crt" in args
+    assert "--config-endpoint=enclave-config.enclave-system.svc:9090" in args
+    assert "--tenants-endpoint=enclave-tenants.enclave-system.svc:9090" in args
+    volumes = {volume["name"]: volume for volume in admission["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"] == {"secretName": "enclave-tls", "optional": True, "defaultMode": 0o440}
+
+    services = by_kind(manifests, "Service")
+    webhook = services["enclave-webhook-service"]
+    assert webhook["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP", "appProtocol": "https"}
+    ]
+    assert {port["name"]: port["port"] for port in services["enclave-config"]["spec"]["ports"]} == {
+        "metrics": 8081,
+        "grpc": 9090,
+    }
+    assert {port["name"] for port in services["enclave-admission"]["spec"]["ports"]} == {"metrics"}
+
+    assert sorted(by_kind(manifests, "PodDisruptionBudget")) == ["enclave-admission"]
+    assert not by_kind(manifests, "HorizontalPodAutoscaler")
+    assert not by_kind(manifests, "ServiceMonitor")
+
+
+def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
+    (configuration,) = by_kind(render(helm, "enclave-system"), "ServiceConfiguration").values()
+    assert configuration["metadata"]["name"] == "default"
+    spec = configuration["spec"]
+    assert spec["overrides"]["TLSSecretName"] == "enclave-tls"
+    admission = spec["admission"]
+    assert admission["serviceName"] == "enclave-webhook-service"
+    hooks: dict[str, Manifest] = {}
+    for side in ("mutating", "validating"):
+        assert admission[side]["client"] == {
+            "service": {"name": "enclave-webhook-service", "namespace": "enclave-system", "port": 443}
+        }
+        hooks |= {hook["name"]: {**hook, "side": side} for hook in admission[side]["webhooks"]}
+
+    # Only what the built components serve; quotas, replication and node metadata are off by default.
+    assert sorted(hooks) == [
+        "namespaces.enclave.dev",
+        "namespaces.mutate.enclave.dev",
+        "resources.enclave.dev",
+        "serviceaccounts.enclave.dev",
+        "serviceconfigurations.enclave.dev",
+    ]
+    for hook in hooks.values():
+        assert hook["timeoutSeconds"] <= 5, hook["name"]
+        assert hook["sideEffects"] == "None", hook["name"]
+        assert hook["admissionReviewVersions"] == ["v1"], hook["name"]
+        assert {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "kube-public", "kube-node-lease", "enclave-system"],
+        } in hook["namespaceSelector"]["matchExpressions"], hook["name"]
+        for chart_only in ("enabled", "type", "requires"):
+            assert chart_only not in hook
+
+    namespaces = hooks["namespaces.enclave.dev"]
+    assert namespaces["side"] == "validating"
+    assert namespaces["path"] == "/namespaces"
+    assert namespaces["failurePolicy"] == "Fail"
+    assert namespaces["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["namespaces", "namespaces/status", "namespaces/finalize"],
+            "scope": "Cluster",
+        }
+    ]
+    assert hooks["namespaces.mutate.enclave.dev"]["failurePolicy"] == "Fail"
+    assert hooks["serviceaccounts.enclave.dev"]["failurePolicy"] == "Fail"
+    resources = hooks["resources.enclave.dev"]
+    assert resources["failurePolicy"] == "Ignore"
+    assert {"key": "enclave.dev/tenant", "operator": "Exists"} in resources["namespaceSelector"]["matchExpressions"]
+
+
+def test_webhooks_follow_the_components(helm: Path, tmp_path: Path) -> None:
+    """Quota and replication hooks appear with their components, fail closed; none exist without admission."""
+    every = _values_file(tmp_path, all_components_values())
+    (configuration,) = by_kind(render(helm, "enclave-system", every), "ServiceConfiguration").values()
+    validating = {hook["name"]: hook for hook in configuration["spec"]["admission"]["validating"]["webhooks"]}
+    assert validating["quotas.enclave.dev"]["failurePolicy"] == "Fail"
+    assert validating["quotas.enclave.dev"]["sideEffects"] == "NoneOnDryRun"
+    assert validating["replication.enclave.dev"]["failurePolicy"] == "Fail"
+    assert validating["nodes.enclave.dev"]["opts"] == {"administrators": False, "serviceUsers": True}
+
+    (configuration,) = by_kind(
+        render(helm, "enclave-system", sets=("admission.enabled=false",)), "ServiceConfiguration"
+    ).values()
+    assert configuration["spec"]["admission"] == {"serviceName": "enclave-webhook-service"}
+
+
+def test_every_component_renders(helm: Path, tmp_path: Path) -> None:
+    manifests = render(helm, "enclave-system", _values_file(tmp_path, all_components_values()))
+    deployments = by_kind(manifests, "Deployment")
+    assert sorted(deployments) == sorted(f"enclave-{name}" for name in ALL_COMPONENTS)
+    for name in CONTROLLERS:
+        assert f"enclave-{name}" in by_kind(manifests, "ClusterRole")
+        assert f"enclave-{name}" in by_kind(manifests, "Role"), "every controller needs its Lease"
+        assert f"enclave-{name}" in by_kind(manifests, "ServiceMonitor")
+    for deployment in deployments.values():
+        assert container(deployment)["image"] == "ghcr.io/enclave-dev/enclave:v9.9.9"
+        assert deployment["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
+
+    admission = deployments["enclave-admission"]
+    assert "replicas" not in admission["spec"], "the HPA owns the replica count"
+    args = container(admission)["args"]
+    for name in CONTROLLERS:
+        assert f"--{name}-endpoint=enclave-{name}.enclave-system.svc:9090" in args
+    (hpa,) = by_kind(manifests, "HorizontalPodAutoscaler").values()
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 9)
+    assert by_kind(manifests, "PodDisruptionBudget")["enclave-admission"]["spec"]["minAvailable"] == "50%"
+    config = deployments["enclave-config"]
+    assert config["spec"]["replicas"] == 2
+    assert config["spec"]["template"]["spec"]["topologySpreadConstraints"], "a standby goes to another node"
+
+    bind = [rule for rule in by_kind(manifests, "ClusterRole")["enclave-tenants"]["rules"] if rule["verbs"] == ["bind"]]
+    assert bind == [
+        {
+            "apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["clusterroles"],
+            "resourceNames": [
+                "admin",
+                "enclave-namespace-deleter",
+                "enclave-namespace-provisioner",
+                "edit",
+                "view",
+            ],
+            "verbs": ["bind"],
+        }
+    ]
+
+
+# -- what the apiserver says -------------------------------------------------------------------------------
+
+
+def _without(manifests: list[Manifest], *kinds: str) -> list[Manifest]:
+    return [doc for doc in manifests if doc["kind"] not in kinds]
+
+
+def test_default_render_is_accepted_by_the_apiserver(helm: Path, kube: Any, namespace: str) -> None:
+    manifests = render(helm, namespace)
+    # The ServiceConfiguration needs its CRD: test_service_configuration_is_accepted_by_its_crd covers it.
+    dry_run(kube, _without(manifests, "ServiceConfiguration"), namespace)
+
+
+def test_pods_pass_the_restricted_pod_security_standard(helm: Path, kube: Any, namespace: str, tmp_path: Path) -> None:
+    """Each component's pod template, as a Pod, is admitted where Pod Security enforces `restricted`."""
+    core = client.CoreV1Api(kube)
+    labels = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    core.patch_namespace(namespace, {"metadata": {"labels": labels}})
+    manifests = render(helm, namespace, _values_file(tmp_path, all_components_values()))
+    for account in by_kind(manifests, "ServiceAccount").values():  # the ServiceAccount plugin wants them to exist
+        core.create_namespaced_service_account(namespace, account)
+    pods = []
+    for name, deployment in by_kind(manifests, "Deployment").items():
+        template = deployment["spec"]["template"]
+        spec = {key: value for key, value in template["spec"].items() if key != "priorityClassName"}
+        metadata = {"name": name, "namespace": namespace, "labels": template["metadata"]["labels"]}
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+    assert len(pods) == len(ALL_COMPONENTS)
+    dry_run(kube, pods, namespace)
+
+
+def test_every_component_is_accepted_by_the_apiserver(helm: Path, kube: Any, namespace: str, tmp_path: Path) -> None:
+    manifests = render(helm, namespace, _values_file(tmp_path, all_components_values()))
+    # ServiceMonitor is served only where the Prometheus Operator's CRDs are installed (not on the test plane).
+    dry_run(kube, _without(manifests, "ServiceConfiguration", "ServiceMonitor"), namespace)
+
+
+@pytest.fixture
+def service_configuration_crd(kube: Any, request: pytest.FixtureRequest) -> None:
+    if not (CHART / "crds").is_dir():
+        pytest.skip(f"{CHART / 'crds'} does not exist yet: no ServiceConfiguration CRD to validate against")
+    installed: list[str] = request.getfixturevalue("enclave_crds")
+    if SERVICE_CONFIGURATION_CRD not in installed:
+        pytest.skip(f"CRD {SERVICE_CONFIGURATION_CRD} is not in {CHART / 'crds'} yet; cannot dry-run the object")
+
+
+@pytest.mark.usefixtures("service_configuration_crd")
+@pytest.mark.parametrize("profile", ["defaults", "every-component"])
+def test_service_configuration_is_accepted_by_its_crd(
+    helm: Path, kube: Any, namespace: str, tmp_path: Path, profile: str
+) -> None:
+    files = [_values_file(tmp_path, all_components_values())] if profile == "every-component" else []
+    objects = [doc for doc in render(helm, namespace, *files) if doc["kind"] == "ServiceConfiguration"]
+    assert len(objects) == 1
+    try:
+        dry_run(kube, objects, namespace)
+    except ResourceNotFoundError:  # discovery has not caught up with a CRD another session changed
+        pytest.fail(f"{SERVICE_CONFIGURATION_CRD} installed but not served")
+
+
+# -- RBAC that works, and no more --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def applied_rbac(helm: Path, kube: Any, namespace: str) -> Iterator[list[Manifest]]:
+    """The chart's RBAC objects created for real (cluster-scoped ones are removed afterwards)."""
+    kinds = ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    manifests = [doc for doc in render(helm, namespace) if doc["kind"] in kinds]
+    dynamic = DynamicClient(kube)
+    created: list[tuple[Any, Manifest]] = []
+    try:
+        for doc in manifests:
+            resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            target = namespace if resource.namespaced else None
+            try:
+                resource.create(body=doc, namespace=target)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                resource.replace(body=doc, namespace=target)
+            created.append((resource, doc))
+        yield manifests
+    finally:
+        for resource, doc in reversed(created):
+            if not resource.namespaced:
+                try:
+                    resource.delete(name=doc["metadata"]["name"])
+                except ApiException as err:
+                    if err.status != 404:
+                        raise
+
+
+def _as_service_account(impersonate: Any, namespace: str, name: str) -> Any:
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+    return impersonate(f"system:serviceaccount:{namespace}:{name}", groups)
+
+
+def _status(call: Any, *args: Any, **kwargs: Any) -> int:
+    """HTTP status of ``call(*args, **kwargs)``: 200 when it succeeds, else the ApiException's status."""
+    try:
+        call(*args, **kwargs)
+    except ApiException as err:
+        return int(err.status)
+    return 200
+
+
+def _binding(kind: str, name: str, role: str) -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "enclave.dev"}],
+    }
+
+
+def test_rbac_escalate_and_bind_are_exactly_as_wide_as_needed(
+    applied_rbac: list[Manifest], kube: Any, impersonate: Any, namespace: str
+) -> None:
+    provisioner = by_kind(applied_rbac, "ClusterRole")["enclave-namespace-provisioner"]
+    name = "enclave-namespace-provisioner"
+
+    config = client.RbacAuthorizationV1Api(_as_service_account(impersonate, namespace, "enclave-config"))
+    # It keeps the provisioner role in sync although it cannot create namespaces itself (escalate on that name)...
+    live = client.RbacAuthorizationV1Api(kube).read_cluster_role(name)
+    body = {**provisioner, "metadata": {"name": name, "resourceVersion": live.metadata.resource_version}}
+    assert _status(config.replace_cluster_role, name, body, dry_run="All") == 200
+    # ...but cannot create roles, let alone one granting what it does not hold.
+    probe = {**provisioner, "metadata": {"name": "t-escalation-probe"}}
+    assert _status(config.create_cluster_role, probe, dry_run="All") == 403
+    # It binds the provisioner role to the service users, and no role whose rights it does not hold.
+    binding = _binding("ClusterRoleBinding", name, name)
+    assert _status(config.create_cluster_role_binding, binding, dry_run="All") == 200
+    binding = _binding("ClusterRoleBinding", "t-bind-probe", "cluster-admin")
+    assert _status(config.create_cluster_role_binding, binding, dry_run="All") == 403
+
+    tenants = client.RbacAuthorizationV1Api(_as_service_account(impersonate, namespace, "enclave-tenants"))
+    for role in ("admin", "enclave-namespace-deleter"):
+        binding = _binding("RoleBinding", f"t-{role}", role)
+        assert _status(tenants.create_namespaced_role_binding, namespace, binding, dry_run="All") == 200, role
+    binding = _binding("RoleBinding", "t-cluster-admin", "cluster-admin")
+    assert _status(tenants.create_namespaced_role_binding, namespace, binding, dry_run="All") == 403
+
+    # The admission server reads nothing on the hot path: no secrets, no namespaces.
+    admission = client.CoreV1Api(_as_service_account(impersonate, namespace, "enclave-admission"))
+    assert _status(admission.list_namespaced_secret, namespace) == 403
+    assert _status(admission.list_namespace) == 403
+    # Controllers hold their Lease in the release namespace only.
+    leases = client.CoordinationV1Api(_as_service_account(impersonate, namespace, "enclave-tenants"))
+    lease = {"metadata": {"name": "enclave-tenants"}, "spec": {"holderIdentity": "probe"}}
+    assert _status(leases.create_namespaced_lease, namespace, lease, dry_run="All") == 200
+    assert _status(leases.create_namespaced_lease, "default", lease, dry_run="All") == 403
+
+
+# -- the schema refuses what would break -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("assignment", "expected"),
+    [
+        ("admission.replicas=-1", "at '/admission/replicas': minimum: got -1, want 1"),
+        ("config.replicas=3", "at '/config/replicas': maximum: got 3, want 2"),
+        (
+            "serviceConfiguration.admission.webhooks.namespaces.failurePolicy=Sometimes",
+            "at '/serviceConfiguration/admission/webhooks/namespaces/failurePolicy': value must be one of 'Fail', 'Ignore'",
+        ),
+        (
+            "serviceConfiguration.admission.webhooks.resources.timeoutSeconds=60",
+            "at '/serviceConfiguration/admission/webhooks/resources/timeoutSeconds': maximum: got 60, want 30",
+        ),
+        ("global.image.pullPolicy=Sometimes", "at '/global/image/pullPolicy'"),
+        ("admission.enable=true", "additional properties 'enable' not allowed"),
+        ("serviceConfiguration.spec.cacheInvalidation=daily", "at '/serviceConfiguration/spec/cacheInvalidation'"),
+    ],
+)
+def test_schema_rejects_invalid_values(helm: Path, assignment: str, expected: str) -> None:
+    error = render_error(helm, assignment)
+    assert "values don't meet the specifications of the schema" in error
+    assert expected in error
+
+
+def test_cross_field_rules_fail_with_a_message(helm: Path) -> None:
+    error = render_error(helm, "config.enabled=false")
+    assert "admission.enabled requires config.enabled" in error
+    error = render_error(
+        helm,
+        "admission.autoscaling.enabled=true",
+        "admission.autoscaling.minReplicas=5",
+        "admission.autoscaling.maxReplicas=3",
+    )
+    assert "minReplicas (5) must not exceed maxReplicas (3)" in error
+    error = render_error(helm, "serviceConfiguration.admission.webhooks.namespaces.reinvocationPolicy=IfNeeded")
+    assert "webhooks.namespaces: reinvocationPolicy is only valid on mutating webhooks" in error
+
+
+def test_dry_run_catches_what_a_template_typo_would_produce(helm: Path, kube: Any, namespace: str) -> None:
+    """The acceptance tests above mean something: strict dry-run refuses an unknown or invalid field."""
+    deployment = by_kind(render(helm, namespace), "Deployment")["enclave-admission"]
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    with pytest.raises(
+        AssertionError, match=re.escape('unknown field "spec.template.spec.containers[0].readinesProbe"')
+    ):
+        dry_run(kube, [deployment], namespace)
+    deployment = by_kind(render(helm, namespace), "Deployment")["enclave-admission"]
+    deployment["spec"]["replicas"] = -1
+    with pytest.raises(AssertionError, match=re.escape("spec.replicas")):
+        dry_run(kube, [deployment], namespace)
