@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
-import ssl
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_core.pki import CertificateAuthority
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.webhooks import DenyingWebhook
 
 
 def _poll(check: Any, timeout: float = 30.0, interval: float = 0.2) -> Any:
@@ -89,59 +87,19 @@ def test_resource_quota_usage_and_enforcement(kube: Any, namespace: str) -> None
     assert "exceeded quota" in refused.value.body
 
 
-class _DenyAll(BaseHTTPRequestHandler):
-    """An admission webhook that denies every request it sees, recording the paths it was called on."""
-
-    calls: list[str] = []
-
-    def do_POST(self) -> None:
-        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).calls.append(self.path)
-        body = json.dumps(
-            {
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "response": {
-                    "uid": review["request"]["uid"],
-                    "allowed": False,
-                    "status": {"code": 403, "message": "denied by the test webhook"},
-                },
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def deny_webhook(tmp_path: Path) -> Iterator[tuple[str, bytes]]:
+def deny_webhook() -> Iterator[tuple[DenyingWebhook, bytes]]:
     ca = CertificateAuthority.generate("test-webhook-ca")
     leaf = ca.issue("webhook", ip_addresses=["127.0.0.1"])
-    (tmp_path / "tls.crt").write_bytes(leaf.cert_pem)
-    (tmp_path / "tls.key").write_bytes(leaf.key_pem)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _DenyAll)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}/deny", ca.pair.cert_pem
-    finally:
-        server.shutdown()
+    with DenyingWebhook(leaf.cert_pem, leaf.key_pem, "denied by the test webhook") as server:
+        yield server, ca.pair.cert_pem
 
 
 def test_apiserver_calls_https_webhook_and_deny_reaches_client(
-    kube: Any, namespace: str, deny_webhook: tuple[str, bytes]
+    kube: Any, namespace: str, deny_webhook: tuple[DenyingWebhook, bytes]
 ) -> None:
-    import base64
-
-    url, ca_pem = deny_webhook
+    server, ca_pem = deny_webhook
+    url = server.url("/deny")
     admission = client.AdmissionregistrationV1Api(kube)
     name = f"deny-{namespace}"
     admission.create_validating_webhook_configuration(
@@ -180,7 +138,7 @@ def test_apiserver_calls_https_webhook_and_deny_reaches_client(
 
         body = _poll(denied, timeout=30)
         assert "deny.test.enclave.dev" in body
-        assert any(path.split("?")[0] == "/deny" for path in _DenyAll.calls)
+        assert any(path.split("?")[0] == "/deny" for path in server.calls)
     finally:
         admission.delete_validating_webhook_configuration(name)
 

@@ -6,11 +6,8 @@ import asyncio
 import base64
 import json
 import secrets
-import ssl
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.snapshots.subscriber import SnapshotSubscriber
 from enclave_testing.components import RunningComponent
+from enclave_testing.webhooks import DenyingWebhook
 
 GROUP, VERSION = "enclave.dev", "v1beta2"
 Start = Callable[..., RunningComponent]
@@ -352,48 +350,18 @@ def test_provisioner_binding_follows_users(start_config: Start, cluster: Cluster
     assert review.status.allowed
 
 
-class _Deny(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        body = json.dumps(
-            {
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "response": {
-                    "uid": review["request"]["uid"],
-                    "allowed": False,
-                    "status": {"code": 403, "message": "served with the generated certificate"},
-                },
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def tls_server(tmp_path: Path) -> Iterator[Callable[[bytes, bytes], int]]:
-    servers: list[ThreadingHTTPServer] = []
+def tls_server() -> Iterator[Callable[[bytes, bytes], int]]:
+    servers: list[DenyingWebhook] = []
 
     def serve(cert: bytes, key: bytes) -> int:
-        (tmp_path / "tls.crt").write_bytes(cert)
-        (tmp_path / "tls.key").write_bytes(key)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Deny)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server = DenyingWebhook(cert, key, "served with the generated certificate").__enter__()
         servers.append(server)
-        return int(server.server_address[1])
+        return server.port
 
     yield serve
     for server in servers:
-        server.shutdown()
+        server.__exit__()
 
 
 def test_generated_ca_bundle_lets_apiserver_call_webhook(

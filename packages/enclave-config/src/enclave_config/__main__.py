@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from datetime import timedelta
 
@@ -11,34 +10,20 @@ from enclave_config.controller import ConfigController, Settings
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.rest import Kube
-from enclave_core.kube.tls_secret import TlsSecretSource
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
-from enclave_core.runtime import component
+from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, env_default
 from enclave_core.snapshots.hub import SnapshotHub
-from enclave_core.snapshots.server import SnapshotServer
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="enclave-config", description=__doc__)
     add_common_flags(parser, probe_port=8081)
+    grpc.add_server_flags(parser)
     parser.add_argument(
         "--service-configuration-name",
         default=env_default("ENCLAVE_SERVICE_CONFIGURATION", "default"),
         help="the ServiceConfiguration this process owns (env ENCLAVE_SERVICE_CONFIGURATION)",
-    )
-    parser.add_argument(
-        "--grpc-address",
-        default=env_default("ENCLAVE_GRPC_ADDRESS", "127.0.0.1:9090"),
-        help="ConfigService listener; a non-loopback address needs --grpc-tls-cert/--grpc-tls-key",
-    )
-    parser.add_argument("--grpc-tls-cert", default=env_default("ENCLAVE_GRPC_TLS_CERT", ""))
-    parser.add_argument("--grpc-tls-key", default=env_default("ENCLAVE_GRPC_TLS_KEY", ""))
-    parser.add_argument(
-        "--grpc-tls-secret",
-        default=env_default("ENCLAVE_GRPC_TLS_SECRET", ""),
-        help="serve gRPC with the certificate in this kubernetes.io/tls Secret of --namespace (the one this "
-        "component maintains when enableTLSReconciler is on); read through a watch, renewals apply live",
     )
     parser.add_argument(
         "--tls-validity",
@@ -57,6 +42,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def grpc_service_names(namespace: str) -> tuple[str, ...]:
+    """Names the serving certificate must cover so components can reach each other's gRPC services over TLS."""
+    names = ["localhost"]
+    for name in ("config", "tenants", "quotas", "globalquotas", "pools", "replication"):
+        service = f"enclave-{name}"
+        names += [service, f"{service}.{namespace}", f"{service}.{namespace}.svc"]
+    return tuple(names)
+
+
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
@@ -72,56 +66,19 @@ async def body(process: component.Component) -> None:
     controller = ConfigController(kube, settings, hub, EventRecorder(kube, "enclave-config"))
     process.state["controller"] = controller
     process.started.set()
-    secret = TlsSecretSource(kube, args.namespace, args.grpc_tls_secret) if args.grpc_tls_secret else None
-    server = SnapshotServer(
-        args.grpc_address,
-        tls_cert_file=args.grpc_tls_cert,
-        tls_key_file=args.grpc_tls_key,
-        tls_source=secret.current if secret else None,
-    )
-    server.add(config_pb2_grpc.add_ConfigServiceServicer_to_server, hub, "ConfigService")
     process.readiness.add("reconciled")
-    process.readiness.add("grpc")
-    tasks = [asyncio.create_task(controller.run())]
-    if secret is not None:
-        tasks.append(asyncio.create_task(secret.run()))
-    try:
-        if secret is not None:
-            # The Secret may be ours to create: reconcile first, serve once it holds a certificate.
-            await secret.wait_ready()
-        await server.start()
-        process.readiness.set("grpc")
-        await controller.reconciled.wait()
-        process.readiness.set("reconciled")
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await server.stop()
+    async with grpc.serve_snapshots(process, kube, hub, config_pb2_grpc.add_ConfigServiceServicer_to_server, "Config"):
 
+        async def open_gate() -> None:
+            await controller.reconciled.wait()
+            process.readiness.set("reconciled")
 
-async def lead(process: component.Component) -> None:
-    """While this replica holds the Lease it is the writer; the reconcile loop itself runs everywhere."""
-    await process.started.wait()
-    controller: ConfigController = process.state["controller"]
-    controller.set_leading(True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        controller.set_leading(False)
-
-
-def grpc_service_names(namespace: str) -> tuple[str, ...]:
-    """Names the serving certificate must cover so components can reach each other's gRPC services over TLS."""
-    names = ["localhost"]
-    for name in ("config", "tenants", "quotas", "globalquotas", "pools", "replication"):
-        service = f"enclave-{name}"
-        names += [service, f"{service}.{namespace}", f"{service}.{namespace}.svc"]
-    return tuple(names)
+        process.spawn(open_gate(), "readiness")
+        await controller.run()
 
 
 def main(argv: list[str] | None = None) -> int:
-    return component.run("config", parse_args(argv), body, lead)
+    return component.run("config", parse_args(argv), body, component.lead_controller)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.aio import client
 
@@ -34,11 +34,53 @@ class Component:
         self.started = asyncio.Event()
         """Set by the body once ``state`` holds what the leader work needs."""
         self.state: dict[str, Any] = {}
+        self._background: set[asyncio.Task[Any]] = set()
         """Objects the body shares with the leader work (e.g. the controller whose writes it enables)."""
 
     @property
     def namespace(self) -> str:
         return str(self.args.namespace)
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """A background task of the body: a failure is logged (the process keeps serving), and shutdown
+        cancels it."""
+        task = asyncio.create_task(coroutine, name=name)
+        self._background.add(task)
+
+        def done(finished: asyncio.Task[Any]) -> None:
+            self._background.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("background task failed", exc_info=finished.exception(), extra={"task": name})
+
+        task.add_done_callback(done)
+        return task
+
+    async def cancel_background(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+class Leadable(Protocol):
+    """A controller whose writes are enabled while its replica holds the Lease."""
+
+    def set_leading(self, leading: bool) -> None: ...
+
+
+async def lead_controller(process: Component) -> None:
+    """Leader work for the usual shape: every replica reconciles and serves, the Lease holder also writes.
+
+    The body puts its controller in ``process.state["controller"]`` and sets ``process.started``.
+    """
+    await process.started.wait()
+    controller: Leadable = process.state["controller"]
+    controller.set_leading(True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        controller.set_leading(False)
 
 
 Body = Callable[[Component], Coroutine[Any, Any, None]]
@@ -87,6 +129,7 @@ async def _serve(component: Component, body: Body, leader_work: Body | None) -> 
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await component.cancel_background()
         await component.api.close()
         await probes.stop()
 

@@ -1,0 +1,93 @@
+"""The gRPC side of a component: its snapshot service and its subscriptions, configured the same way everywhere.
+
+Flags: ``--grpc-address`` and a TLS source for the server (``--grpc-tls-cert``/``--grpc-tls-key`` files, or
+``--grpc-tls-secret`` read through a watch); ``--<publisher>-endpoint`` per subscription and one
+``--grpc-ca-file`` to verify publishers (all serve certificates of the same service CA).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from enclave_core.kube.rest import Kube
+from enclave_core.kube.tls_secret import TlsSecretSource
+from enclave_core.runtime.component import Component
+from enclave_core.runtime.options import env_default
+from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.snapshots.server import SnapshotServer
+
+
+def add_server_flags(parser: argparse.ArgumentParser, default_port: int = 9090) -> None:
+    parser.add_argument(
+        "--grpc-address",
+        default=env_default("ENCLAVE_GRPC_ADDRESS", f"127.0.0.1:{default_port}"),
+        help="snapshot service listener; a non-loopback address needs TLS (env ENCLAVE_GRPC_ADDRESS)",
+    )
+    parser.add_argument("--grpc-tls-cert", default=env_default("ENCLAVE_GRPC_TLS_CERT", ""), help="PEM file")
+    parser.add_argument("--grpc-tls-key", default=env_default("ENCLAVE_GRPC_TLS_KEY", ""), help="PEM file")
+    parser.add_argument(
+        "--grpc-tls-secret",
+        default=env_default("ENCLAVE_GRPC_TLS_SECRET", ""),
+        help="serve with the certificate of this kubernetes.io/tls Secret of --namespace, read through a watch "
+        "so renewals apply live (env ENCLAVE_GRPC_TLS_SECRET)",
+    )
+
+
+def add_subscription_flags(parser: argparse.ArgumentParser, *publishers: str) -> None:
+    for name in publishers:
+        parser.add_argument(
+            f"--{name}-endpoint",
+            default=env_default(f"ENCLAVE_{name.upper()}_ENDPOINT", ""),
+            help=f"host:port of enclave-{name}'s snapshot service (env ENCLAVE_{name.upper()}_ENDPOINT)",
+        )
+    parser.add_argument(
+        "--grpc-ca-file",
+        default=env_default("ENCLAVE_GRPC_CA_FILE", ""),
+        help="CA bundle that verifies the publishers; empty means plaintext, loopback only (env ENCLAVE_GRPC_CA_FILE)",
+    )
+
+
+@contextlib.asynccontextmanager
+async def serve_snapshots(
+    process: Component,
+    kube: Kube,
+    hub: SnapshotHub,
+    register: Callable[[Any, grpc.aio.Server], None],
+    service: str,
+) -> AsyncIterator[SnapshotServer]:
+    """Serve ``hub`` as ``service`` for the duration of the block; readiness gate ``grpc`` opens once listening.
+
+    With ``--grpc-tls-secret`` the listener waits for the Secret to hold a certificate (for enclave-config,
+    the Secret is its own to create), so the wait runs in the background rather than blocking the block.
+    """
+    args = process.args
+    secret = TlsSecretSource(kube, args.namespace, args.grpc_tls_secret) if args.grpc_tls_secret else None
+    server = SnapshotServer(
+        args.grpc_address,
+        tls_cert_file=args.grpc_tls_cert,
+        tls_key_file=args.grpc_tls_key,
+        tls_source=secret.current if secret else None,
+    )
+    server.add(register, hub, service)
+    process.readiness.add("grpc")
+
+    async def start() -> None:
+        if secret is not None:
+            await secret.wait_ready()
+        await server.start()
+        process.readiness.set("grpc")
+
+    tasks = [process.spawn(start(), "grpc-start")]
+    if secret is not None:
+        tasks.append(process.spawn(secret.run(), "grpc-tls-secret"))
+    try:
+        yield server
+    finally:
+        for task in tasks:
+            task.cancel()
+        await server.stop()
