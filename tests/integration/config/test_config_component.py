@@ -516,3 +516,15 @@ async def test_config_service_over_tls_with_the_generated_certificate(
         assert json.loads(seen[0].payload)["name"] == name
     finally:
         task.cancel()
+
+
+async def test_grpc_health_checking_reports_serving(start_config: Start, cluster: Cluster) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    name = unique("cfg")
+    cluster.create_config(name, {"rbac": _rbac(name)})
+    config = start_config(name, unique("ns"))
+    async with grpc.aio.insecure_channel(config.grpc_target) as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
