@@ -7,24 +7,23 @@ tenant namespace, so an owner can delete only namespaces of their own tenants.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from enclave_config.webhooks import MANAGED_BY, MANAGER
 from enclave_core.api.meta import Entity
+from enclave_core.rbac import RBAC_GROUP
+from enclave_core.rbac import subject as shared_subject
 from enclave_core.snapshots.configuration import EffectiveConfiguration
-
-RBAC_GROUP: Final = "rbac.authorization.k8s.io"
-SERVICE_ACCOUNT_PREFIX: Final = "system:serviceaccount:"
 
 JSON = dict[str, Any]
 
 
-def subject(entity: Entity) -> JSON:
-    """An RBAC subject; service accounts are named ``system:serviceaccount:<namespace>:<name>``."""
-    if entity.kind == "ServiceAccount" or entity.name.startswith(SERVICE_ACCOUNT_PREFIX):
-        namespace, _, name = entity.name.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
-        return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
-    return {"kind": entity.kind, "apiGroup": RBAC_GROUP, "name": entity.name}
+def subject(entity: Entity) -> JSON | None:
+    """The RBAC subject, or None for a service account name without a namespace (it could bind nobody)."""
+    try:
+        return shared_subject(entity.kind, entity.name)
+    except ValueError:
+        return None
 
 
 def _labels() -> dict[str, str]:
@@ -51,7 +50,7 @@ def render(config: EffectiveConfiguration, promoted_service_accounts: list[tuple
     subjects: list[JSON] = []
     for entity in [*config.users, *(config.spec.administrators or [])]:
         entry = subject(entity)
-        if entry not in subjects:
+        if entry is not None and entry not in subjects:
             subjects.append(entry)
     if config.spec.allow_service_account_promotion:
         for namespace, name in sorted(promoted_service_accounts):

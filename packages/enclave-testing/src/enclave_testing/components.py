@@ -26,6 +26,8 @@ class ComponentSpec:
     name: str
     module: str
     grpc: bool = False
+    webhook: bool = False
+    """Serves admission webhooks: gets ``--webhook-address`` on a free loopback port."""
     extra_args: Callable[[dict[str, str]], list[str]] = field(default=lambda endpoints: [])
 
 
@@ -37,8 +39,13 @@ def _admission_args(endpoints: dict[str, str]) -> list[str]:
 
 COMPONENTS: list[ComponentSpec] = [
     ComponentSpec("config", "enclave_config", grpc=True),
-    ComponentSpec("tenants", "enclave_tenants", grpc=True),
-    ComponentSpec("admission", "enclave_admission", extra_args=_admission_args),
+    ComponentSpec(
+        "tenants",
+        "enclave_tenants",
+        grpc=True,
+        extra_args=lambda endpoints: [f"--config-endpoint={endpoints['config']}"] if "config" in endpoints else [],
+    ),
+    ComponentSpec("admission", "enclave_admission", webhook=True, extra_args=_admission_args),
 ]
 
 
@@ -48,10 +55,21 @@ class RunningComponent:
     process: ManagedProcess
     probe_port: int
     grpc_port: int | None
+    webhook_port: int | None = None
 
     @property
     def probe_url(self) -> str:
         return f"http://127.0.0.1:{self.probe_port}"
+
+    @property
+    def webhook_url(self) -> str:
+        """``https://127.0.0.1:<port>``: the ``url`` client kube-apiserver reaches the webhooks through."""
+        return f"https://127.0.0.1:{self.webhook_port}"
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        wait_until(
+            lambda: _ready(self.probe_url), timeout=timeout, what=f"{self.spec.name} /readyz", alive=self.process
+        )
 
     @property
     def grpc_target(self) -> str:
@@ -95,11 +113,14 @@ def start_component(
     ]
     if port is not None:
         command.append(f"--grpc-address=127.0.0.1:{port}")
+    webhook_port = free_port() if spec.webhook else None
+    if webhook_port is not None:
+        command.append(f"--webhook-address=127.0.0.1:{webhook_port}")
     command += spec.extra_args(endpoints) + (args or [])
     process_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     log_name = f"{spec.name}-{identity}" if identity else spec.name
     process = ManagedProcess(log_name, command, log_dir / f"{log_name}.log", env=process_env).start()
-    running = RunningComponent(spec, process, probe_port, port)
+    running = RunningComponent(spec, process, probe_port, port, webhook_port)
     if wait_ready:
-        wait_until(lambda: _ready(running.probe_url), timeout=timeout, what=f"{spec.name} /readyz", alive=process)
+        running.wait_ready(timeout)
     return running

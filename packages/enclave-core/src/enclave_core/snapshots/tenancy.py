@@ -42,6 +42,8 @@ class TenantView(BaseModel):
     uid: str
     owners: list[Entity] = Field(default_factory=list)
     """Effective owners: spec owners, matched TenantOwners and promoted service accounts."""
+    promoted: list[Entity] = Field(default_factory=list)
+    """The owners that are owners only as promoted service accounts (they may not promote others)."""
     namespaces: list[str] = Field(default_factory=list)
     """Sorted names of the tenant's namespaces (terminating ones included)."""
     namespace_quota: int | None = None

@@ -1,0 +1,104 @@
+"""``python -m enclave_tenants`` / ``enclave-tenants``: the tenants component's process.
+
+Every replica watches and serves ``TenantService``; the Lease holder also writes. The global settings it
+needs (administrators, service-account promotion, RBAC role names, the events namespace) come from
+enclave-config's ``ConfigService`` when ``--config-endpoint`` is given, else documented defaults apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from enclave_core.durations import parse_duration
+from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.rest import Kube
+from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
+from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
+from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
+from enclave_core.runtime import component, grpc
+from enclave_core.runtime.options import add_common_flags, env_default
+from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
+from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.snapshots.subscriber import SnapshotSubscriber
+from enclave_tenants.bindings import MANAGER
+from enclave_tenants.controller import Settings, TenantsController
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="enclave-tenants", description=__doc__)
+    add_common_flags(parser, probe_port=8082)
+    grpc.add_server_flags(parser)
+    grpc.add_subscription_flags(parser, "config")
+    parser.add_argument(
+        "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full pass without changes"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=int(env_default("ENCLAVE_CONCURRENCY", "8")),
+        help="namespaces written in parallel (env ENCLAVE_CONCURRENCY)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        parse_duration(args.resync)
+    except ValueError as err:
+        parser.error(f"--resync: {err}")
+    if args.concurrency < 1:
+        parser.error("--concurrency must be at least 1")
+    return args
+
+
+def subscribe_configuration(process: component.Component, controller: TenantsController) -> None:
+    """Follow enclave-config's effective configuration; the readiness gate ``configuration`` waits for it."""
+    args = process.args
+
+    def accept(snapshot: Snapshot) -> None:
+        controller.set_configuration(EffectiveConfiguration.model_validate_json(snapshot.payload))
+
+    subscriber = SnapshotSubscriber(
+        args.config_endpoint,
+        config_pb2_grpc.ConfigServiceStub,
+        kinds=[CONFIG_KIND],
+        on_snapshot=accept,
+        subscriber=f"{MANAGER}/{args.identity}",
+        ca_file=args.grpc_ca_file,
+    )
+    process.readiness.add_check("configuration", lambda: subscriber.ready)
+    process.spawn(subscriber.run(), "config-subscriber")
+
+
+async def body(process: component.Component) -> None:
+    args = process.args
+    assert process.api is not None
+    kube = Kube(process.api, field_manager=MANAGER)
+    hub = SnapshotHub(args.identity)
+    settings = Settings(resync_seconds=parse_duration(args.resync).total_seconds(), concurrency=args.concurrency)
+    controller = TenantsController(
+        kube, settings, hub, EventRecorder(kube, MANAGER), wait_for_configuration=bool(args.config_endpoint)
+    )
+    process.state["controller"] = controller
+    process.started.set()
+    process.readiness.add("informers-synced")
+    process.readiness.add("reconciled")
+    if args.config_endpoint:
+        subscribe_configuration(process, controller)
+    register = tenants_pb2_grpc.add_TenantServiceServicer_to_server
+    async with grpc.serve_snapshots(process, kube, hub, register, "TenantService"):
+
+        async def open_gates() -> None:
+            await controller.synced.wait()
+            process.readiness.set("informers-synced")
+            await controller.reconciled.wait()
+            process.readiness.set("reconciled")
+
+        process.spawn(open_gates(), "readiness")
+        await controller.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.run("tenants", parse_args(argv), body, component.lead_controller)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""The tenants controller: informers -> one pure plan -> snapshot on every replica, writes on the leader.
+
+Two loops share the informers. The *publish* loop recompiles the Tenancy snapshot on every change and
+publishes it at once; it never waits on the API, so admission sees a new owner or namespace within
+milliseconds even while the *write* loop is busy. The write loop, active only on the Lease holder, converges
+the cluster on the same plan: namespace metadata (server-side apply, field manager ``enclave-tenants``),
+RoleBindings, pruning, Tenant and TenantOwner status, events. Every write is decided by comparing the plan
+with the informer caches, so a steady state costs no API calls and any drift someone introduces (a deleted
+binding, an edited label) comes back as a watch event and is undone by the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from enclave_core import GROUP_VERSION
+from enclave_core.kube.events import EventRecorder, EventType
+from enclave_core.kube.informer import Informer
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.snapshots.configuration import EffectiveConfiguration
+from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.snapshots.tenancy import PROMOTED_LABEL, TENANCY_KIND, TenantView
+from enclave_tenants import bindings as rb
+from enclave_tenants import namespaces as ns
+from enclave_tenants import status as st
+from enclave_tenants.plan import Plan, build_plan, stale_bindings
+from enclave_tenants.policy import Policy
+
+log = logging.getLogger(__name__)
+
+RECONCILES = Counter("enclave_tenants_reconciles_total", "Passes of the tenants write loop", ["result"])
+PUBLISHES = Counter("enclave_tenants_snapshots_total", "Tenancy snapshots compiled", ["result"])
+WRITES = Counter("enclave_tenants_writes_total", "Writes to the cluster", ["kind", "operation"])
+TENANTS = Gauge("enclave_tenants_tenants", "Tenants observed")
+NAMESPACES = Gauge("enclave_tenants_namespaces", "Namespaces that belong to a tenant")
+NOT_READY = Gauge("enclave_tenants_not_ready", "Tenants whose Ready condition is False")
+RECONCILE_SECONDS = Histogram("enclave_tenants_reconcile_seconds", "Duration of one write-loop pass")
+
+TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
+OWNERS_PATH = f"/apis/{GROUP_VERSION}/tenantowners"
+BINDINGS_PATH = "/apis/rbac.authorization.k8s.io/v1/rolebindings"
+
+
+@dataclass(frozen=True)
+class Settings:
+    resync_seconds: float = 60.0
+    """Full pass without any change, a safety net for missed events."""
+    concurrency: int = 8
+    """Namespaces written in parallel."""
+
+
+@dataclass
+class _Outcome:
+    """What one namespace's writes did, for the tenant's events and Ready condition."""
+
+    actions: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _ignorable(err: KubeError) -> bool:
+    """The namespace went away or started terminating while we wrote: nothing to fix, the next pass knows."""
+    return err.not_found or (err.status == 403 and "being terminated" in err.message)
+
+
+class TenantsController:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: Settings,
+        hub: SnapshotHub,
+        events: EventRecorder,
+        *,
+        wait_for_configuration: bool = False,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.hub = hub
+        self.events = events
+        self.leading = False
+        self.policy = Policy()
+        self.configuration = asyncio.Event()
+        """Set once the policy is known: at once without a configuration endpoint, else on the first snapshot.
+        Nothing is published or written before, so a restart never briefly drops promoted owners."""
+        if not wait_for_configuration:
+            self.configuration.set()
+        self.synced = asyncio.Event()
+        self.published = asyncio.Event()
+        self.reconciled = asyncio.Event()
+        self._publish_trigger = asyncio.Event()
+        self._write_trigger = asyncio.Event()
+        self._views: dict[str, TenantView] = {}
+        self._warned: dict[str, tuple[str, str]] = {}
+        change = self._changed
+        self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants")
+        self.owners = Informer(kube, OWNERS_PATH, on_change=change, name="tenantowners")
+        self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
+        self.bindings = Informer(
+            kube, BINDINGS_PATH, label_selector=f"{rb.MANAGED_BY}={rb.MANAGER}", on_change=change, name="rolebindings"
+        )
+        self.accounts = Informer(
+            kube,
+            "/api/v1/serviceaccounts",
+            label_selector=f"{PROMOTED_LABEL}=true",
+            on_change=change,
+            name="serviceaccounts",
+        )
+
+    def informers(self) -> list[Informer]:
+        return [self.tenants, self.owners, self.namespaces, self.bindings, self.accounts]
+
+    def _changed(self, _key: str = "") -> None:
+        self._publish_trigger.set()
+        self._write_trigger.set()
+
+    def set_leading(self, leading: bool) -> None:
+        self.leading = leading
+        self._changed()
+
+    def set_configuration(self, config: EffectiveConfiguration) -> None:
+        policy = Policy.from_configuration(config)
+        if policy != self.policy or not self.configuration.is_set():
+            log.info("configuration received", extra={"configuration": config.name, "generation": config.generation})
+        self.policy = policy
+        self.configuration.set()
+        self._changed()
+
+    # -- loops ---------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(informer.run(), name=informer.name) for informer in self.informers()]
+        try:
+            await asyncio.gather(*(informer.synced.wait() for informer in self.informers()))
+            self.synced.set()
+            await self.configuration.wait()
+            await asyncio.gather(self._publish_loop(), self._write_loop())
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def _publish_loop(self) -> None:
+        while True:
+            self._publish_trigger.clear()
+            try:
+                self.publish()
+            except Exception:  # never let a bad object stop the stream; the last good snapshot stays
+                log.exception("compiling the tenancy snapshot failed")
+                PUBLISHES.labels("error").inc()
+            await self._publish_trigger.wait()
+
+    async def _write_loop(self) -> None:
+        backoff = 0.5
+        while True:
+            self._write_trigger.clear()
+            wait = self.settings.resync_seconds
+            if self.leading:
+                started = time.monotonic()
+                try:
+                    await self.reconcile()
+                    RECONCILES.labels("ok").inc()
+                    backoff = 0.5
+                except Exception:
+                    log.exception("reconcile failed")
+                    RECONCILES.labels("error").inc()
+                    wait, backoff = backoff, min(30.0, backoff * 2)
+                RECONCILE_SECONDS.observe(time.monotonic() - started)
+            self.reconciled.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._write_trigger.wait(), timeout=wait)
+
+    # -- plan and snapshot ---------------------------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        plan = build_plan(
+            self.tenants.values(),
+            self.owners.values(),
+            self.namespaces.values(),
+            self.accounts.values(),
+            self.policy,
+            previous_views=self._views,
+        )
+        self._views = {name: p.view for name, p in plan.tenants.items() if p.view is not None}
+        return plan
+
+    def publish(self) -> Plan:
+        plan = self.plan()
+        if self.hub.publish(TENANCY_KIND, plan.snapshot.model_dump_json().encode()) is not None:
+            log.debug("tenancy snapshot published", extra={"tenants": len(plan.snapshot.tenants)})
+        PUBLISHES.labels("ok").inc()
+        TENANTS.set(len(plan.tenants))
+        NAMESPACES.set(len(plan.namespace_tenant))
+        self.published.set()
+        return plan
+
+    # -- one write pass (leader only) ----------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        plan = self.plan()
+        outcomes: dict[str, _Outcome] = {name: _Outcome() for name in plan.namespace_bodies}
+        semaphore = asyncio.Semaphore(self.settings.concurrency)
+
+        async def bounded(work: Awaitable[None]) -> None:
+            async with semaphore:  # the coroutine starts only once a slot is free
+                await work
+
+        await asyncio.gather(*(bounded(self._namespace(plan, name, outcomes[name])) for name in plan.namespace_bodies))
+        stale_outcomes = await self._prune(plan)
+        await asyncio.gather(*(bounded(self._release(name)) for name in plan.release))
+        await self._tenant_statuses(plan, outcomes, stale_outcomes)
+        await self._owner_statuses(plan)
+
+    async def _namespace(self, plan: Plan, name: str, outcome: _Outcome) -> None:
+        """Metadata first (the owner reference and tenant label matter most), then RoleBindings."""
+        tenant = plan.namespace_tenant[name]
+        uid = str(plan.tenants[tenant].raw["metadata"].get("uid", ""))
+        body = plan.namespace_bodies[name]
+        try:
+            live = self.namespaces.get(name) or {}
+            if ns.needs_apply(live, body, rb.MANAGER):
+                live = await self.kube.apply(resource_path("v1", "namespaces", name=name), body)
+                self.namespaces.items[name] = live
+                WRITES.labels("Namespace", "apply").inc()
+                outcome.actions.append("applied labels, annotations and owner reference")
+            if ns.foreign_tenant_references(live, uid):
+                patch = ns.without_foreign_references_patch(live, uid)
+                live = await self.kube.json_patch(resource_path("v1", "namespaces", name=name), patch)
+                self.namespaces.items[name] = live
+                WRITES.labels("Namespace", "patch").inc()
+                outcome.actions.append("removed owner references to other tenants")
+        except KubeError as err:
+            if not _ignorable(err):
+                outcome.errors.append(f"namespace {name}: {err}")
+            return
+        created: list[str] = []
+        updated: list[str] = []
+        for binding_name, desired in plan.bindings.get(name, {}).items():
+            key = f"{name}/{binding_name}"
+            live_binding = self.bindings.get(key)
+            if not rb.drifted(live_binding, desired):
+                continue
+            path = resource_path("rbac.authorization.k8s.io/v1", "rolebindings", namespace=name, name=binding_name)
+            try:
+                if live_binding is not None and rb.roleref_changed(live_binding, desired):
+                    await self.kube.delete(path)
+                    WRITES.labels("RoleBinding", "delete").inc()
+                self.bindings.items[key] = await self.kube.apply(path, desired)
+                WRITES.labels("RoleBinding", "apply").inc()
+            except KubeError as err:
+                if _ignorable(err):
+                    return
+                outcome.errors.append(f"RoleBinding {name}/{binding_name}: {err}")
+                continue
+            (updated if live_binding is not None else created).append(binding_name)
+        if created:
+            outcome.actions.append(f"created RoleBindings {', '.join(sorted(created))}")
+        if updated:
+            outcome.actions.append(f"restored RoleBindings {', '.join(sorted(updated))}")
+
+    async def _prune(self, plan: Plan) -> dict[str, _Outcome]:
+        """Delete managed RoleBindings nobody should have any more; report them per namespace."""
+        outcomes: dict[str, _Outcome] = {}
+        for item in stale_bindings(plan, self.bindings.values()):
+            meta = item["metadata"]
+            namespace, name = meta["namespace"], meta["name"]
+            outcome = outcomes.setdefault(namespace, _Outcome())
+            path = resource_path("rbac.authorization.k8s.io/v1", "rolebindings", namespace=namespace, name=name)
+            try:
+                await self.kube.delete(path)
+            except KubeError as err:
+                if not _ignorable(err):
+                    outcome.errors.append(f"RoleBinding {namespace}/{name}: {err}")
+                continue
+            self.bindings.items.pop(f"{namespace}/{name}", None)
+            WRITES.labels("RoleBinding", "delete").inc()
+            outcome.actions.append(f"deleted RoleBinding {name}")
+        for namespace, outcome in outcomes.items():
+            if namespace not in plan.namespace_tenant and outcome.actions:
+                # Not (or no longer) in a tenant: say so on the namespace itself.
+                live = self.namespaces.get(namespace) or {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": namespace},
+                }
+                await self.events.emit(
+                    _with_kind(live, "v1", "Namespace"),
+                    "Normal",
+                    "RoleBindingsRemoved",
+                    f"namespace {namespace} is in no tenant: {'; '.join(outcome.actions)}",
+                    namespace=self.policy.events_namespace,
+                )
+        return outcomes
+
+    async def _release(self, name: str) -> None:
+        """The namespace left its tenant: give up every field we applied on it."""
+        try:
+            self.namespaces.items[name] = await self.kube.apply(
+                resource_path("v1", "namespaces", name=name), ns.release_body(name)
+            )
+            WRITES.labels("Namespace", "release").inc()
+            log.info("namespace released", extra={"namespace": name})
+        except KubeError as err:
+            if not _ignorable(err):
+                log.warning("could not release namespace", extra={"namespace": name, "error": str(err)})
+
+    # -- status and events ---------------------------------------------------------------------------------
+
+    async def _tenant_statuses(self, plan: Plan, outcomes: dict[str, _Outcome], pruned: dict[str, _Outcome]) -> None:
+        now = datetime.now(UTC)
+        not_ready = 0
+        for name, tenant_plan in plan.tenants.items():
+            problems = list(tenant_plan.problems)
+            raw = tenant_plan.raw
+            for namespace in tenant_plan.namespaces:
+                for outcome in (outcomes.get(namespace), pruned.get(namespace)):
+                    if outcome is None:
+                        continue
+                    problems += [st.Problem(reason="ApplyFailed", message=e) for e in outcome.errors]
+                    if outcome.actions:
+                        message = f"namespace {namespace}: " + "; ".join(outcome.actions)
+                        await self._emit(raw, "Tenant", "Normal", "NamespaceSynced", message)
+            await self._warn("Tenant", raw, problems)
+            not_ready += bool(problems)
+            cordoned = bool(tenant_plan.tenant and tenant_plan.tenant.spec.cordoned)
+            status = st.tenant_status(
+                raw,
+                namespaces=tenant_plan.namespaces,
+                owners=tenant_plan.owners,
+                cordoned=cordoned,
+                problems=problems,
+                now=now,
+            )
+            await self._write_status(self.tenants, TENANTS_PATH, name, raw, status)
+        NOT_READY.set(not_ready)
+
+    async def _owner_statuses(self, plan: Plan) -> None:
+        now = datetime.now(UTC)
+        for name, owner_plan in plan.owners.items():
+            await self._warn("TenantOwner", owner_plan.raw, owner_plan.problems)
+            status = st.owner_status(owner_plan.raw, tenants=owner_plan.tenants, problems=owner_plan.problems, now=now)
+            await self._write_status(self.owners, OWNERS_PATH, name, owner_plan.raw, status)
+
+    async def _write_status(self, informer: Informer, base: str, name: str, raw: JSON, status: JSON) -> None:
+        if not st.changed(raw, status):
+            return
+        try:
+            stored = await self.kube.merge_patch(f"{base}/{name}/status", {"status": status})
+        except KubeError as err:
+            if not err.not_found:
+                log.warning("status write failed", extra={"object": f"{base}/{name}", "error": str(err)})
+            return
+        informer.items[name] = stored
+        WRITES.labels(informer.name, "status").inc()
+
+    async def _warn(self, kind: str, raw: JSON, problems: list[st.Problem]) -> None:
+        """One Warning per distinct problem set (not one per pass); cleared when the object is fine again."""
+        key = f"{kind}/{raw['metadata']['name']}"
+        if not problems:
+            self._warned.pop(key, None)
+            return
+        signature = (problems[0].reason, "; ".join(p.message for p in problems)[: st.MESSAGE_LIMIT])
+        if self._warned.get(key) == signature:
+            return
+        self._warned[key] = signature
+        log.warning("object not ready", extra={"object": key, "reason": signature[0], "detail": signature[1]})
+        await self._emit(raw, kind, "Warning", signature[0], signature[1])
+
+    async def _emit(self, raw: JSON, kind: str, event_type: EventType, reason: str, message: str) -> None:
+        """Events about our cluster-scoped kinds go to the configuration's events namespace."""
+        obj = _with_kind(raw, GROUP_VERSION, kind)
+        await self.events.emit(obj, event_type, reason, message, namespace=self.policy.events_namespace)
+
+
+def _with_kind(obj: JSON, api_version: str, kind: str) -> JSON:
+    """Objects from a list carry no apiVersion/kind; an event's involvedObject needs them."""
+    return {**obj, "apiVersion": obj.get("apiVersion") or api_version, "kind": obj.get("kind") or kind}

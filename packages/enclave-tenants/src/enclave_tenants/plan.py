@@ -1,0 +1,240 @@
+"""From observed state to what should be: one pure function every replica runs on every change.
+
+``build_plan`` takes the informers' objects and the policy and returns everything the controller acts on:
+the Tenancy snapshot (published by every replica), and for the Lease holder the namespace bodies,
+RoleBindings, statuses and what to leave alone. Keeping it pure makes the rules testable without a cluster
+and makes "level-based" literal: the plan depends on nothing but the current objects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from enclave_core.api.tenancy import ForbiddenList, Tenant, TenantOwner
+from enclave_core.snapshots.tenancy import Forbidden, TenancySnapshot, TenantView
+from enclave_tenants import bindings as rb
+from enclave_tenants import namespaces as ns
+from enclave_tenants.owners import Owner, entity_problem, resolve_owners, selects
+from enclave_tenants.policy import Policy
+from enclave_tenants.status import Problem
+
+JSON = dict[str, Any]
+
+
+class TenantPlan(BaseModel):
+    """One Tenant: parsed (or why not), its owners, namespaces and the view admission gets."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str
+    raw: JSON
+    tenant: Tenant | None = None
+    """None when the object does not parse: then nothing of it is written or removed."""
+    owners: list[Owner] = Field(default_factory=list)
+    namespaces: list[str] = Field(default_factory=list)
+    problems: list[Problem] = Field(default_factory=list)
+    view: TenantView | None = None
+
+    @property
+    def writable(self) -> bool:
+        """Valid and not being deleted: its namespaces get metadata and RoleBindings."""
+        return self.tenant is not None and not self.raw.get("metadata", {}).get("deletionTimestamp")
+
+
+class OwnerPlan(BaseModel):
+    """One TenantOwner: the tenants it joined and what is wrong with it."""
+
+    name: str
+    raw: JSON
+    tenants: list[str] = Field(default_factory=list)
+    problems: list[Problem] = Field(default_factory=list)
+
+
+class Plan(BaseModel):
+    """Everything one reconcile converges on."""
+
+    tenants: dict[str, TenantPlan] = Field(default_factory=dict)
+    owners: dict[str, OwnerPlan] = Field(default_factory=dict)
+    namespace_tenant: dict[str, str] = Field(default_factory=dict)
+    """Namespace -> tenant, for every namespace of an existing tenant (terminating ones included)."""
+    namespace_bodies: dict[str, JSON] = Field(default_factory=dict)
+    """Apply bodies of the live namespaces of writable tenants."""
+    bindings: dict[str, dict[str, JSON]] = Field(default_factory=dict)
+    """Namespace -> RoleBinding name -> body, for the same namespaces."""
+    frozen: set[str] = Field(default_factory=set)
+    """Namespaces whose RoleBindings stay as they are: terminating, or of a tenant that cannot be read or is
+    being deleted (revoking access because of a typo in a Tenant would be worse than waiting)."""
+    release: list[str] = Field(default_factory=list)
+    """Namespaces that left their tenant but still carry fields we applied."""
+    snapshot: TenancySnapshot = Field(default_factory=TenancySnapshot)
+
+
+def _validation_message(err: ValidationError) -> str:
+    parts = []
+    for error in err.errors()[:5]:
+        location = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{location}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def _forbidden(value: ForbiddenList | None, where: str, problems: list[Problem]) -> Forbidden:
+    if value is None:
+        return Forbidden()
+    if value.denied_regex:
+        try:
+            re.compile(value.denied_regex)
+        except re.error as err:
+            problems.append(Problem(reason="InvalidSpec", message=f"{where}.deniedRegex: {err}"))
+    return Forbidden(denied=list(value.denied or []), denied_regex=value.denied_regex)
+
+
+def tenant_view(
+    tenant: Tenant, uid: str, owners: list[Owner], namespaces: list[str], problems: list[Problem]
+) -> TenantView:
+    """What admission needs of one tenant (owners resolved, namespaces sorted)."""
+    options = tenant.spec.namespace_options
+    where = "spec.namespaceOptions"
+    return TenantView(
+        name=tenant.metadata.name or "",
+        uid=uid,
+        owners=[owner.entity for owner in owners],
+        promoted=[owner.entity for owner in owners if owner.promoted_only],
+        namespaces=sorted(namespaces),
+        namespace_quota=options.quota if options else None,
+        force_tenant_prefix=tenant.spec.force_tenant_prefix,
+        cordoned=tenant.spec.cordoned,
+        prevent_deletion=tenant.spec.prevent_deletion,
+        node_selector=dict(tenant.spec.node_selector or {}),
+        forbidden_labels=_forbidden(
+            options.forbidden_labels if options else None, f"{where}.forbiddenLabels", problems
+        ),
+        forbidden_annotations=_forbidden(
+            options.forbidden_annotations if options else None, f"{where}.forbiddenAnnotations", problems
+        ),
+    )
+
+
+def _parse_owners(raw_owners: Iterable[JSON]) -> tuple[list[TenantOwner], dict[str, OwnerPlan]]:
+    valid: list[TenantOwner] = []
+    plans: dict[str, OwnerPlan] = {}
+    for raw in raw_owners:
+        name = raw["metadata"]["name"]
+        plan = OwnerPlan(name=name, raw=raw)
+        plans[name] = plan
+        try:
+            owner = TenantOwner.model_validate(raw)
+        except ValidationError as err:
+            plan.problems.append(Problem(reason="InvalidSpec", message=_validation_message(err)))
+            continue
+        problem = entity_problem(owner.spec.kind, owner.spec.name)
+        if problem:
+            plan.problems.append(Problem(reason="InvalidOwner", message=f"spec.name: {problem}"))
+            continue
+        valid.append(owner)
+    return valid, plans
+
+
+def build_plan(
+    tenants: Iterable[JSON],
+    tenant_owners: Iterable[JSON],
+    namespaces: Iterable[JSON],
+    promoted_accounts: Iterable[JSON],
+    policy: Policy,
+    previous_views: Mapping[str, TenantView] | None = None,
+) -> Plan:
+    """Compile the observed objects into a :class:`Plan`.
+
+    ``previous_views`` are the last good views by tenant name: a Tenant that stops parsing keeps its last
+    good rules in the snapshot (with current namespaces), so admission does not suddenly forget its owners.
+    """
+    plan = Plan()
+    valid_owners, plan.owners = _parse_owners(tenant_owners)
+    live_namespaces = {item["metadata"]["name"]: item for item in namespaces}
+    tenant_raws = {item["metadata"]["name"]: item for item in tenants}
+    members: dict[str, list[str]] = {}
+    for name, item in live_namespaces.items():
+        if ns.is_terminating(item):
+            plan.frozen.add(name)  # whatever tenant it was in: its RoleBindings stay until it is gone
+        label = ns.tenant_of(item)
+        if label is not None and label in tenant_raws:
+            members.setdefault(label, []).append(name)
+            plan.namespace_tenant[name] = label
+        elif label is None and not ns.is_terminating(item) and ns.owns_anything(item, rb.MANAGER):
+            plan.release.append(name)
+    promoted_by_namespace: dict[str, list[tuple[str, str]]] = {}
+    for account in promoted_accounts:
+        meta = account["metadata"]
+        promoted_by_namespace.setdefault(meta["namespace"], []).append((meta["namespace"], meta["name"]))
+
+    views: list[TenantView] = []
+    for name in sorted(tenant_raws):
+        raw = tenant_raws[name]
+        tenant_plan = TenantPlan(name=name, raw=raw, namespaces=sorted(members.get(name, [])))
+        plan.tenants[name] = tenant_plan
+        try:
+            tenant = Tenant.model_validate(raw)
+        except ValidationError as err:
+            tenant_plan.problems.append(Problem(reason="InvalidSpec", message=_validation_message(err)))
+            previous = (previous_views or {}).get(name)
+            if previous is not None:
+                tenant_plan.view = previous.model_copy(update={"namespaces": tenant_plan.namespaces})
+                views.append(tenant_plan.view)
+            plan.frozen.update(tenant_plan.namespaces)
+            continue
+        tenant_plan.tenant = tenant
+        promoted = [pair for namespace in tenant_plan.namespaces for pair in promoted_by_namespace.get(namespace, [])]
+        owners, owner_problems = resolve_owners(tenant, valid_owners, promoted, policy)
+        tenant_plan.owners = owners
+        tenant_plan.problems += [Problem(reason="InvalidOwner", message=m) for m in owner_problems]
+        uid = str(raw["metadata"].get("uid", ""))
+        tenant_plan.view = tenant_view(tenant, uid, owners, tenant_plan.namespaces, tenant_plan.problems)
+        views.append(tenant_plan.view)
+        for owner in valid_owners:
+            if selects(name, tenant.spec.permissions, owner.metadata.labels):
+                plan.owners[owner.metadata.name or ""].tenants.append(name)
+        if not tenant_plan.writable:
+            plan.frozen.update(tenant_plan.namespaces)
+            continue
+        _plan_namespaces(plan, tenant_plan, tenant, uid, live_namespaces, policy)
+    plan.snapshot = TenancySnapshot(tenants=views)
+    return plan
+
+
+def _plan_namespaces(
+    plan: Plan, tenant_plan: TenantPlan, tenant: Tenant, uid: str, live: Mapping[str, JSON], policy: Policy
+) -> None:
+    # The metadata problems depend on the spec alone: report them even when no namespace is written.
+    _, metadata_problems = ns.desired_namespace("-", tenant_plan.name, uid, tenant.spec, None)
+    for namespace in tenant_plan.namespaces:
+        item = live[namespace]
+        if ns.is_terminating(item):
+            plan.frozen.add(namespace)
+            continue
+        body, _ = ns.desired_namespace(namespace, tenant_plan.name, uid, tenant.spec, item)
+        plan.namespace_bodies[namespace] = body
+        plan.bindings[namespace] = rb.desired_bindings(
+            namespace,
+            tenant_plan.name,
+            tenant_plan.owners,
+            tenant.spec.additional_role_bindings or (),
+            policy.administrators,
+            policy.administration_cluster_roles,
+        )
+    tenant_plan.problems += [Problem(reason="InvalidMetadata", message=m) for m in metadata_problems]
+
+
+def stale_bindings(plan: Plan, live_bindings: Iterable[JSON]) -> list[JSON]:
+    """Managed RoleBindings to delete: not wanted, and not in a namespace we leave alone."""
+    stale = []
+    for item in live_bindings:
+        meta = item["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        if namespace in plan.frozen:
+            continue
+        if name not in plan.bindings.get(namespace, {}):
+            stale.append(item)
+    return stale

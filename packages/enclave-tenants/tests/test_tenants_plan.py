@@ -1,0 +1,150 @@
+"""The whole compilation: namespaces to tenants, frozen namespaces, pruning, owners' tenants, the snapshot."""
+
+from __future__ import annotations
+
+from tenants_helpers import namespace, service_account, tenant, tenant_owner
+
+from enclave_core.api.meta import Entity
+from enclave_core.snapshots.tenancy import TenancySnapshot
+from enclave_tenants.plan import build_plan, stale_bindings
+from enclave_tenants.policy import Policy
+
+
+def binding(ns: str, name: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "enclave-tenants"}}}
+
+
+SOLAR = tenant(
+    "solar",
+    owners=[{"kind": "User", "name": "alice"}],
+    namespaceOptions={"quota": 3, "forbiddenLabels": {"denied": ["x"], "deniedRegex": "^y"}},
+    cordoned=True,
+    preventDeletion=True,
+    forceTenantPrefix=True,
+    nodeSelector={"pool": "solar"},
+)
+
+
+def test_namespaces_are_grouped_by_label_and_unknown_tenants_ignored() -> None:
+    plan = build_plan(
+        [SOLAR],
+        [],
+        [
+            namespace("solar-a", "solar"),
+            namespace("solar-b", "solar", terminating=True),
+            namespace("x", "nope"),
+            namespace("free"),
+        ],
+        [],
+        Policy(),
+    )
+    assert plan.tenants["solar"].namespaces == ["solar-a", "solar-b"]
+    assert plan.namespace_tenant == {"solar-a": "solar", "solar-b": "solar"}
+    assert set(plan.namespace_bodies) == {"solar-a"}  # nothing is written into a terminating namespace
+    assert "solar-b" in plan.frozen
+    assert sorted(plan.bindings["solar-a"]) == [
+        "enclave-user-alice-admin",
+        "enclave-user-alice-enclave-namespace-deleter",
+    ]
+
+
+def test_snapshot_carries_what_admission_enforces() -> None:
+    plan = build_plan([SOLAR], [], [namespace("solar-a", "solar")], [], Policy())
+    view = TenancySnapshot.model_validate_json(plan.snapshot.model_dump_json()).by_name["solar"]
+    assert view.uid == "uid-solar"
+    assert view.owners == [Entity(kind="User", name="alice")]
+    assert view.namespaces == ["solar-a"]
+    assert (view.namespace_quota, view.cordoned, view.prevent_deletion, view.force_tenant_prefix) == (
+        3,
+        True,
+        True,
+        True,
+    )
+    assert view.node_selector == {"pool": "solar"}
+    assert view.forbidden_labels.denied == ["x"]
+    assert view.forbidden_labels.denied_regex == "^y"
+
+
+def test_administrators_are_bound_but_not_owners() -> None:
+    policy = Policy(administrators=[Entity(kind="Group", name="platform")], administration_cluster_roles=["del"])
+    plan = build_plan([SOLAR], [], [namespace("solar-a", "solar")], [], policy)
+    assert "enclave-group-platform-del" in plan.bindings["solar-a"]
+    assert [o.name for o in plan.tenants["solar"].owners] == ["alice"]
+    assert plan.snapshot.tenants[0].owners == [Entity(kind="User", name="alice")]
+
+
+def test_promoted_accounts_of_the_tenant_namespaces_only() -> None:
+    policy = Policy(allow_promotion=True, promotion_cluster_roles=["prov"])
+    accounts = [service_account("solar-a", "ci"), service_account("elsewhere", "bot")]
+    plan = build_plan([SOLAR], [], [namespace("solar-a", "solar"), namespace("elsewhere")], accounts, policy)
+    view = plan.snapshot.by_name["solar"]
+    promoted = Entity(kind="ServiceAccount", name="system:serviceaccount:solar-a:ci")
+    assert promoted in view.owners
+    assert view.promoted == [promoted]
+    assert "enclave-serviceaccount-solar-a.ci-prov" in plan.bindings["solar-a"]
+
+
+def test_owner_plans_list_tenants_and_problems() -> None:
+    owners = [
+        tenant_owner("bob", "User", "bob", {"enclave.dev/tenant": "solar"}),
+        tenant_owner("broken", "ServiceAccount", "no-namespace", {"enclave.dev/tenant": "solar"}),
+    ]
+    oil = tenant("oil", permissions={"matchOwners": [{"matchLabels": {"enclave.dev/tenant": "solar"}}]})
+    plan = build_plan([SOLAR, oil], owners, [], [], Policy())
+    assert plan.owners["bob"].tenants == ["oil", "solar"]
+    assert plan.owners["broken"].problems[0].reason == "InvalidOwner"
+    assert [o.name for o in plan.tenants["solar"].owners] == ["alice", "bob"]
+
+
+def test_unreadable_tenant_freezes_its_namespaces_and_keeps_its_last_view() -> None:
+    good = build_plan([SOLAR], [], [namespace("solar-a", "solar")], [], Policy())
+    broken = tenant("solar", owners=[{"kind": "Robot", "name": "r2"}])
+    plan = build_plan(
+        [broken],
+        [],
+        [namespace("solar-a", "solar"), namespace("solar-c", "solar")],
+        [],
+        Policy(),
+        previous_views={"solar": good.snapshot.by_name["solar"]},
+    )
+    tenant_plan = plan.tenants["solar"]
+    assert tenant_plan.tenant is None
+    assert tenant_plan.problems[0].reason == "InvalidSpec"
+    assert "spec.owners.0.kind" in tenant_plan.problems[0].message
+    assert {"solar-a", "solar-c"} <= plan.frozen
+    assert plan.snapshot.by_name["solar"].owners == [Entity(kind="User", name="alice")]
+    assert plan.snapshot.by_name["solar"].namespaces == ["solar-a", "solar-c"]
+    live = [binding("solar-a", "enclave-user-alice-admin")]
+    assert stale_bindings(plan, live) == []
+
+
+def test_stale_bindings_are_pruned_except_where_frozen() -> None:
+    namespaces = [namespace("solar-a", "solar"), namespace("gone", "solar", terminating=True), namespace("free")]
+    plan = build_plan([SOLAR], [], namespaces, [], Policy())
+    live = [
+        binding("solar-a", "enclave-user-alice-admin"),
+        binding("solar-a", "enclave-user-mallory-admin"),
+        binding("gone", "enclave-user-alice-admin"),
+        binding("free", "enclave-user-alice-admin"),
+    ]
+    assert [(b["metadata"]["namespace"], b["metadata"]["name"]) for b in stale_bindings(plan, live)] == [
+        ("solar-a", "enclave-user-mallory-admin"),
+        ("free", "enclave-user-alice-admin"),
+    ]
+
+
+def test_namespace_that_left_its_tenant_is_released() -> None:
+    left = namespace("was-solar")
+    left["metadata"]["managedFields"] = [
+        {"manager": "enclave-tenants", "operation": "Apply", "fieldsV1": {"f:metadata": {"f:labels": {"f:cost": {}}}}}
+    ]
+    plan = build_plan([SOLAR], [], [left, namespace("never")], [], Policy())
+    assert plan.release == ["was-solar"]
+
+
+def test_invalid_regex_is_a_problem_but_still_published() -> None:
+    bad = tenant("t", namespaceOptions={"forbiddenAnnotations": {"deniedRegex": "(["}})
+    plan = build_plan([bad], [], [], [], Policy())
+    assert plan.tenants["t"].problems[0].reason == "InvalidSpec"
+    assert "forbiddenAnnotations.deniedRegex" in plan.tenants["t"].problems[0].message
+    assert plan.snapshot.by_name["t"].forbidden_annotations.denied_regex == "(["
