@@ -189,7 +189,7 @@ class TenantStatus(StatusModel):
     namespaces: list[str] | None = None
     """Sorted namespace names."""
     owners: list[OwnerStatus] | None = None
-    """Effective owners: spec owners, matched TenantOwners and administrators."""
+    """Effective owners: spec owners, matched TenantOwners and promoted service accounts (administrators own every tenant implicitly and are not listed)."""
     conditions: list[Condition] | None = None
     """Ready and Cordoned."""
     observed_generation: Generation | None = None
