@@ -64,6 +64,25 @@ def apply_samples(api: Any, directory: Path) -> list[str]:
     return created
 
 
+def configure_admission(api: Any, url: str, name: str = "default", timeout: float = 60.0) -> None:
+    """Patch ServiceConfiguration ``name`` (created by the config component) with the TLS reconciler on and
+    Enclave's default webhooks pointing at ``url``."""
+    from enclave_admission.defaults import url_client, webhooks
+
+    custom = client.CustomObjectsApi(api)
+    admission = webhooks(url_client(url), namespace=ENCLAVE_NAMESPACE).to_k8s()
+    patch = {"spec": {"enableTLSReconciler": True, "admission": admission}}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            custom.patch_cluster_custom_object(API_GROUP, "v1beta2", "serviceconfigurations", name, patch)
+            return
+        except ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)  # the config component creates it right after it starts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tox -e up", description=__doc__)
     parser.add_argument("--workdir", type=Path, default=repo_root() / ".enclave" / "dev")
@@ -99,8 +118,15 @@ def main(argv: list[str] | None = None) -> int:
                 log_dir=args.workdir / "logs",
                 namespace=ENCLAVE_NAMESPACE,
                 endpoints=endpoints,
+                wait_ready=not spec.webhook,
             )
             running.append(component)
+            if spec.webhook:
+                # The admission server needs its certificate (written by the config component once the TLS
+                # reconciler is on) before it is ready; kube-apiserver needs the webhooks to reach it.
+                configure_admission(api, component.webhook_url)
+                _say(f"ServiceConfiguration default: TLS reconciler on, webhooks at {component.webhook_url}")
+                component.wait_ready()
             if component.grpc_port:
                 endpoints[spec.name] = component.grpc_target
             _say(f"component {spec.name}: ready (probes {component.probe_url})")

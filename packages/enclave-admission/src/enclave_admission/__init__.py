@@ -1,0 +1,1 @@
+"""Enclave admission: the stateless HTTPS webhook server."""

@@ -1,0 +1,177 @@
+"""``python -m enclave_admission`` / ``enclave-admission``: the admission webhook server's process.
+
+Every replica is the same: it subscribes to the snapshot services (ConfigService, TenantService), loads its
+serving certificate, and answers AdmissionReviews from memory. There is no leader: any replica answers any
+request. Ready once every subscribed snapshot has arrived and a certificate is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import Gauge
+
+from enclave_admission.certificates import ServingCertificate
+from enclave_admission.events import DenyEvents
+from enclave_admission.server import AdmissionServer
+from enclave_admission.state import State
+from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.rest import Kube
+from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
+from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
+from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
+from enclave_core.runtime import component
+from enclave_core.runtime.options import HostPort, add_common_flags, env_default
+from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
+from enclave_core.snapshots.subscriber import SnapshotSubscriber
+from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_REVISION = Gauge(
+    "enclave_admission_snapshot_revision", "Revision of the snapshot decisions are made from", ["kind"]
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="enclave-admission", description=__doc__)
+    add_common_flags(parser, probe_port=8081, leader_election=False)
+    parser.add_argument(
+        "--identity",
+        default=env_default("ENCLAVE_IDENTITY", ""),
+        help="this replica's name in snapshot subscriptions and events (env ENCLAVE_IDENTITY, default host-pid)",
+    )
+    parser.add_argument(
+        "--webhook-address",
+        default=env_default("ENCLAVE_WEBHOOK_ADDRESS", "0.0.0.0:9443"),
+        help="host:port of the HTTPS webhook listener (env ENCLAVE_WEBHOOK_ADDRESS)",
+    )
+    parser.add_argument("--tls-cert-file", default=env_default("ENCLAVE_TLS_CERT_FILE", ""))
+    parser.add_argument("--tls-key-file", default=env_default("ENCLAVE_TLS_KEY_FILE", ""))
+    parser.add_argument(
+        "--tls-secret-name",
+        default=env_default("ENCLAVE_TLS_SECRET_NAME", ""),
+        help="Secret in --namespace holding tls.crt/tls.key, watched for renewals (env ENCLAVE_TLS_SECRET_NAME)",
+    )
+    parser.add_argument(
+        "--config-endpoint",
+        default=env_default("ENCLAVE_CONFIG_ENDPOINT", ""),
+        help="gRPC target of ConfigService (env ENCLAVE_CONFIG_ENDPOINT)",
+    )
+    parser.add_argument(
+        "--tenants-endpoint",
+        default=env_default("ENCLAVE_TENANTS_ENDPOINT", ""),
+        help="gRPC target of TenantService; without it no tenant exists (env ENCLAVE_TENANTS_ENDPOINT)",
+    )
+    parser.add_argument(
+        "--grpc-ca-file",
+        default=env_default("ENCLAVE_GRPC_CA_FILE", ""),
+        help="CA verifying the snapshot services; plaintext when empty (loopback only) (env ENCLAVE_GRPC_CA_FILE)",
+    )
+    parser.add_argument(
+        "--grpc-server-name",
+        default=env_default("ENCLAVE_GRPC_SERVER_NAME", ""),
+        help="TLS name expected of the snapshot services when it differs from the target host",
+    )
+    args = parser.parse_args(argv)
+    if not args.config_endpoint:
+        parser.error("--config-endpoint (or ENCLAVE_CONFIG_ENDPOINT) is required")
+    if bool(args.tls_cert_file) != bool(args.tls_key_file):
+        parser.error("--tls-cert-file and --tls-key-file go together")
+    if not (args.tls_cert_file or args.tls_secret_name):
+        parser.error("give --tls-cert-file/--tls-key-file or --tls-secret-name: the webhook is served over HTTPS")
+    if not args.identity:
+        args.identity = f"{socket.gethostname()}-{os.getpid()}"
+    return args
+
+
+def _subscriber(
+    args: argparse.Namespace, target: str, stub: Callable[[Any], Any], kind: str, accept: Callable[[Snapshot], None]
+) -> SnapshotSubscriber:
+    return SnapshotSubscriber(
+        target,
+        stub,
+        kinds=[kind],
+        on_snapshot=accept,
+        subscriber=f"admission/{args.identity}",
+        ca_file=args.grpc_ca_file,
+        server_name=args.grpc_server_name,
+    )
+
+
+def _ready_check(subscriber: SnapshotSubscriber) -> Callable[[], bool]:
+    """One readiness gate per subscription: open once its kind has arrived."""
+    return lambda: subscriber.ready
+
+
+async def body(process: component.Component) -> None:
+    args = process.args
+    assert process.api is not None
+    state = State(expect_tenancy=bool(args.tenants_endpoint))
+    kube = Kube(process.api, field_manager="enclave-admission")
+    events = DenyEvents(EventRecorder(kube, "enclave-admission"))
+    certificate = ServingCertificate()
+
+    def accept_config(snapshot: Snapshot) -> None:
+        state.set_config(EffectiveConfiguration.model_validate_json(snapshot.payload))
+        SNAPSHOT_REVISION.labels(CONFIG_KIND).set(snapshot.revision)
+        log.info("configuration snapshot", extra={"revision": snapshot.revision})
+
+    def accept_tenancy(snapshot: Snapshot) -> None:
+        tenancy = TenancySnapshot.model_validate_json(snapshot.payload)
+        state.set_tenancy(tenancy)
+        SNAPSHOT_REVISION.labels(TENANCY_KIND).set(snapshot.revision)
+        log.info("tenancy snapshot", extra={"revision": snapshot.revision, "tenants": len(tenancy.tenants)})
+
+    subscribers = [
+        _subscriber(args, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
+    ]
+    if args.tenants_endpoint:
+        subscribers.append(
+            _subscriber(args, args.tenants_endpoint, tenants_pb2_grpc.TenantServiceStub, TENANCY_KIND, accept_tenancy)
+        )
+    else:
+        log.warning("no --tenants-endpoint: running without tenants (tenant users own nothing)")
+    for subscriber in subscribers:
+        process.readiness.add_check(f"snapshot:{subscriber.kinds[0]}", _ready_check(subscriber))
+    process.readiness.add_check("serving-certificate", certificate.loaded.is_set)
+
+    tasks = [asyncio.create_task(s.run(), name=f"subscriber-{s.kinds[0]}") for s in subscribers]
+    tasks.append(asyncio.create_task(events.run(), name="deny-events"))
+    if args.tls_cert_file:
+        watch = certificate.watch_files(args.tls_cert_file, args.tls_key_file)
+    else:
+        watch = certificate.watch_secret(kube, args.namespace, args.tls_secret_name)
+    tasks.append(asyncio.create_task(watch, name="serving-certificate"))
+    server = AdmissionServer(state, events)
+    try:
+        await certificate.loaded.wait()
+        address = HostPort.parse(args.webhook_address)
+        await server.start(address.host, address.port, certificate.context)
+        log.info("serving admission webhooks", extra={"address": f"{address.host}:{server.port}"})
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.run("admission", parse_args(argv), body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

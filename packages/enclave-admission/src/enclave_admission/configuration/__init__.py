@@ -1,0 +1,1 @@
+"""ServiceConfiguration: the checks its CRD schema cannot express."""

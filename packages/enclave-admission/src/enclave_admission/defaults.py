@@ -1,0 +1,168 @@
+"""Enclave's default webhooks: ``spec.admission`` pointing kube-apiserver at this server's paths.
+
+``webhooks(client)`` is what ``tox -e up`` (and any installation without the Helm chart) writes into the
+ServiceConfiguration; the config component renders it into the two webhook configurations and injects the CA.
+Every choice scopes a hook as tightly as its rule allows:
+
+* **Namespace hooks see every namespace, including kube-system**, and ``namespaces/status`` and
+  ``namespaces/finalize``: touching kube-system or adopting an unlabelled namespace are the very attacks they
+  stop, and both subresources can rewrite labels and owner references. They are fail-closed (ownership is the
+  tenant fence). What keeps that safe is a matchCondition that never sends the control plane's own requests:
+  ``system:`` users that are not service accounts (kube-controller-manager, kubelets, the scheduler),
+  kube-system's service accounts (the namespace controller, the garbage collector), Enclave's own service
+  accounts, and ``system:masters``. An Enclave outage therefore never blocks namespace finalization or garbage
+  collection. They are not narrowed with ``opts``: a tenant's service account is not a tenant user and must
+  still be checked.
+* **Assignment is a separate mutating hook** with ``reinvocationPolicy: Never``: it depends only on the user and
+  the tenant label, which later plugins do not change, and the validating hook sees the final object anyway.
+* **Promotion** only sees service accounts in tenant namespaces that carry the promotion label before or after
+  the change (objectSelector matches the old or the new object): other accounts never reach Enclave.
+  Fail-closed, since a promoted account can create namespaces.
+* **Tenant deletion** is fail-closed: an outage must not let an accidental delete of a ``preventDeletion``
+  tenant cascade to its namespaces.
+* **ServiceConfiguration** fails open: the config component validates again and refuses to apply a bad
+  configuration, and a fail-closed hook would keep you from repairing the configuration during an outage.
+* **Nodes** is off unless asked for, fails open (node labels are scheduling hints, not the tenant fence) and is
+  narrowed to tenant users with ``opts.serviceUsers`` so kubelets never wait on Enclave.
+* ``timeoutSeconds`` is 5 or less everywhere: decisions come from memory in milliseconds, and a long timeout
+  only stretches an outage into slow API calls.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from enclave_admission import routes
+from enclave_core import API_GROUP
+from enclave_core.api.configuration import (
+    Admission,
+    MatchCondition,
+    MutatingAdmission,
+    MutatingWebhook,
+    ValidatingAdmission,
+    ValidatingWebhook,
+    WebhookClient,
+    WebhookOptions,
+    WebhookRule,
+)
+from enclave_core.selectors import LabelSelector, LabelSelectorRequirement
+from enclave_core.snapshots.tenancy import PROMOTED_LABEL, TENANT_LABEL
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT", "*"]
+_NAMESPACE_RESOURCES = ["namespaces", "namespaces/status", "namespaces/finalize"]
+
+
+def _rule(
+    group: str, resources: list[str], operations: list[Operation], scope: Literal["Cluster", "Namespaced"]
+) -> WebhookRule:
+    return WebhookRule(api_groups=[group], api_versions=["*"], operations=operations, resources=resources, scope=scope)
+
+
+def skip_control_plane(namespace: str) -> MatchCondition:
+    """A matchCondition that keeps the control plane's and Enclave's own requests away from a hook."""
+    user = "request.userInfo.username"
+    expression = (
+        f"!({user}.startsWith('system:') && !{user}.startsWith('system:serviceaccount:'))"
+        f" && !{user}.startsWith('system:serviceaccount:kube-system:')"
+        f" && !{user}.startsWith('system:serviceaccount:{namespace}:')"
+        " && !('system:masters' in request.userInfo.groups)"
+    )
+    return MatchCondition(name="enclave.dev/skip-control-plane", expression=expression)
+
+
+def webhooks(client: WebhookClient, *, namespace: str = "enclave-system", nodes: bool = False) -> Admission:
+    """The default ``spec.admission`` for an admission server reached through ``client``.
+
+    ``namespace`` is where Enclave runs (its service accounts are skipped); ``nodes`` adds the node-metadata
+    hook, off by default.
+    """
+    skip = skip_control_plane(namespace)
+    mutating = [
+        MutatingWebhook(
+            name="namespaces.mutate.enclave.dev",
+            path=routes.NAMESPACES_MUTATE,
+            failure_policy="Fail",
+            timeout_seconds=5,
+            reinvocation_policy="Never",
+            match_conditions=[skip],
+            rules=[_rule("", ["namespaces"], ["CREATE", "UPDATE"], "Cluster")],
+            admission_review_versions=["v1"],
+            side_effects="None",
+            match_policy="Equivalent",
+        )
+    ]
+    validating = [
+        ValidatingWebhook(
+            name="namespaces.enclave.dev",
+            path=routes.NAMESPACES,
+            failure_policy="Fail",
+            timeout_seconds=5,
+            match_conditions=[skip],
+            rules=[_rule("", _NAMESPACE_RESOURCES, ["CREATE", "UPDATE", "DELETE"], "Cluster")],
+            admission_review_versions=["v1"],
+            side_effects="None",
+            match_policy="Equivalent",
+        ),
+        ValidatingWebhook(
+            name="serviceaccounts.enclave.dev",
+            path=routes.SERVICE_ACCOUNTS,
+            failure_policy="Fail",
+            timeout_seconds=5,
+            namespace_selector=LabelSelector(
+                match_expressions=[LabelSelectorRequirement(key=TENANT_LABEL, operator="Exists")]
+            ),
+            object_selector=LabelSelector(
+                match_expressions=[LabelSelectorRequirement(key=PROMOTED_LABEL, operator="Exists")]
+            ),
+            rules=[_rule("", ["serviceaccounts"], ["CREATE", "UPDATE"], "Namespaced")],
+            admission_review_versions=["v1"],
+            side_effects="None",
+            match_policy="Equivalent",
+        ),
+        ValidatingWebhook(
+            name="tenants.enclave.dev",
+            path=routes.TENANTS,
+            failure_policy="Fail",
+            timeout_seconds=5,
+            rules=[_rule(API_GROUP, ["tenants"], ["DELETE"], "Cluster")],
+            admission_review_versions=["v1"],
+            side_effects="None",
+            match_policy="Equivalent",
+        ),
+        ValidatingWebhook(
+            name="serviceconfigurations.enclave.dev",
+            path=routes.SERVICE_CONFIGURATIONS,
+            failure_policy="Ignore",
+            timeout_seconds=5,
+            rules=[_rule(API_GROUP, ["serviceconfigurations"], ["CREATE", "UPDATE"], "Cluster")],
+            admission_review_versions=["v1"],
+            side_effects="None",
+            match_policy="Equivalent",
+        ),
+    ]
+    if nodes:
+        validating.append(
+            ValidatingWebhook(
+                name="nodes.enclave.dev",
+                path=routes.NODES,
+                failure_policy="Ignore",
+                timeout_seconds=3,
+                opts=WebhookOptions(administrators=False, service_users=True),
+                rules=[_rule("", ["nodes"], ["UPDATE"], "Cluster")],
+                admission_review_versions=["v1"],
+                side_effects="None",
+                match_policy="Equivalent",
+            )
+        )
+    return Admission(
+        mutating=MutatingAdmission(client=client, name="enclave-mutating-webhook-configuration", webhooks=mutating),
+        validating=ValidatingAdmission(
+            client=client, name="enclave-validating-webhook-configuration", webhooks=validating
+        ),
+    )
+
+
+def url_client(url: str, ca_bundle: str | None = None) -> WebhookClient:
+    """A ``url`` client (local runs: ``https://127.0.0.1:<port>``); the config component injects its CA when
+    ``ca_bundle`` is None and the TLS reconciler is on."""
+    return WebhookClient(url=url, ca_bundle=ca_bundle)

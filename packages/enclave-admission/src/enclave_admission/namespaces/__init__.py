@@ -1,0 +1,1 @@
+"""Namespaces: assignment to tenants (mutation) and the tenant fence around them (validation)."""

@@ -1,0 +1,228 @@
+"""Namespace validation (``/namespaces``): the tenant fence, on the object as it will be stored.
+
+Called for namespaces and their ``status`` and ``finalize`` subresources on CREATE, UPDATE and DELETE, since
+every one of them can rewrite labels and owner references. Who is asking decides which rules apply:
+
+* tenant users creating: the namespace is in a tenant they own (label and owner reference agree), the tenant
+  is not cordoned, the name is not protected and carries the tenant prefix when forced, no forbidden label or
+  annotation is set, and the tenant's namespace quota has room;
+* tenant users (and service accounts of tenant namespaces) changing or deleting: only namespaces of their own
+  tenants, never the tenant label, the owner references or the node-selector annotation; owners may not set
+  forbidden metadata; no deletions in a cordoned tenant;
+* administrators: the tenant label names an existing tenant, the owner reference agrees with it, and a tenant
+  receiving a namespace has quota left;
+* everyone else passes untouched.
+"""
+
+from __future__ import annotations
+
+from enclave_admission.metadata import changed_keys, owner_references, references_tenant, tenant_references
+from enclave_admission.namespaces.assignment import Refusal, choose_tenant
+from enclave_admission.review import AdmissionRequest, Decision
+from enclave_admission.state import Role, State, Subject, keys
+from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, TENANT_LABEL, TenantView
+
+
+def validate(request: AdmissionRequest, state: State) -> Decision:
+    subject = state.subject(request.username, request.groups)
+    if subject.role is Role.ADMINISTRATOR:
+        return _administrator(request, state)
+    if not subject.tenant_subject:
+        return Decision.allow("NotATenantUser")
+    if request.operation == "CREATE" and not request.sub_resource:
+        return _create(request, state, subject)
+    if request.operation in ("UPDATE", "CREATE"):  # CREATE on a subresource is an update of the namespace
+        return _update(request, state, subject)
+    if request.operation == "DELETE":
+        return _delete(request, state, subject)
+    return Decision.allow()
+
+
+# -- tenant users ------------------------------------------------------------------------------------------
+
+
+def _create(request: AdmissionRequest, state: State, subject: Subject) -> Decision:
+    name = request.name
+    if subject.role is not Role.TENANT_USER:
+        if TENANT_LABEL in request.labels or tenant_references(request.obj):
+            return Decision.deny(
+                "TenantNotOwned", f"only owners of a tenant may create namespace {name!r} in it: you own no tenant"
+            )
+        return Decision.allow("NotATenantUser")
+    chosen = choose_tenant(subject, name, request.labels)
+    if isinstance(chosen, Refusal):
+        return Decision.deny(chosen.reason, chosen.message)
+    tenant = chosen
+    if request.labels.get(TENANT_LABEL) != tenant.name or not references_tenant(request.obj, tenant):
+        return Decision.deny(
+            "NotAssigned",
+            f"namespace {name!r} must carry the label {TENANT_LABEL}={tenant.name} and an owner reference to "
+            f"Tenant {tenant.name} (set by Enclave's namespace mutating webhook; is it configured?)",
+            tenant=tenant.name,
+        )
+    refused = (
+        _cordoned(tenant, f"create namespace {name!r}")
+        or _protected(state, name)
+        or _prefix(state, tenant, name)
+        or _forbidden_metadata(request, tenant, created=True)
+        or _quota(state, tenant, name)
+    )
+    if refused is not None:
+        return refused
+    return Decision.allow("Admitted", tenant=tenant.name, reserve=(tenant.name, name))
+
+
+def _update(request: AdmissionRequest, state: State, subject: Subject) -> Decision:
+    name = request.name
+    what = f"namespaces/{request.sub_resource}" if request.sub_resource else "namespace"
+    tenant_name = request.old_labels.get(TENANT_LABEL) or state.tenancy.namespace_owner.get(name, "")
+    if not subject.may_act_in(tenant_name):
+        return _not_yours(subject, name, tenant_name, f"change {what}")
+    tenant = state.tenancy.by_name.get(tenant_name)
+    if request.labels.get(TENANT_LABEL) != request.old_labels.get(TENANT_LABEL):
+        return Decision.deny(
+            "TenantLabelImmutable",
+            f"the label {TENANT_LABEL} of namespace {name!r} cannot be changed or removed by tenant users "
+            f"(it is {request.old_labels.get(TENANT_LABEL)!r}); ask an Enclave administrator to move it",
+            tenant=tenant_name,
+        )
+    if owner_references(request.obj) != owner_references(request.old):
+        return Decision.deny(
+            "OwnerReferencesImmutable",
+            f"the ownerReferences of namespace {name!r} are managed by Enclave and cannot be changed by tenant users",
+            tenant=tenant_name,
+        )
+    if request.annotations.get(NODE_SELECTOR_ANNOTATION) != request.old_annotations.get(NODE_SELECTOR_ANNOTATION):
+        return Decision.deny(
+            "NodeSelectorImmutable",
+            f"the annotation {NODE_SELECTOR_ANNOTATION} of namespace {name!r} is the tenant's node selector, "
+            "managed by Enclave; tenant users cannot change it",
+            tenant=tenant_name,
+        )
+    if subject.role is Role.TENANT_USER and tenant is not None:
+        refused = _forbidden_metadata(request, tenant, created=False)
+        if refused is not None:
+            return refused
+    return Decision.allow("Allowed", tenant=tenant_name)
+
+
+def _delete(request: AdmissionRequest, state: State, subject: Subject) -> Decision:
+    name = request.name
+    old_labels = request.old_labels
+    tenant_name = old_labels.get(TENANT_LABEL) or state.tenancy.namespace_owner.get(name, "")
+    if not subject.may_act_in(tenant_name):
+        return _not_yours(subject, name, tenant_name, "delete namespace")
+    tenant = state.tenancy.by_name.get(tenant_name)
+    if tenant is not None:
+        refused = _cordoned(tenant, f"delete namespace {name!r}")
+        if refused is not None:
+            return refused
+    return Decision.allow("Allowed", tenant=tenant_name)
+
+
+def _not_yours(subject: Subject, name: str, tenant_name: str, action: str) -> Decision:
+    where = f"tenant {tenant_name!r}" if tenant_name else "no tenant"
+    mine = ", ".join(subject.owned_names or ([subject.home_tenant] if subject.home_tenant else [])) or "none"
+    return Decision.deny(
+        "NamespaceNotOwned",
+        f"cannot {action} {name!r}: it belongs to {where}, not to a tenant of yours (yours: {mine})",
+        tenant=tenant_name,
+    )
+
+
+# -- administrators ----------------------------------------------------------------------------------------
+
+
+def _administrator(request: AdmissionRequest, state: State) -> Decision:
+    if request.operation == "DELETE" or request.obj is None:
+        return Decision.allow("Administrator")
+    name = request.name
+    wanted = request.labels.get(TENANT_LABEL)
+    if wanted is None:
+        if tenant_references(request.obj):
+            return Decision.deny(
+                "OwnerReferenceWithoutLabel",
+                f"namespace {name!r} has an owner reference to a Tenant but no {TENANT_LABEL} label: "
+                "set or remove both together",
+            )
+        return Decision.allow("Unassigned")
+    tenant = state.tenancy.by_name.get(wanted)
+    if tenant is None:
+        return Decision.deny(
+            "UnknownTenant", f"label {TENANT_LABEL}={wanted} of namespace {name!r} names no existing tenant"
+        )
+    if not references_tenant(request.obj, tenant):
+        return Decision.deny(
+            "NotAssigned",
+            f"namespace {name!r} must carry exactly one Tenant owner reference, to {tenant.name} (uid {tenant.uid}), "
+            "matching its label (set by Enclave's namespace mutating webhook; is it configured?)",
+            tenant=tenant.name,
+        )
+    arriving = request.operation == "CREATE" or request.old_labels.get(TENANT_LABEL) != wanted
+    if arriving and name not in tenant.namespaces:
+        refused = _quota(state, tenant, name)
+        if refused is not None:
+            return refused
+        return Decision.allow("Assigned", tenant=tenant.name, reserve=(tenant.name, name))
+    return Decision.allow("Administrator", tenant=tenant.name)
+
+
+# -- rules -------------------------------------------------------------------------------------------------
+
+
+def _cordoned(tenant: TenantView, action: str) -> Decision | None:
+    if not tenant.cordoned:
+        return None
+    return Decision.deny("TenantCordoned", f"cannot {action}: tenant {tenant.name} is cordoned", tenant=tenant.name)
+
+
+def _protected(state: State, name: str) -> Decision | None:
+    regex = state.protected_namespaces
+    if regex is None or not regex.search(name):
+        return None
+    return Decision.deny(
+        "ProtectedNamespace",
+        f"namespace name {name!r} matches the protected namespace regular expression {regex.pattern!r} "
+        "(spec.protectedNamespaceRegex)",
+    )
+
+
+def _prefix(state: State, tenant: TenantView, name: str) -> Decision | None:
+    if not state.force_prefix(tenant) or name.startswith(f"{tenant.name}-"):
+        return None
+    return Decision.deny(
+        "TenantPrefixRequired",
+        f"namespace name {name!r} must start with {tenant.name + '-'!r}: tenant {tenant.name} forces the tenant prefix",
+        tenant=tenant.name,
+    )
+
+
+def _forbidden_metadata(request: AdmissionRequest, tenant: TenantView, *, created: bool) -> Decision | None:
+    for what, new, old, forbidden in (
+        ("label", request.labels, request.old_labels, keys(tenant.forbidden_labels)),
+        ("annotation", request.annotations, request.old_annotations, keys(tenant.forbidden_annotations)),
+    ):
+        touched = sorted(new) if created else changed_keys(old, new)
+        for key in touched:
+            why = forbidden.refuses(key)
+            if why:
+                return Decision.deny(
+                    "ForbiddenMetadata",
+                    f"namespace {request.name!r}: {what} {why} for namespaces of tenant {tenant.name}",
+                    tenant=tenant.name,
+                )
+    return None
+
+
+def _quota(state: State, tenant: TenantView, name: str) -> Decision | None:
+    if tenant.namespace_quota is None:
+        return None
+    count = state.namespace_count(tenant)
+    if count < tenant.namespace_quota:
+        return None
+    return Decision.deny(
+        "NamespaceQuotaExceeded",
+        f"cannot add namespace {name!r}: the namespace quota of tenant {tenant.name} is full "
+        f"({count} of {tenant.namespace_quota} namespaces)",
+        tenant=tenant.name,
+    )

@@ -1,0 +1,40 @@
+"""The webhook paths this server answers, and the decision function behind each.
+
+This table is the map from an HTTP request to its decision: the server looks the path up here and calls the
+function, which is the whole decision for that webhook. The paths are the ones the default configuration
+(:mod:`enclave_admission.defaults`) and the Helm chart point kube-apiserver at; any other path is answered with
+an error, never with an allow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from enclave_admission.configuration import validation as configuration
+from enclave_admission.namespaces import mutation as namespace_mutation
+from enclave_admission.namespaces import validation as namespace_validation
+from enclave_admission.nodes import validation as nodes
+from enclave_admission.review import AdmissionRequest, Decision
+from enclave_admission.serviceaccounts import validation as serviceaccounts
+from enclave_admission.state import State
+from enclave_admission.tenants import validation as tenants
+
+Handler = Callable[[AdmissionRequest, State], Decision]
+
+NAMESPACES_MUTATE: Final = "/namespaces/mutate"
+NAMESPACES: Final = "/namespaces"
+SERVICE_ACCOUNTS: Final = "/serviceaccounts"
+NODES: Final = "/nodes"
+TENANTS: Final = "/tenants"
+SERVICE_CONFIGURATIONS: Final = "/serviceconfigurations"
+
+ROUTES: Final[dict[str, Handler]] = {
+    NAMESPACES_MUTATE: namespace_mutation.mutate,
+    NAMESPACES: namespace_validation.validate,
+    SERVICE_ACCOUNTS: serviceaccounts.validate,
+    NODES: nodes.validate,
+    TENANTS: tenants.validate,
+    SERVICE_CONFIGURATIONS: configuration.validate,
+}
+"""Path -> decision. ``/namespaces/mutate`` mutates; every other path only validates."""

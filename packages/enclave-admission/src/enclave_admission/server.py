@@ -1,0 +1,135 @@
+"""The HTTPS side: AdmissionReview in, decision out, with metrics, one log line per decision and deny Events.
+
+A thin aiohttp application rather than a framework: the route table (:data:`enclave_admission.routes.ROUTES`)
+is the only dispatch, and a path that is not in it is answered ``404`` with a body naming the served paths.
+kube-apiserver treats that as a failed call (the webhook's failurePolicy decides), so a misconfigured path can
+never turn into an allow.
+
+A request before the snapshots arrived is answered ``503`` for the same reason: no state, no decision.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import time
+from typing import Final
+
+from aiohttp import web
+from prometheus_client import Counter, Histogram
+
+from enclave_admission.events import DenyEvents
+from enclave_admission.review import AdmissionRequest, Decision, MalformedReviewError, response
+from enclave_admission.routes import ROUTES, Handler
+from enclave_admission.state import State
+
+log = logging.getLogger("enclave_admission.decisions")
+
+UNKNOWN_PATH: Final = "unknown"
+REQUESTS = Counter("enclave_admission_requests_total", "AdmissionReview requests received", ["path"])
+DECISIONS = Counter(
+    "enclave_admission_decisions_total",
+    "Decisions by path and result (allowed, patched, denied, error)",
+    ["path", "result"],
+)
+LATENCY = Histogram(
+    "enclave_admission_request_duration_seconds",
+    "Time from reading the request to writing the answer, per path",
+    ["path"],
+    buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+class AdmissionServer:
+    """Answers AdmissionReviews on the paths of ``routes`` from ``state``."""
+
+    def __init__(
+        self, state: State, events: DenyEvents | None = None, routes: dict[str, Handler] | None = None
+    ) -> None:
+        self.state = state
+        self.events = events
+        self.routes = ROUTES if routes is None else routes
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=3 * 1024 * 1024)  # kube-apiserver caps objects near 1.5 MiB
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, http: web.Request) -> web.Response:
+        path = http.path
+        handler = self.routes.get(path)
+        if handler is None:
+            REQUESTS.labels(UNKNOWN_PATH).inc()
+            DECISIONS.labels(UNKNOWN_PATH, "error").inc()
+            served = ", ".join(sorted(self.routes))
+            log.warning("request on an unknown path", extra={"path": path})
+            return _error(404, f"no Enclave webhook is served on {path!r}; served paths: {served}")
+        REQUESTS.labels(path).inc()
+        started = time.perf_counter()
+        if http.method != "POST":
+            DECISIONS.labels(path, "error").inc()
+            return _error(405, f"{path} accepts POST of an AdmissionReview, not {http.method}")
+        if not self.state.ready:
+            DECISIONS.labels(path, "error").inc()
+            return _error(503, "the admission server has not received its configuration snapshot yet")
+        try:
+            request = AdmissionRequest.from_review(json.loads(await http.read()))
+        except (ValueError, MalformedReviewError) as err:
+            DECISIONS.labels(path, "error").inc()
+            return _error(400, f"malformed AdmissionReview: {err}")
+        try:
+            decision = handler(request, self.state)
+        except Exception:
+            log.exception("decision failed", extra={"path": path, "uid": request.uid})
+            DECISIONS.labels(path, "error").inc()
+            return _error(500, "internal error while deciding; see the admission server's log")
+        if decision.reserve is not None and decision.allowed and not request.dry_run:
+            self.state.reservations.add(*decision.reserve)
+        body = response(request.uid, decision)
+        elapsed = time.perf_counter() - started
+        DECISIONS.labels(path, decision.result).inc()
+        LATENCY.labels(path).observe(elapsed)
+        self._log(path, request, decision, elapsed)
+        if not decision.allowed and self.events is not None and self.state.config is not None:
+            self.events.post(request, decision, self.state.config.spec.events.namespace)
+        return web.json_response(body)
+
+    @staticmethod
+    def _log(path: str, request: AdmissionRequest, decision: Decision, elapsed: float) -> None:
+        fields = {
+            "path": path,
+            "uid": request.uid,
+            "operation": request.operation,
+            "resource": f"{request.resource}/{request.sub_resource}" if request.sub_resource else request.resource,
+            "object": request.name,
+            "namespace": request.namespace,
+            "user": request.username,
+            "result": decision.result,
+            "reason": decision.reason,
+            "tenant": decision.tenant,
+            "dry_run": request.dry_run,
+            "duration_ms": round(elapsed * 1000, 3),
+        }
+        if not decision.allowed:
+            fields["detail"] = decision.message
+        log.info("decision", extra=fields)
+
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> None:
+        """Listen on ``host:port`` with ``ssl_context`` (None, plain HTTP, only in tests)."""
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context, backlog=1024)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []  # the bound port when 0 was asked
+        self.port = sockets[0].getsockname()[1] if sockets else port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

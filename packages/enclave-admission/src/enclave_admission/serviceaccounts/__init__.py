@@ -1,0 +1,1 @@
+"""ServiceAccounts: who may promote an account to tenant owner."""

@@ -1,0 +1,225 @@
+"""What every decision reads: the latest snapshots, who the requester is, and this replica's reservations.
+
+Admission decides from memory (no API read on the hot path). The snapshots arrive over gRPC and replace the
+state atomically: a decision sees one configuration and one tenancy, never a mix of two revisions. Derived
+things (compiled regular expressions, the subject of a (user, groups) pair) are computed once per snapshot,
+not once per request.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+from enclave_core.api.configuration import ForbiddenMetadata
+from enclave_core.snapshots.configuration import EffectiveConfiguration
+from enclave_core.snapshots.tenancy import (
+    SERVICE_ACCOUNT_PREFIX,
+    Forbidden,
+    TenancySnapshot,
+    TenantView,
+    entity_matches,
+)
+
+log = logging.getLogger(__name__)
+
+RESERVATION_TTL = 30.0
+"""Seconds an admitted namespace counts toward its tenant's quota before the snapshot must show it.
+
+Long enough for the tenants controller to see the namespace and publish (normally well under a second); short
+enough that a namespace admitted here but refused by a later webhook does not hold a quota slot for long.
+"""
+
+
+class Role(enum.Enum):
+    """How Enclave treats a requester."""
+
+    IGNORED = "ignored"
+    """In ``ignoreUserWithGroups``: passes untouched, whatever else it is."""
+    ADMINISTRATOR = "administrator"
+    """In ``administrators``: acts on any tenant, through the tenant label."""
+    TENANT_USER = "tenant-user"
+    """In ``users`` (tenant users), or an owner of a tenant (promoted service accounts, TenantOwners)."""
+    TENANT_SERVICE_ACCOUNT = "tenant-service-account"
+    """A service account of a tenant namespace that owns no tenant: may not touch its namespace's ownership."""
+    OTHER = "other"
+    """Everyone else (the control plane, Enclave's own controllers, cluster operators): passes untouched."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    username: str
+    groups: tuple[str, ...]
+    role: Role
+    owned: tuple[TenantView, ...] = ()
+    """Tenants the requester owns, sorted by name."""
+    home_tenant: str = ""
+    """For a service account: the tenant owning its namespace."""
+
+    @property
+    def owned_names(self) -> list[str]:
+        return [tenant.name for tenant in self.owned]
+
+    @property
+    def is_service_account(self) -> bool:
+        return self.username.startswith(SERVICE_ACCOUNT_PREFIX)
+
+    @property
+    def tenant_subject(self) -> bool:
+        """Subject to the tenant fence (ownership rules), as opposed to passing untouched or administering."""
+        return self.role in (Role.TENANT_USER, Role.TENANT_SERVICE_ACCOUNT)
+
+    def may_act_in(self, tenant: str) -> bool:
+        """A tenant whose namespaces this subject may act on (its own tenants; a service account's home)."""
+        return tenant in self.owned_names or (bool(tenant) and tenant == self.home_tenant)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Forbidden metadata keys, compiled once: exact names and a regular expression searched in the key."""
+
+    exact: frozenset[str]
+    regex: re.Pattern[str] | None
+
+    def refuses(self, key: str) -> str:
+        """Why ``key`` is refused (empty when it is not)."""
+        if key in self.exact:
+            return f"{key!r} is a denied key"
+        if self.regex is not None and self.regex.search(key):
+            return f"{key!r} matches the denied regular expression {self.regex.pattern!r}"
+        return ""
+
+
+NO_KEYS = Keys(frozenset(), None)
+
+
+@lru_cache(maxsize=1024)
+def compile_regex(pattern: str) -> re.Pattern[str] | None:
+    """Compile once per pattern; an empty pattern, or one that does not compile, matches nothing (the webhook
+    refuses such configurations, so this only guards against an object admitted while the webhook was down)."""
+    if not pattern:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error:
+        log.warning("ignoring a regular expression that does not compile", extra={"pattern": pattern})
+        return None
+
+
+def keys(forbidden: Forbidden | ForbiddenMetadata | None) -> Keys:
+    if forbidden is None or not (forbidden.denied or forbidden.denied_regex):
+        return NO_KEYS
+    return Keys(frozenset(forbidden.denied or ()), compile_regex(forbidden.denied_regex or ""))
+
+
+class Reservations:
+    """Namespaces this replica admitted into a tenant that the Tenancy snapshot does not show yet.
+
+    Without them, two quick creations would both see "2 of 3" in the same snapshot and both pass. They are
+    per replica (admission is stateless across replicas; the tenants controller is the durable count) and
+    expire after :data:`RESERVATION_TTL`.
+    """
+
+    def __init__(self, ttl: float = RESERVATION_TTL) -> None:
+        self.ttl = ttl
+        self._pending: dict[str, dict[str, float]] = {}
+
+    def add(self, tenant: str, namespace: str, now: float | None = None) -> None:
+        self._pending.setdefault(tenant, {})[namespace] = (now if now is not None else time.monotonic()) + self.ttl
+
+    def pending(self, tenant: TenantView, now: float | None = None) -> set[str]:
+        """Reserved namespaces of ``tenant`` not yet in its snapshot view."""
+        entries = self._pending.get(tenant.name)
+        if not entries:
+            return set()
+        moment = now if now is not None else time.monotonic()
+        known = set(tenant.namespaces)
+        for name in [n for n, expiry in entries.items() if expiry <= moment or n in known]:
+            del entries[name]
+        return set(entries)
+
+    def forget_seen(self, tenancy: TenancySnapshot) -> None:
+        """Drop reservations the new snapshot shows."""
+        for tenant in tenancy.tenants:
+            self.pending(tenant)
+
+
+class State:
+    """The in-memory world of one admission replica."""
+
+    def __init__(self, *, expect_tenancy: bool = True) -> None:
+        self.expect_tenancy = expect_tenancy
+        """False when no tenants component is configured: decide with no tenants instead of waiting."""
+        self.config: EffectiveConfiguration | None = None
+        self.tenancy = TenancySnapshot()
+        self.tenancy_received = False
+        self.reservations = Reservations()
+        self.protected_namespaces: re.Pattern[str] | None = None
+        self.node_labels = NO_KEYS
+        self.node_annotations = NO_KEYS
+        self._subjects: dict[tuple[str, tuple[str, ...]], Subject] = {}
+
+    @property
+    def ready(self) -> bool:
+        """Both snapshots arrived: before that no decision can be right, so none is made."""
+        return self.config is not None and (self.tenancy_received or not self.expect_tenancy)
+
+    def set_config(self, config: EffectiveConfiguration) -> None:
+        spec = config.spec
+        self.protected_namespaces = compile_regex(spec.protected_namespace_regex or "")
+        metadata = spec.node_metadata
+        self.node_labels = keys(metadata.forbidden_labels if metadata else None)
+        self.node_annotations = keys(metadata.forbidden_annotations if metadata else None)
+        self.config = config
+        self._subjects = {}
+
+    def set_tenancy(self, tenancy: TenancySnapshot) -> None:
+        self.tenancy = tenancy
+        self.tenancy_received = True
+        self.reservations.forget_seen(tenancy)
+        self._subjects = {}
+
+    def subject(self, username: str, groups: tuple[str, ...]) -> Subject:
+        """Who is asking, memoised per snapshot (a handful of distinct users make most requests)."""
+        key = (username, groups)
+        found = self._subjects.get(key)
+        if found is None:
+            found = self._classify(username, groups)
+            if len(self._subjects) > 10_000:
+                self._subjects = {}
+            self._subjects[key] = found
+        return found
+
+    def _classify(self, username: str, groups: tuple[str, ...]) -> Subject:
+        config = self.config
+        if config is None:
+            return Subject(username, groups, Role.OTHER)
+        spec = config.spec
+        if spec.ignore_user_with_groups and set(spec.ignore_user_with_groups) & set(groups):
+            return Subject(username, groups, Role.IGNORED)
+        if any(entity_matches(admin, username, groups) for admin in spec.administrators or ()):
+            return Subject(username, groups, Role.ADMINISTRATOR)
+        owned = tuple(self.tenancy.owned_by(username, groups))
+        home = ""
+        if username.startswith(SERVICE_ACCOUNT_PREFIX):
+            namespace = username[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")[0]
+            home = self.tenancy.namespace_owner.get(namespace, "")
+        if owned or any(entity_matches(user, username, groups) for user in config.users):
+            return Subject(username, groups, Role.TENANT_USER, owned, home)
+        if home:
+            return Subject(username, groups, Role.TENANT_SERVICE_ACCOUNT, (), home)
+        return Subject(username, groups, Role.OTHER)
+
+    def force_prefix(self, tenant: TenantView) -> bool:
+        """The tenant's forceTenantPrefix, or the global one when the tenant leaves it unset."""
+        if tenant.force_tenant_prefix is not None:
+            return tenant.force_tenant_prefix
+        return bool(self.config and self.config.spec.force_tenant_prefix)
+
+    def namespace_count(self, tenant: TenantView) -> int:
+        """Namespaces the tenant has, including those this replica admitted that the snapshot lacks."""
+        return len(tenant.namespaces) + len(self.reservations.pending(tenant))

@@ -1,0 +1,138 @@
+"""The HTTP side: routing, error answers (never an allow), the response format, metrics; and certificate
+renewal on a live HTTPS listener."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from datetime import timedelta
+
+import pytest
+from admission_helpers import ALICE, decode_patch, make_state, namespace, review, tenant
+from aiohttp import ClientSession, TCPConnector
+from aiohttp.test_utils import TestClient, TestServer
+from cryptography import x509
+from prometheus_client import REGISTRY
+
+from enclave_admission.certificates import ServingCertificate
+from enclave_admission.server import AdmissionServer
+from enclave_admission.state import State
+from enclave_core.pki import CertificateAuthority
+from enclave_core.snapshots.tenancy import TENANT_LABEL
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def client_for(state: State) -> TestClient:  # type: ignore[type-arg]
+    client: TestClient = TestClient(TestServer(AdmissionServer(state).app()))  # type: ignore[type-arg]
+    await client.start_server()
+    return client
+
+
+async def test_mutation_answer_carries_a_base64_json_patch() -> None:
+    client = await client_for(make_state([tenant("solar", "alice")]))
+    try:
+        body = review(ALICE, "CREATE", namespace("dev"))
+        before = metric("enclave_admission_decisions_total", path="/namespaces/mutate", result="patched")
+        answer = await client.post("/namespaces/mutate", json=body)
+        assert answer.status == 200
+        data = await answer.json()
+        assert data["apiVersion"] == "admission.k8s.io/v1"
+        assert data["response"]["uid"] == body["request"]["uid"]
+        assert data["response"]["allowed"] is True
+        assert data["response"]["patchType"] == "JSONPatch"
+        assert {"op": "add", "path": "/metadata/labels", "value": {TENANT_LABEL: "solar"}} in decode_patch(data)
+        after = metric("enclave_admission_decisions_total", path="/namespaces/mutate", result="patched")
+        assert after == before + 1
+    finally:
+        await client.close()
+
+
+async def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) -> None:
+    client = await client_for(make_state([tenant("solar", "alice")]))
+    try:
+        with caplog.at_level(logging.INFO, logger="enclave_admission.decisions"):
+            await client.post("/namespaces/mutate", json=review(ALICE, "CREATE", namespace("dev")))
+        records = [r for r in caplog.records if r.name == "enclave_admission.decisions"]
+        assert len(records) == 1
+        assert records[0].__dict__["tenant"] == "solar"
+        assert records[0].__dict__["result"] == "patched"
+        assert records[0].__dict__["object"] == "dev"
+    finally:
+        await client.close()
+
+
+async def test_denial_has_status_message() -> None:
+    client = await client_for(make_state([tenant("solar", "alice"), tenant("wind", "alice")]))
+    try:
+        answer = await client.post("/namespaces/mutate", json=review(ALICE, "CREATE", namespace("dev")))
+        data = await answer.json()
+        assert data["response"]["allowed"] is False
+        assert data["response"]["status"]["code"] == 403
+        assert "solar, wind" in data["response"]["status"]["message"]
+    finally:
+        await client.close()
+
+
+async def test_unknown_path_malformed_body_and_not_ready_are_errors_never_allows() -> None:
+    ready = await client_for(make_state([]))
+    waiting = await client_for(State())
+    try:
+        unknown = await ready.post("/validate-everything", json=review(ALICE, "CREATE", namespace("x")))
+        assert unknown.status == 404
+        assert "/namespaces" in (await unknown.json())["error"]
+        assert (await ready.post("/namespaces", data=b"{not json")).status == 400
+        assert (await ready.post("/namespaces", json={"kind": "Pod"})).status == 400
+        assert (await ready.get("/namespaces")).status == 405
+        assert (await waiting.post("/namespaces", json=review(ALICE, "CREATE", namespace("x")))).status == 503
+    finally:
+        await ready.close()
+        await waiting.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_renewed_certificate_is_served_to_new_connections_without_restart() -> None:
+    ca = CertificateAuthority.generate("test-ca")
+    first = ca.issue("admission", ip_addresses=["127.0.0.1"], validity=timedelta(hours=1))
+    second = ca.issue("admission", ip_addresses=["127.0.0.1"], validity=timedelta(hours=2))
+    certificate = ServingCertificate()
+    assert certificate.load(first.cert_pem, first.key_pem)
+    assert not certificate.load(first.cert_pem, first.key_pem)  # unchanged: nothing to do
+    assert not certificate.load(second.cert_pem, first.key_pem)  # mismatched pair: keep the old one
+    server = AdmissionServer(make_state([tenant("solar", "alice")]))
+    port = _free_port()
+    await server.start("127.0.0.1", port, certificate.context)
+    trust = ssl.create_default_context(cadata=ca.pair.cert_pem.decode())
+
+    async def served_serial() -> int:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trust)
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        await writer.wait_closed()
+        return int(x509.load_der_x509_certificate(der).serial_number)
+
+    try:
+        assert await served_serial() == first.certificate.serial_number
+        async with ClientSession(connector=TCPConnector(ssl=trust)) as session:
+            kept = await session.post(
+                f"https://127.0.0.1:{port}/namespaces", json=review(ALICE, "CREATE", namespace("x"))
+            )
+            assert kept.status == 200
+            assert certificate.load(second.cert_pem, second.key_pem)
+            assert await served_serial() == second.certificate.serial_number
+            # the connection opened before the renewal keeps working
+            again = await session.post(
+                f"https://127.0.0.1:{port}/namespaces", json=review(ALICE, "CREATE", namespace("y"))
+            )
+            assert again.status == 200
+    finally:
+        await server.stop()
