@@ -136,3 +136,11 @@ def test_tls_plan_keeps_ca_and_renews_late_in_life() -> None:
     assert renewed.data[tls.TLS_CERT] != first.data[tls.TLS_CERT]
     moved = tls.plan(first.data, dns_names=[*names, "extra"], ip_addresses=["127.0.0.1"], validity=timedelta(hours=3))
     assert moved.reason == "ServingCertificateNamesChanged"
+
+
+def test_short_validity_is_not_renewed_at_once() -> None:
+    names = tls.service_names("svc", "ns")
+    first = tls.plan({}, dns_names=names, ip_addresses=[], validity=timedelta(seconds=6))
+    again = tls.plan(first.data, dns_names=names, ip_addresses=[], validity=timedelta(seconds=6))
+    assert again.reason == ""
+    assert 3.0 < tls.next_check(first.data) <= 6.0

@@ -132,7 +132,9 @@ class CertificateAuthority:
             .issuer_name(ca_cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(min(now - _BACKDATE, ca_cert.not_valid_before_utc))
+            # Back-date by a tenth of the validity at most: a fixed 5 minutes would dominate a short-lived
+            # certificate and make it look almost expired from the start.
+            .not_valid_before(max(now - min(_BACKDATE, validity / 10), ca_cert.not_valid_before_utc))
             .not_valid_after(min(now + validity, ca_cert.not_valid_after_utc))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
