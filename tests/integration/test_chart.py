@@ -231,24 +231,31 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
         }
         hooks |= {hook["name"]: {**hook, "side": side} for hook in admission[side]["webhooks"]}
 
-    # Only what the built components serve; quotas, replication and node metadata are off by default.
+    # Only what the built components serve; quotas, replication, tenant rules and node metadata are off.
     assert sorted(hooks) == [
         "namespaces.enclave.dev",
         "namespaces.mutate.enclave.dev",
-        "resources.enclave.dev",
         "serviceaccounts.enclave.dev",
         "serviceconfigurations.enclave.dev",
+        "tenants.enclave.dev",
     ]
+    exclusion = {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": ["kube-system", "kube-public", "kube-node-lease", "enclave-system"],
+    }
     for hook in hooks.values():
         assert hook["timeoutSeconds"] <= 5, hook["name"]
         assert hook["sideEffects"] == "None", hook["name"]
         assert hook["admissionReviewVersions"] == ["v1"], hook["name"]
-        assert {
-            "key": "kubernetes.io/metadata.name",
-            "operator": "NotIn",
-            "values": ["kube-system", "kube-public", "kube-node-lease", "enclave-system"],
-        } in hook["namespaceSelector"]["matchExpressions"], hook["name"]
-        for chart_only in ("enabled", "type", "requires"):
+        if hook["name"].startswith("namespaces."):
+            # Guards kube-system's namespace object too; the control plane is skipped by a matchCondition.
+            assert "namespaceSelector" not in hook, hook["name"]
+            condition = {c["name"]: c["expression"] for c in hook["matchConditions"]}["enclave.dev/skip-control-plane"]
+            assert "system:serviceaccount:enclave-system:" in condition
+        else:
+            assert exclusion in hook["namespaceSelector"]["matchExpressions"], hook["name"]
+        for chart_only in ("enabled", "type", "requires", "skipControlPlane"):
             assert chart_only not in hook
 
     namespaces = hooks["namespaces.enclave.dev"]
@@ -258,7 +265,7 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
     assert namespaces["rules"] == [
         {
             "apiGroups": [""],
-            "apiVersions": ["v1"],
+            "apiVersions": ["*"],
             "operations": ["CREATE", "UPDATE", "DELETE"],
             "resources": ["namespaces", "namespaces/status", "namespaces/finalize"],
             "scope": "Cluster",
@@ -266,9 +273,25 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
     ]
     assert hooks["namespaces.mutate.enclave.dev"]["failurePolicy"] == "Fail"
     assert hooks["serviceaccounts.enclave.dev"]["failurePolicy"] == "Fail"
-    resources = hooks["resources.enclave.dev"]
-    assert resources["failurePolicy"] == "Ignore"
-    assert {"key": "enclave.dev/tenant", "operator": "Exists"} in resources["namespaceSelector"]["matchExpressions"]
+    assert hooks["tenants.enclave.dev"]["failurePolicy"] == "Fail"
+    assert hooks["serviceconfigurations.enclave.dev"]["failurePolicy"] == "Ignore"
+
+
+def test_chart_webhooks_equal_the_admission_servers_defaults(helm: Path) -> None:
+    """One design, two spellings: the chart's default hooks are exactly enclave_admission.defaults.webhooks()
+    (which tox -e up uses), so an install and a local run scope admission the same way."""
+    from enclave_admission.defaults import webhooks
+    from enclave_core.api.configuration import WebhookClient, WebhookService
+
+    namespace = "team-platform"
+    (configuration,) = by_kind(render(helm, namespace), "ServiceConfiguration").values()
+    chart = configuration["spec"]["admission"]
+    client = WebhookClient(service=WebhookService(name="enclave-webhook-service", namespace=namespace))
+    expected = webhooks(client, namespace=namespace).to_k8s()
+    for side in ("mutating", "validating"):
+        rendered = {hook["name"]: hook for hook in chart[side]["webhooks"]}
+        wanted = {hook["name"]: hook for hook in expected[side]["webhooks"]}
+        assert rendered == wanted, side
 
 
 def test_webhooks_follow_the_components(helm: Path, tmp_path: Path) -> None:

@@ -113,8 +113,10 @@ promotionClusterRoles: {{ $rbac.promotionClusterRoles | default (list "enclave-n
 {{/*
 The webhooks to render, as a YAML dict {mutating: [...], validating: [...]}. A webhook is rendered when it is
 enabled, the admission server is enabled, and (when `requires` is set) one of the required components is enabled.
-The chart-only keys are stripped, and every webhook's namespaceSelector gets
-`kubernetes.io/metadata.name NotIn [excludedNamespaces..., <release namespace>]`.
+The chart-only keys are stripped. Every webhook's namespaceSelector gets
+`kubernetes.io/metadata.name NotIn [excludedNamespaces..., <release namespace>]`, except the namespace hooks
+(`skipControlPlane: true`): their selector matches the namespace object itself, so excluding kube-system
+there would stop guarding it; they get the skip-control-plane matchCondition instead.
 */}}
 {{- define "enclave.webhooks" -}}
 {{- $root := . -}}
@@ -133,11 +135,19 @@ The chart-only keys are stripped, and every webhook's namespaceSelector gets
 {{- end -}}
 {{- end -}}
 {{- if and $hook.enabled $needed -}}
-{{- $entry := omit $hook "enabled" "type" "requires" -}}
+{{- $entry := omit $hook "enabled" "type" "requires" "skipControlPlane" -}}
+{{- if $hook.skipControlPlane -}}
+{{- $user := "request.userInfo.username" -}}
+{{- $expression := printf "!(%s.startsWith('system:') && !%s.startsWith('system:serviceaccount:')) && !%s.startsWith('system:serviceaccount:kube-system:') && !%s.startsWith('system:serviceaccount:%s:') && !('system:masters' in request.userInfo.groups)" $user $user $user $user $root.Release.Namespace -}}
+{{- $skip := dict "name" "enclave.dev/skip-control-plane" "expression" $expression -}}
+{{- $_ := set $entry "matchConditions" (append ($hook.matchConditions | default list) $skip) -}}
+{{- end -}}
+{{- if not $hook.skipControlPlane -}}
 {{- $selector := deepCopy ($hook.namespaceSelector | default dict) -}}
 {{- $_ := set $selector "matchExpressions" (append ($selector.matchExpressions | default list) $exclusion) -}}
 {{- $_ = set $entry "namespaceSelector" $selector -}}
-{{- $_ = set $out $hook.type (append (index $out $hook.type) $entry) -}}
+{{- end -}}
+{{- $_ := set $out $hook.type (append (index $out $hook.type) $entry) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

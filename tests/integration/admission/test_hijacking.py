@@ -144,11 +144,14 @@ def test_cannot_drop_owner_references(enclave: Enclave, scene: dict[str, Any]) -
     _unchanged(enclave, name, before)
 
 
+@pytest.mark.parametrize("target", ["kube-system", "default"])
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.__name__)
-def test_cannot_touch_kube_system(enclave: Enclave, scene: dict[str, Any], attack: Attack) -> None:
-    before = (enclave.labels("kube-system"), enclave.owner_references("kube-system"))
-    refused(lambda: attack(scene["api"], "kube-system", scene["evil"].name), "not to a tenant of yours")
-    _unchanged(enclave, "kube-system", before)
+def test_cannot_touch_system_namespaces(enclave: Enclave, scene: dict[str, Any], attack: Attack, target: str) -> None:
+    """Even a user whom RBAC lets write every namespace cannot label kube-system (or default, standing for any
+    shared namespace outside the tenants) into a tenant: the namespace hooks are not narrowed by namespace."""
+    before = (enclave.labels(target), enclave.owner_references(target))
+    refused(lambda: attack(scene["api"], target, scene["evil"].name), "not to a tenant of yours")
+    _unchanged(enclave, target, before)
 
 
 def test_create_with_a_forged_owner_reference_lands_in_own_tenant(enclave: Enclave, scene: dict[str, Any]) -> None:

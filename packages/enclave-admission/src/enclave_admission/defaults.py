@@ -4,10 +4,15 @@
 ServiceConfiguration; the config component renders it into the two webhook configurations and injects the CA.
 Every choice scopes a hook as tightly as its rule allows:
 
-* **Namespace hooks see every namespace, including kube-system**, and ``namespaces/status`` and
-  ``namespaces/finalize``: touching kube-system or adopting an unlabelled namespace are the very attacks they
-  stop, and both subresources can rewrite labels and owner references. They are fail-closed (ownership is the
-  tenant fence). What keeps that safe is a matchCondition that never sends the control plane's own requests:
+* **System namespaces are excluded from every hook but the namespace hooks** (``kube-system``,
+  ``kube-public``, ``kube-node-lease`` and Enclave's own namespace, by ``kubernetes.io/metadata.name NotIn``):
+  a webhook outage must never stop the cluster's own machinery there.
+* **Namespace hooks see every namespace, system ones included**, and ``namespaces/status`` and
+  ``namespaces/finalize``: labelling kube-system into a tenant or adopting an unlabelled namespace are the
+  very attacks they stop (a namespace hook's namespaceSelector matches the namespace object itself, so
+  excluding kube-system there would leave it to RBAC alone), and both subresources can rewrite labels and
+  owner references. They are fail-closed (ownership is the tenant fence). What gives them the same outage
+  safety as the exclusion is a matchCondition that never sends the control plane's own requests:
   ``system:`` users that are not service accounts (kube-controller-manager, kubelets, the scheduler),
   kube-system's service accounts (the namespace controller, the garbage collector), Enclave's own service
   accounts, and ``system:masters``. An Enclave outage therefore never blocks namespace finalization or garbage
@@ -56,6 +61,20 @@ def _rule(
     group: str, resources: list[str], operations: list[Operation], scope: Literal["Cluster", "Namespaced"]
 ) -> WebhookRule:
     return WebhookRule(api_groups=[group], api_versions=["*"], operations=operations, resources=resources, scope=scope)
+
+
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
+def _exclude_system_namespaces(webhook: ValidatingWebhook, namespace: str) -> None:
+    """Append ``kubernetes.io/metadata.name NotIn [system namespaces, Enclave's]`` to the namespaceSelector."""
+    excluded = list(dict.fromkeys([*SYSTEM_NAMESPACES, namespace]))
+    requirement = LabelSelectorRequirement(key="kubernetes.io/metadata.name", operator="NotIn", values=excluded)
+    selector = webhook.namespace_selector or LabelSelector()
+    webhook.namespace_selector = LabelSelector(
+        match_labels=selector.match_labels,
+        match_expressions=[*(selector.match_expressions or []), requirement],
+    )
 
 
 def skip_control_plane(namespace: str) -> MatchCondition:
@@ -154,6 +173,8 @@ def webhooks(client: WebhookClient, *, namespace: str = "enclave-system", nodes:
                 match_policy="Equivalent",
             )
         )
+    for webhook in validating[1:]:  # every hook but the two namespace hooks
+        _exclude_system_namespaces(webhook, namespace)
     return Admission(
         mutating=MutatingAdmission(client=client, name="enclave-mutating-webhook-configuration", webhooks=mutating),
         validating=ValidatingAdmission(
