@@ -102,7 +102,7 @@ def stack(
     tenants = start("tenants", endpoints)
     endpoints["tenants"] = tenants.grpc_target
     admission = start("admission", endpoints, wait_ready=False)
-    rendered = webhooks(url_client(admission.webhook_url), namespace=namespace)
+    rendered = webhooks(url_client(admission.webhook_url), namespace=namespace, nodes=True)
     assert rendered.mutating is not None
     assert rendered.validating is not None
     rendered.mutating.name = f"{config_name}-mutating"
@@ -114,6 +114,7 @@ def stack(
             {"kind": "ServiceAccount", "name": f"system:serviceaccount:{ROBOT_NS}:robot"},
         ],
         "events": {"namespace": namespace},
+        "nodeMetadata": {"forbiddenLabels": {"denied": ["pool"], "deniedRegex": "^secret\\."}},
         "rbac": {"provisioner": f"{config_name}-prov", "deleter": "enclave-namespace-deleter"},
         "admission": rendered.to_k8s(),
     }
@@ -230,3 +231,41 @@ def test_service_account_owner(stack: Stack) -> None:
             for s in rb.subjects or []
         )
     )
+
+
+def test_tenant_users_cannot_set_forbidden_node_metadata(stack: Stack) -> None:
+    node, erin = unique("e2e-node"), unique("erin")
+    core = client.CoreV1Api(stack.kube)
+    core.create_node({"metadata": {"name": node, "labels": {"pool": "shared"}}})
+    rbac = client.RbacAuthorizationV1Api(stack.kube)
+    role = f"{node}-labeler"
+    rbac.create_cluster_role(
+        {"metadata": {"name": role}, "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]}
+    )
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "User", "name": erin, "apiGroup": "rbac.authorization.k8s.io"}],
+        }
+    )
+    try:
+        api = stack.as_user(erin, ["enclave.dev"])
+
+        def patched() -> bool:
+            try:
+                api.patch_node(node, {"metadata": {"labels": {"team": "erin"}}})
+            except ApiException as err:
+                if err.status == 403 and "denied the request" not in str(err.body):
+                    return False  # the RBAC binding is not visible to the authorizer yet
+                raise
+            return True
+
+        poll(patched)
+        assert "pool" in refused(lambda: api.patch_node(node, {"metadata": {"labels": {"pool": "mine"}}}))
+        assert "secret.key" in refused(lambda: api.patch_node(node, {"metadata": {"labels": {"secret.key": "x"}}}))
+        assert client.CoreV1Api(stack.kube).read_node(node).metadata.labels["pool"] == "shared"
+    finally:
+        rbac.delete_cluster_role_binding(role)
+        rbac.delete_cluster_role(role)
+        core.delete_node(node)
