@@ -14,8 +14,6 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import Gauge
 
@@ -28,10 +26,9 @@ from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
-from enclave_core.runtime import component
+from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import HostPort, add_common_flags, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
-from enclave_core.snapshots.subscriber import SnapshotSubscriber
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot
 
 log = logging.getLogger(__name__)
@@ -61,26 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env_default("ENCLAVE_TLS_SECRET_NAME", ""),
         help="Secret in --namespace holding tls.crt/tls.key, watched for renewals (env ENCLAVE_TLS_SECRET_NAME)",
     )
-    parser.add_argument(
-        "--config-endpoint",
-        default=env_default("ENCLAVE_CONFIG_ENDPOINT", ""),
-        help="gRPC target of ConfigService (env ENCLAVE_CONFIG_ENDPOINT)",
-    )
-    parser.add_argument(
-        "--tenants-endpoint",
-        default=env_default("ENCLAVE_TENANTS_ENDPOINT", ""),
-        help="gRPC target of TenantService; without it no tenant exists (env ENCLAVE_TENANTS_ENDPOINT)",
-    )
-    parser.add_argument(
-        "--grpc-ca-file",
-        default=env_default("ENCLAVE_GRPC_CA_FILE", ""),
-        help="CA verifying the snapshot services; plaintext when empty (loopback only) (env ENCLAVE_GRPC_CA_FILE)",
-    )
-    parser.add_argument(
-        "--grpc-server-name",
-        default=env_default("ENCLAVE_GRPC_SERVER_NAME", ""),
-        help="TLS name expected of the snapshot services when it differs from the target host",
-    )
+    grpc.add_subscription_flags(parser, "config", "tenants")
     args = parser.parse_args(argv)
     if not args.config_endpoint:
         parser.error("--config-endpoint (or ENCLAVE_CONFIG_ENDPOINT) is required")
@@ -91,25 +69,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.identity:
         args.identity = f"{socket.gethostname()}-{os.getpid()}"
     return args
-
-
-def _subscriber(
-    args: argparse.Namespace, target: str, stub: Callable[[Any], Any], kind: str, accept: Callable[[Snapshot], None]
-) -> SnapshotSubscriber:
-    return SnapshotSubscriber(
-        target,
-        stub,
-        kinds=[kind],
-        on_snapshot=accept,
-        subscriber=f"admission/{args.identity}",
-        ca_file=args.grpc_ca_file,
-        server_name=args.grpc_server_name,
-    )
-
-
-def _ready_check(subscriber: SnapshotSubscriber) -> Callable[[], bool]:
-    """One readiness gate per subscription: open once its kind has arrived."""
-    return lambda: subscriber.ready
 
 
 async def body(process: component.Component) -> None:
@@ -131,21 +90,14 @@ async def body(process: component.Component) -> None:
         SNAPSHOT_REVISION.labels(TENANCY_KIND).set(snapshot.revision)
         log.info("tenancy snapshot", extra={"revision": snapshot.revision, "tenants": len(tenancy.tenants)})
 
-    subscribers = [
-        _subscriber(args, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
-    ]
+    grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
     if args.tenants_endpoint:
-        subscribers.append(
-            _subscriber(args, args.tenants_endpoint, tenants_pb2_grpc.TenantServiceStub, TENANCY_KIND, accept_tenancy)
-        )
+        grpc.subscribe(process, args.tenants_endpoint, tenants_pb2_grpc.TenantServiceStub, TENANCY_KIND, accept_tenancy)
     else:
         log.warning("no --tenants-endpoint: running without tenants (tenant users own nothing)")
-    for subscriber in subscribers:
-        process.readiness.add_check(f"snapshot:{subscriber.kinds[0]}", _ready_check(subscriber))
     process.readiness.add_check("serving-certificate", certificate.loaded.is_set)
 
-    tasks = [asyncio.create_task(s.run(), name=f"subscriber-{s.kinds[0]}") for s in subscribers]
-    tasks.append(asyncio.create_task(events.run(), name="deny-events"))
+    tasks = [asyncio.create_task(events.run(), name="deny-events")]
     if args.tls_cert_file:
         watch = certificate.watch_files(args.tls_cert_file, args.tls_key_file)
     else:

@@ -14,13 +14,11 @@ from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
-from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
-from enclave_core.snapshots.subscriber import SnapshotSubscriber
 from enclave_tenants.bindings import MANAGER
 from enclave_tenants.controller import Settings, TenantsController
 
@@ -49,25 +47,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def subscribe_configuration(process: component.Component, controller: TenantsController) -> None:
-    """Follow enclave-config's effective configuration; the readiness gate ``configuration`` waits for it."""
-    args = process.args
-
-    def accept(snapshot: Snapshot) -> None:
-        controller.set_configuration(EffectiveConfiguration.model_validate_json(snapshot.payload))
-
-    subscriber = SnapshotSubscriber(
-        args.config_endpoint,
-        config_pb2_grpc.ConfigServiceStub,
-        kinds=[CONFIG_KIND],
-        on_snapshot=accept,
-        subscriber=f"{MANAGER}/{args.identity}",
-        ca_file=args.grpc_ca_file,
-    )
-    process.readiness.add_check("configuration", lambda: subscriber.ready)
-    process.spawn(subscriber.run(), "config-subscriber")
-
-
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
@@ -82,7 +61,14 @@ async def body(process: component.Component) -> None:
     process.readiness.add("informers-synced")
     process.readiness.add("reconciled")
     if args.config_endpoint:
-        subscribe_configuration(process, controller)
+        # Follow enclave-config's effective configuration; the readiness gate waits for the first one.
+        grpc.subscribe(
+            process,
+            args.config_endpoint,
+            config_pb2_grpc.ConfigServiceStub,
+            CONFIG_KIND,
+            lambda snapshot: controller.set_configuration(EffectiveConfiguration.model_validate_json(snapshot.payload)),
+        )
     register = tenants_pb2_grpc.add_TenantServiceServicer_to_server
     async with grpc.serve_snapshots(process, kube, hub, register, "TenantService"):
 

@@ -16,10 +16,12 @@ import grpc
 
 from enclave_core.kube.rest import Kube
 from enclave_core.kube.tls_secret import TlsSecretSource
+from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.runtime.component import Component
 from enclave_core.runtime.options import env_default
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.server import SnapshotServer
+from enclave_core.snapshots.subscriber import SnapshotSubscriber
 
 
 def add_server_flags(parser: argparse.ArgumentParser, default_port: int = 9090) -> None:
@@ -50,6 +52,35 @@ def add_subscription_flags(parser: argparse.ArgumentParser, *publishers: str) ->
         default=env_default("ENCLAVE_GRPC_CA_FILE", ""),
         help="CA bundle that verifies the publishers; empty means plaintext, loopback only (env ENCLAVE_GRPC_CA_FILE)",
     )
+    parser.add_argument(
+        "--grpc-server-name",
+        default=env_default("ENCLAVE_GRPC_SERVER_NAME", ""),
+        help="TLS name expected of the publishers when it differs from the endpoint host (env ENCLAVE_GRPC_SERVER_NAME)",
+    )
+
+
+def subscribe(
+    process: Component,
+    endpoint: str,
+    stub: Callable[[grpc.aio.Channel], Any],
+    kind: str,
+    accept: Callable[[Snapshot], None],
+) -> SnapshotSubscriber:
+    """Subscribe to ``kind`` at ``endpoint`` for the life of the process; readiness gate ``snapshot:<kind>``
+    stays closed until the first snapshot has arrived (then the last good one serves through outages)."""
+    args = process.args
+    subscriber = SnapshotSubscriber(
+        endpoint,
+        stub,
+        kinds=[kind],
+        on_snapshot=accept,
+        subscriber=f"{process.name}/{args.identity}",
+        ca_file=args.grpc_ca_file,
+        server_name=args.grpc_server_name,
+    )
+    process.readiness.add_check(f"snapshot:{kind}", lambda: subscriber.ready)
+    process.spawn(subscriber.run(), f"subscriber-{kind}")
+    return subscriber
 
 
 @contextlib.asynccontextmanager
