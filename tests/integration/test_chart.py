@@ -175,14 +175,13 @@ def test_defaults_render_the_built_components(helm: Path) -> None:
         assert "topologySpreadConstraints" not in deployment["spec"]["template"]["spec"]
         assert "--grpc-address=0.0.0.0:9090" in args
         assert "--leader-elect" in args
-        assert "--grpc-tls-cert=/etc/enclave/tls/tls.crt" in args
         identity = next(env for env in container(deployment)["env"] if env["name"] == "ENCLAVE_IDENTITY")
         assert identity["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
+    assert "--grpc-tls-cert=/etc/enclave/tls/tls.crt" in container(deployments["enclave-tenants"])["args"]
     config_args = container(deployments["enclave-config"])["args"]
     assert "--service-configuration-name=default" in config_args
-    assert "--tls-secret-name=enclave-tls" in config_args
-    assert "--webhook-service-name=enclave-webhook-service" in config_args
+    assert "--grpc-tls-secret=enclave-tls" in config_args
     assert (
         "--config-endpoint=enclave-config.enclave-system.svc:9090" in container(deployments["enclave-tenants"])["args"]
     )
@@ -561,3 +560,21 @@ def test_dry_run_catches_what_a_template_typo_would_produce(helm: Path, kube: An
     deployment["spec"]["replicas"] = -1
     with pytest.raises(AssertionError, match=re.escape("spec.replicas")):
         dry_run(kube, [deployment], namespace)
+
+
+def test_rendered_arguments_are_accepted_by_each_component(helm: Path) -> None:
+    """Every built component parses the command line the chart gives it (a misspelt flag would crash-loop)."""
+    import importlib
+    import importlib.util
+
+    deployments = by_kind(render(helm, "enclave-system"), "Deployment")
+    checked = []
+    for deployment in deployments.values():
+        spec = container(deployment)
+        module = spec["command"][-1]
+        if importlib.util.find_spec(module) is None:
+            continue
+        main = importlib.import_module(f"{module}.__main__")
+        main.parse_args(spec["args"])  # argparse exits with status 2 on an unknown or bad flag
+        checked.append(module)
+    assert sorted(checked) == ["enclave_admission", "enclave_config", "enclave_tenants"]

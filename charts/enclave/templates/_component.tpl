@@ -15,14 +15,17 @@ Context: (dict "root" $ "name" "<component>").
 - --probe-address=0.0.0.0:8081
 {{- if $meta.controller }}
 - --grpc-address=0.0.0.0:{{ $v.grpcPort }}
+{{- if eq $name "config" }}
+{{- /* config maintains the Secret itself, so it reads it through the API rather than a mount it would wait on. */}}
+- --grpc-tls-secret={{ $root.Values.tls.secretName }}
+{{- else }}
 - --grpc-tls-cert={{ $tls }}/tls.crt
 - --grpc-tls-key={{ $tls }}/tls.key
+{{- end }}
 - --leader-elect
 {{- end }}
 {{- if eq $name "config" }}
 - --service-configuration-name={{ $root.Values.serviceConfiguration.name }}
-- --tls-secret-name={{ $root.Values.tls.secretName }}
-- --webhook-service-name={{ $root.Values.admission.service.name }}
 {{- else if $root.Values.config.enabled }}
 - --config-endpoint={{ include "enclave.grpcTarget" (dict "root" $root "name" "config") }}
 - --grpc-ca-file={{ $tls }}/ca.crt

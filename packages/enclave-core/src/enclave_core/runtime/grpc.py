@@ -8,7 +8,9 @@ Flags: ``--grpc-address`` and a TLS source for the server (``--grpc-tls-cert``/`
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -83,6 +85,14 @@ def subscribe(
     return subscriber
 
 
+async def _wait_for_files(*paths: str) -> None:
+    def present() -> bool:
+        return all(os.path.exists(path) for path in paths)
+
+    while not await asyncio.to_thread(present):  # noqa: ASYNC110 - the kubelet fills the mount; no event to await
+        await asyncio.sleep(1.0)
+
+
 @contextlib.asynccontextmanager
 async def serve_snapshots(
     process: Component,
@@ -110,6 +120,10 @@ async def serve_snapshots(
     async def start() -> None:
         if secret is not None:
             await secret.wait_ready()
+        if args.grpc_tls_cert:
+            # A mounted Secret that enclave-config has not created yet: wait (not ready) instead of crash-looping.
+            await _wait_for_files(args.grpc_tls_cert, args.grpc_tls_key)
+
         await server.start()
         process.readiness.set("grpc")
 
