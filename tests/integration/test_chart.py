@@ -9,8 +9,10 @@ service accounts to prove the narrow ``escalate`` and ``bind`` grants are enough
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,10 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from enclave_testing import binaries
+from enclave_testing.components import COMPONENTS, start_component
+from enclave_testing.controlplane import ControlPlane
 from enclave_testing.paths import repo_root
+from enclave_testing.waiting import poll as _poll
 
 pytestmark = pytest.mark.integration
 
@@ -578,3 +583,123 @@ def test_rendered_arguments_are_accepted_by_each_component(helm: Path) -> None:
         main.parse_args(spec["args"])  # argparse exits with status 2 on an unknown or bad flag
         checked.append(module)
     assert sorted(checked) == ["enclave_admission", "enclave_config", "enclave_tenants"]
+
+
+# -- the real components under the chart's RBAC ------------------------------------------------------------
+
+
+def _token_kubeconfig(control_plane: ControlPlane, kube: Any, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as ``account`` with a token from the TokenRequest API, as in a pod."""
+    request = {"spec": {"expirationSeconds": 3600}}
+    token = client.CoreV1Api(kube).create_namespaced_service_account_token(account, namespace, request).status.token
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {"server": control_plane.api_url, "certificate-authority": str(control_plane.ca_file)},
+            }
+        ],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": account}}],
+        "current-context": "c",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_controllers_run_with_exactly_the_charts_rbac(
+    helm: Path, kube: Any, control_plane: ControlPlane, enclave_crds: list[str], tmp_path: Path
+) -> None:
+    """enclave-config and enclave-tenants, authenticated as the chart's service accounts, do their whole job:
+    the default ServiceConfiguration created and Ready, roles and binding applied, tenant RoleBindings bound."""
+    namespace = f"enclave-rbac-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": namespace}})
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    manifests = [doc for doc in render(helm, namespace) if doc["kind"] in kinds]
+    dynamic = DynamicClient(kube)
+    created: list[tuple[Any, Manifest]] = []
+    running: list[Any] = []
+    custom = client.CustomObjectsApi(kube)
+    tenant = f"rbac-{secrets.token_hex(3)}"
+    try:
+        for doc in manifests:
+            resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            target = namespace if resource.namespaced else None
+            with contextlib.suppress(ApiException):
+                resource.delete(name=doc["metadata"]["name"], namespace=target)
+            resource.create(body=doc, namespace=target)
+            created.append((resource, doc))
+        specs = {spec.name: spec for spec in COMPONENTS}
+
+        def start(name: str, endpoints: dict[str, str], args: list[str]) -> Any:
+            kubeconfig = _token_kubeconfig(
+                control_plane, kube, namespace, f"enclave-{name}", tmp_path / f"{name}.kubeconfig"
+            )
+            component = start_component(
+                specs[name],
+                kubeconfig=kubeconfig,
+                log_dir=control_plane.log_dir,
+                namespace=namespace,
+                endpoints=endpoints,
+                args=args,
+                identity=f"rbac-{name}",
+            )
+            running.append(component)
+            return component
+
+        config = start("config", {}, ["--service-configuration-name=default", "--resync=5s"])
+
+        def configuration_ready() -> bool:
+            status = (
+                custom.get_cluster_custom_object("enclave.dev", "v1beta2", "serviceconfigurations", "default").get(
+                    "status"
+                )
+                or {}
+            )
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+
+        _poll(configuration_ready)
+        binding = client.RbacAuthorizationV1Api(kube).read_cluster_role_binding("enclave-namespace-provisioner")
+        assert [(s.kind, s.name) for s in binding.subjects] == [("Group", "enclave.dev")]
+
+        start("tenants", {"config": config.grpc_target}, [])
+        custom.create_cluster_custom_object(
+            "enclave.dev",
+            "v1beta2",
+            "tenants",
+            {
+                "apiVersion": "enclave.dev/v1beta2",
+                "kind": "Tenant",
+                "metadata": {"name": tenant},
+                "spec": {"owners": [{"kind": "User", "name": "rbac-alice"}]},
+            },
+        )
+        core.create_namespace({"metadata": {"name": f"{tenant}-dev", "labels": {"enclave.dev/tenant": tenant}}})
+
+        def bound() -> set[str]:
+            items = client.RbacAuthorizationV1Api(kube).list_namespaced_role_binding(f"{tenant}-dev").items
+            return {rb.role_ref.name for rb in items}
+
+        _poll(lambda: {"admin", "enclave-namespace-deleter"} <= bound())
+        _poll(
+            lambda: (
+                (custom.get_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant).get("status") or {}).get(
+                    "size"
+                )
+                == 1
+            )
+        )
+    finally:
+        for component in reversed(running):
+            component.process.stop()
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant)
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object("enclave.dev", "v1beta2", "serviceconfigurations", "default")
+        for resource, doc in reversed(created):
+            if not resource.namespaced:
+                with contextlib.suppress(ApiException):
+                    resource.delete(name=doc["metadata"]["name"])

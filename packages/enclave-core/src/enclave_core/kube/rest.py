@@ -76,7 +76,7 @@ class Kube:
         url = self.api.configuration.host + path
         if query:
             url += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = await self._headers(method, path, body, {"Accept": "application/json", "Content-Type": content_type})
         response = await self.api.call_api(
             method, url, header_params=headers, body=body, _request_timeout=request_timeout
         )
@@ -85,6 +85,12 @@ class Kube:
         if response.status >= 400:
             raise KubeError(response.status, payload.get("reason", ""), payload.get("message", str(data)), payload)
         return payload
+
+    async def _headers(self, method: str, path: str, body: Any, headers: dict[str, str]) -> dict[str, str]:
+        """Add the bearer token (a service-account token in a pod, refreshed by the client's hook); client
+        certificates authenticate in the TLS layer and need nothing here."""
+        await self.api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
+        return headers
 
     async def get(self, path: str) -> JSON:
         return await self.request("GET", path)
@@ -159,9 +165,8 @@ class Kube:
             + "?"
             + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
         )
-        response = await self.api.call_api(
-            "GET", url, header_params={"Accept": "application/json"}, _request_timeout=timeout_seconds + 30
-        )
+        headers = await self._headers("GET", path, None, {"Accept": "application/json"})
+        response = await self.api.call_api("GET", url, header_params=headers, _request_timeout=timeout_seconds + 30)
         raw = response.response
         try:
             if response.status >= 400:
