@@ -27,7 +27,7 @@ from enclave_core.api.meta import Entity
 from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from admission.harness import Enclave, grant_namespace_rights, poll, start_enclave, stop_enclave, unique
+from admission.harness import Enclave, namespace_rights, poll, start_enclave, stop_enclave, unique
 
 HANDLER_TARGET_P99_MS = 5.0
 E2E_TARGET_OVERHEAD_MS = 5.0
@@ -39,16 +39,13 @@ E2E_CREATES = 60
 def bench_enclave(
     control_plane: Any, kube: Any, impersonate: Callable[..., Any], enclave_crds: list[str]
 ) -> Iterator[Enclave]:
-    grant_namespace_rights(
-        kube,
-        "enclave-admission-bench",
-        [{"kind": "Group", "name": "enclave.dev", "apiGroup": "rbac.authorization.k8s.io"}],
-    )
-    running = start_enclave(control_plane, kube, impersonate, spec={})
-    try:
-        yield running
-    finally:
-        stop_enclave(running)
+    subjects = [{"kind": "Group", "name": "enclave.dev", "apiGroup": "rbac.authorization.k8s.io"}]
+    with namespace_rights(kube, "enclave-admission-bench", subjects):
+        running = start_enclave(control_plane, kube, impersonate, spec={})
+        try:
+            yield running
+        finally:
+            stop_enclave(running)
 
 
 def percentile(values: list[float], fraction: float) -> float:

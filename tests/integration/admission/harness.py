@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,8 +197,10 @@ def refused(call: Callable[[], Any], *fragments: str) -> str:
     return str(body)
 
 
-def grant_namespace_rights(kube: Any, name: str, subjects: list[dict[str, str]]) -> None:
-    """Give ``subjects`` every right on namespaces and their subresources: the webhook alone must stop them."""
+@contextlib.contextmanager
+def namespace_rights(kube: Any, name: str, subjects: list[dict[str, str]]) -> Iterator[None]:
+    """Give ``subjects`` every right on namespaces and their subresources (the webhook alone must stop them)
+    for the duration of the block: the grant is cluster-wide and must not leak into later test modules."""
     rbac = client.RbacAuthorizationV1Api(kube)
     role = {
         "metadata": {"name": name},
@@ -220,6 +222,13 @@ def grant_namespace_rights(kube: Any, name: str, subjects: list[dict[str, str]])
         rbac.create_cluster_role(role)
     with contextlib.suppress(ApiException):
         rbac.create_cluster_role_binding(binding)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ApiException):
+            rbac.delete_cluster_role_binding(name)
+        with contextlib.suppress(ApiException):
+            rbac.delete_cluster_role(name)
 
 
 def start_enclave(

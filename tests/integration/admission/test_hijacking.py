@@ -1,6 +1,6 @@
 """Adversarial: a tenant user with every RBAC right on namespaces tries each way to take, move or drop one.
 
-RBAC lets them (``grant_namespace_rights`` in the conftest); only the webhooks stand in the way, and every
+RBAC lets them (``namespace_rights`` in the conftest); only the webhooks stand in the way, and every
 path must be refused with the namespace left as it was: create, update (PUT), JSON patch, merge patch,
 server-side apply, and the ``status`` and ``finalize`` subresources.
 """

@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_core.api.meta import Entity
 
-from .harness import Enclave, grant_namespace_rights, start_enclave, stop_enclave, unique
+from .harness import Enclave, namespace_rights, start_enclave, stop_enclave, unique
 
 HAMMER_SECONDS = 14.0
 
@@ -26,16 +26,13 @@ HAMMER_SECONDS = 14.0
 def renewing(
     control_plane: Any, kube: Any, impersonate: Callable[..., Any], enclave_crds: list[str]
 ) -> Iterator[Enclave]:
-    grant_namespace_rights(
-        kube,
-        "enclave-admission-test-everything",
-        [{"kind": "Group", "name": "enclave.dev", "apiGroup": "rbac.authorization.k8s.io"}],
-    )
-    running = start_enclave(control_plane, kube, impersonate, config_args=["--tls-validity=6s"])
-    try:
-        yield running
-    finally:
-        stop_enclave(running)
+    subjects = [{"kind": "Group", "name": "enclave.dev", "apiGroup": "rbac.authorization.k8s.io"}]
+    with namespace_rights(kube, "enclave-admission-test-everything", subjects):
+        running = start_enclave(control_plane, kube, impersonate, config_args=["--tls-validity=6s"])
+        try:
+            yield running
+        finally:
+            stop_enclave(running)
 
 
 def _served_serial(port: int, context: ssl.SSLContext) -> int:
