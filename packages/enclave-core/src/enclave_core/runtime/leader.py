@@ -64,26 +64,27 @@ class LeaderElector:
     async def run(self, work: Callable[[], Coroutine[Any, Any, None]], on_change: Callable[[bool], None]) -> None:
         """Run ``work`` whenever this replica leads; until cancelled."""
         await self._ensure_namespace()
-        try:
-            while True:
-                while not await self._try_acquire_or_renew():  # noqa: ASYNC110 - polls the Lease in the API
-                    await asyncio.sleep(self.retry_period)
-                self.leading = True
-                on_change(True)
-                log.info("became leader", extra={"lease": self.name, "identity": self.identity})
-                worker = asyncio.create_task(work())
-                try:
-                    await self._renew_until_lost(worker)
-                finally:
-                    worker.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await worker
-                    self.leading = False
-                    on_change(False)
-                log.warning("lost leadership", extra={"lease": self.name, "identity": self.identity})
-        finally:
-            if self.leading:
-                await self.release()
+        while True:
+            while not await self._try_acquire_or_renew():  # noqa: ASYNC110 - polls the Lease in the API
+                await asyncio.sleep(self.retry_period)
+            self.leading = True
+            on_change(True)
+            log.info("became leader", extra={"lease": self.name, "identity": self.identity})
+            worker = asyncio.create_task(work())
+            lost = False
+            try:
+                await self._renew_until_lost(worker)
+                lost = True
+            finally:
+                worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await worker
+                self.leading = False
+                on_change(False)
+                if not lost:
+                    # Shutting down (or the work failed): hand over now instead of after a lease duration.
+                    await self.release()
+            log.warning("lost leadership", extra={"lease": self.name, "identity": self.identity})
 
     async def _renew_until_lost(self, worker: asyncio.Task[None]) -> None:
         last_renew = asyncio.get_running_loop().time()
