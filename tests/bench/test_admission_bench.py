@@ -27,7 +27,10 @@ from enclave_core.api.meta import Entity
 from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from admission.harness import Enclave, namespace_rights, poll, start_enclave, stop_enclave, unique
+from admission.harness import Enclave, namespace_rights, start_enclave, stop_enclave
+
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
 
 HANDLER_TARGET_P99_MS = 5.0
 E2E_TARGET_OVERHEAD_MS = 5.0

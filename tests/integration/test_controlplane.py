@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,18 +13,8 @@ from kubernetes.client.rest import ApiException
 
 from enclave_core.pki import CertificateAuthority
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.waiting import poll as _poll
 from enclave_testing.webhooks import DenyingWebhook
-
-
-def _poll(check: Any, timeout: float = 30.0, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def test_version_reports_pinned_release(kube: Any) -> None:

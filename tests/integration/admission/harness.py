@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import secrets
 import ssl
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,29 +29,13 @@ from enclave_core.api.meta import Entity
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TENANT_LABEL, TenancySnapshot, TenantView
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
 
 GROUP, VERSION = "enclave.dev", "v1beta2"
 CONFIG = next(spec for spec in COMPONENTS if spec.name == "config")
 ADMISSION = next(spec for spec in COMPONENTS if spec.name == "admission")
 ADMINS = "enclave-admins"
-
-
-def poll(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (ApiException, OSError) as err:
-            last = err
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} not met within {timeout}s (last: {last!r})")
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(3)}"
 
 
 class TenancyPublisher:

@@ -18,8 +18,10 @@ from enclave_admission.defaults import url_client, webhooks
 from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
 
-from .harness import GROUP, VERSION, poll, refused, unique
+from .harness import GROUP, VERSION, refused
 
 SPECS = {spec.name: spec for spec in COMPONENTS}
 ROBOT_NS = "e2e-robots"

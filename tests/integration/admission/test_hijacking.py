@@ -16,8 +16,9 @@ from kubernetes import client
 
 from enclave_core.api.meta import Entity
 from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_testing.names import unique
 
-from .harness import Enclave, refused, unique
+from .harness import Enclave, refused
 
 Attack = Callable[[client.CoreV1Api, str, str | None], Any]
 """(api as the attacker, target namespace, tenant label value to write)"""

@@ -11,8 +11,10 @@ from kubernetes import client
 
 from enclave_core.api.meta import Entity
 from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, PROMOTED_LABEL, TENANT_LABEL
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
 
-from .harness import GROUP, VERSION, Enclave, poll, refused, unique
+from .harness import GROUP, VERSION, Enclave, refused
 
 
 def user(name: str) -> Entity:

@@ -16,8 +16,9 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from enclave_core.api.meta import Entity
+from enclave_testing.names import unique
 
-from .harness import Enclave, namespace_rights, start_enclave, stop_enclave, unique
+from .harness import Enclave, namespace_rights, start_enclave, stop_enclave
 
 HAMMER_SECONDS = 14.0
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,28 +18,12 @@ from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.snapshots.subscriber import SnapshotSubscriber
 from enclave_testing.components import RunningComponent
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
 from enclave_testing.webhooks import DenyingWebhook
 
 GROUP, VERSION = "enclave.dev", "v1beta2"
 Start = Callable[..., RunningComponent]
-
-
-def poll(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except ApiException as err:
-            last = err
-        if last and not isinstance(last, ApiException):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(3)}"
 
 
 class Cluster:

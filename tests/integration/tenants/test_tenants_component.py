@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,30 +18,13 @@ from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.snapshots.subscriber import SnapshotSubscriber
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
 
 from .conftest import GROUP, VERSION, Stack
 
 TENANT_LABEL = "enclave.dev/tenant"
 SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
-
-
-def poll(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
-    """Until ``check`` returns something truthy (API errors count as not yet), or fail with the last value."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except ApiException as err:
-            last = err
-        if last and not isinstance(last, ApiException):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(3)}"
 
 
 class Cluster:
