@@ -1,0 +1,46 @@
+"""Components never import each other, and the shared library imports no component.
+
+They meet only in protos/ (gRPC snapshots) and in the cluster (ledgers); an import across would make two
+separately deployable processes secretly one. (The test-support package may use component helpers.)
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGES = Path(__file__).resolve().parents[2]
+COMPONENTS = sorted(
+    p.name.removeprefix("enclave-").replace("-", "_")
+    for p in PACKAGES.iterdir()
+    if p.is_dir() and p.name.startswith("enclave-") and p.name not in ("enclave-core", "enclave-testing")
+)
+
+
+def _imports(package_dir: Path) -> set[tuple[str, str]]:
+    found = set()
+    for path in (package_dir / "src").rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {(str(path), alias.name) for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add((str(path), node.module))
+    return found
+
+
+@pytest.mark.parametrize("package", ["core", *COMPONENTS])
+def test_no_component_imports_another(package: str) -> None:
+    forbidden = {f"enclave_{c}" for c in COMPONENTS if c != package}
+    crossings = sorted(
+        f"{path}: imports {module}"
+        for path, module in _imports(PACKAGES / f"enclave-{package}")
+        if module.split(".")[0] in forbidden
+    )
+    assert not crossings, "\n".join(crossings)
+
+
+def test_components_are_found() -> None:
+    assert {"admission", "config", "tenants"} <= set(COMPONENTS)
