@@ -16,7 +16,7 @@ from enclave_core.api.meta import (
     Name,
     StatusModel,
 )
-from enclave_core.api.quotas import QuotaSpec, ResourceList
+from enclave_core.api.quotas import QuotaSpec, QuotaTotals, ResourceList
 from enclave_core.api.schema import REQUIRED, Rule, TypeExtras
 from enclave_core.quantity import QuantityValue
 
@@ -59,15 +59,8 @@ class ResourcePoolSpec(ApiModel):
     """Namespaces managed by the pool (selectors ORed)."""
 
 
-class Allocation(StatusModel):
-    """Amounts per resource."""
-
-    available: ResourceList | None = None
-    """Hard minus used."""
-    hard: ResourceList | None = None
-    """Total."""
-    used: ResourceList | None = None
-    """Claimed."""
+Allocation = QuotaTotals
+"""A pool's or a claim's amounts per resource: the same shape as a GlobalResourceQuota's totals."""
 
 
 class ClaimRef(StatusModel):

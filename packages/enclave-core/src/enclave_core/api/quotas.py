@@ -247,14 +247,14 @@ class GlobalResourceQuotaSpec(ApiModel):
 
 
 class QuotaTotals(StatusModel):
-    """Aggregated amounts per resource."""
+    """Amounts per resource: a GlobalResourceQuota's totals, a ResourcePool's or a claim's allocation."""
 
     available: ResourceList | None = None
     """max(hard - used, 0)."""
     hard: ResourceList | None = None
     """Hard limits."""
     used: ResourceList | None = None
-    """Usage summed over namespaces."""
+    """In use: summed over namespaces for a global quota, claimed for a pool."""
 
 
 class NamespaceUsage(StatusModel):
