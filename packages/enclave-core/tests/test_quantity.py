@@ -253,7 +253,10 @@ quantities = st.one_of(
 def test_roundtrip_parse_str(q: Quantity) -> None:
     again = Quantity.parse(str(q))
     assert again == q
-    assert str(again) == str(q)  # canonical form is a fixed point
+    # The canonical form of a parsed quantity is a fixed point. Not always that of a built one: a BinarySI
+    # amount with no exact binary suffix prints bare ("3125000") and parses back as DecimalSI ("3125k"), as in
+    # Kubernetes.
+    assert str(Quantity.parse(str(again))) == str(again)
 
 
 @given(quantities)
