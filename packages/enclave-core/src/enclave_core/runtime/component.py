@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
+import uvloop
 from kubernetes.aio import client
 
 from enclave_core.kube.rest import Kube
@@ -90,6 +92,10 @@ async def _serve(component: Component, body: Body, leader_work: Body | None) -> 
     probes = ProbeServer(HostPort.parse(component.args.probe_address), component.readiness)
     await probes.start()
     component.api = await api_client(component.args.kubeconfig)
+    # What is alive now (modules, the API client, the probes) lives as long as the process: out of the
+    # collector's sight, a full collection walks only what serving allocates. Measured on admission: one
+    # 50 ms gen-2 pause under load without it, with every request in flight waiting.
+    gc.freeze()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -138,6 +144,14 @@ def run(name: str, args: argparse.Namespace, body: Body, leader_work: Body | Non
     """Run ``body`` on every replica and ``leader_work`` on the elected one; return the exit code."""
     setup_logging(name, args.log_level, args.log_format)
     component = Component(name, args)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(component, body, leader_work))
+    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=loop_factory(args)) as runner:
+        runner.run(_serve(component, body, leader_work))
     return 0
+
+
+def loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop unless ``--event-loop=asyncio``: the admission server's TLS costs about a fifth less on it, and
+    grpc.aio, kubernetes.aio and aiohttp all run on it (the whole integration suite does)."""
+    if getattr(args, "event_loop", "uvloop") == "asyncio":
+        return None
+    return uvloop.new_event_loop

@@ -36,6 +36,12 @@ def add_common_flags(parser: argparse.ArgumentParser, *, probe_port: int, leader
     )
     parser.add_argument("--log-level", default=env_default("ENCLAVE_LOG_LEVEL", "info"))
     parser.add_argument("--log-format", choices=["json", "text"], default=env_default("ENCLAVE_LOG_FORMAT", "json"))
+    parser.add_argument(
+        "--event-loop",
+        choices=["uvloop", "asyncio"],
+        default=env_default("ENCLAVE_EVENT_LOOP", "uvloop"),
+        help="uvloop (libuv, and TLS without a Python layer) or the stdlib loop (env ENCLAVE_EVENT_LOOP)",
+    )
     if leader_election:
         parser.add_argument(
             "--leader-elect",
