@@ -4,15 +4,16 @@ renewal on a live HTTPS listener."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
 from admission_helpers import ALICE, decode_patch, make_state, namespace, review, tenant
 from aiohttp import ClientSession, TCPConnector
-from aiohttp.test_utils import TestClient, TestServer
 from cryptography import x509
 from prometheus_client import REGISTRY
 
@@ -27,15 +28,20 @@ def metric(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-async def client_for(state: State) -> TestClient:  # type: ignore[type-arg]
-    client: TestClient = TestClient(TestServer(AdmissionServer(state).app()))  # type: ignore[type-arg]
-    await client.start_server()
-    return client
+@contextlib.asynccontextmanager
+async def client_for(state: State) -> AsyncIterator[ClientSession]:
+    """A session on the real listener (plain HTTP on loopback) answering from ``state``."""
+    server = AdmissionServer(state)
+    await server.start("127.0.0.1", 0, None)
+    try:
+        async with ClientSession(base_url=f"http://127.0.0.1:{server.port}") as session:
+            yield session
+    finally:
+        await server.stop()
 
 
 async def test_mutation_answer_carries_a_base64_json_patch() -> None:
-    client = await client_for(make_state([tenant("solar", "alice")]))
-    try:
+    async with client_for(make_state([tenant("solar", "alice")])) as client:
         body = review(ALICE, "CREATE", namespace("dev"))
         before = metric("enclave_admission_decisions_total", path="/namespaces/mutate", result="patched")
         answer = await client.post("/namespaces/mutate", json=body)
@@ -48,13 +54,10 @@ async def test_mutation_answer_carries_a_base64_json_patch() -> None:
         assert {"op": "add", "path": "/metadata/labels", "value": {TENANT_LABEL: "solar"}} in decode_patch(data)
         after = metric("enclave_admission_decisions_total", path="/namespaces/mutate", result="patched")
         assert after == before + 1
-    finally:
-        await client.close()
 
 
 async def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) -> None:
-    client = await client_for(make_state([tenant("solar", "alice")]))
-    try:
+    async with client_for(make_state([tenant("solar", "alice")])) as client:
         with caplog.at_level(logging.INFO, logger="enclave_admission.decisions"):
             await client.post("/namespaces/mutate", json=review(ALICE, "CREATE", namespace("dev")))
         records = [r for r in caplog.records if r.name == "enclave_admission.decisions"]
@@ -62,26 +65,19 @@ async def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFix
         assert records[0].__dict__["tenant"] == "solar"
         assert records[0].__dict__["result"] == "patched"
         assert records[0].__dict__["object"] == "dev"
-    finally:
-        await client.close()
 
 
 async def test_denial_has_status_message() -> None:
-    client = await client_for(make_state([tenant("solar", "alice"), tenant("wind", "alice")]))
-    try:
+    async with client_for(make_state([tenant("solar", "alice"), tenant("wind", "alice")])) as client:
         answer = await client.post("/namespaces/mutate", json=review(ALICE, "CREATE", namespace("dev")))
         data = await answer.json()
         assert data["response"]["allowed"] is False
         assert data["response"]["status"]["code"] == 403
         assert "solar, wind" in data["response"]["status"]["message"]
-    finally:
-        await client.close()
 
 
 async def test_unknown_path_malformed_body_and_not_ready_are_errors_never_allows() -> None:
-    ready = await client_for(make_state([]))
-    waiting = await client_for(State())
-    try:
+    async with client_for(make_state([])) as ready, client_for(State()) as waiting:
         unknown = await ready.post("/validate-everything", json=review(ALICE, "CREATE", namespace("x")))
         assert unknown.status == 404
         assert "/namespaces" in (await unknown.json())["error"]
@@ -89,9 +85,6 @@ async def test_unknown_path_malformed_body_and_not_ready_are_errors_never_allows
         assert (await ready.post("/namespaces", json={"kind": "Pod"})).status == 400
         assert (await ready.get("/namespaces")).status == 405
         assert (await waiting.post("/namespaces", json=review(ALICE, "CREATE", namespace("x")))).status == 503
-    finally:
-        await ready.close()
-        await waiting.close()
 
 
 def _free_port() -> int:

@@ -1,6 +1,6 @@
 """The serving certificate, swapped in place when it is renewed: no restart, no failed call.
 
-aiohttp binds one ``ssl.SSLContext`` to its listening site for the life of the process. OpenSSL copies the
+The webhook listener binds one ``ssl.SSLContext`` to its socket for the life of the process. OpenSSL copies the
 context's certificate and key into each new connection when the connection is created, so calling
 ``load_cert_chain`` again on the *same* context makes every later handshake present the new certificate while
 connections already open finish with the old one (same CA, so both verify). That is the whole renewal

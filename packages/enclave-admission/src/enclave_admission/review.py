@@ -9,9 +9,10 @@ function that unit tests can call with hand-built snapshots.
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import orjson
 
 JSON = dict[str, Any]
 REVIEW_API_VERSION: Final = "admission.k8s.io/v1"
@@ -150,7 +151,7 @@ def response(uid: str, decision: Decision) -> JSON:
         answer["status"] = {"code": 403, "reason": "Forbidden", "message": decision.message}
     if decision.patch:
         answer["patchType"] = "JSONPatch"
-        answer["patch"] = base64.b64encode(json.dumps(list(decision.patch)).encode()).decode()
+        answer["patch"] = base64.b64encode(orjson.dumps(list(decision.patch))).decode()
     if decision.warnings:
         answer["warnings"] = list(decision.warnings)
     return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": answer}

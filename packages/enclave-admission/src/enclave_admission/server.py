@@ -1,7 +1,8 @@
 """The HTTPS side: AdmissionReview in, decision out, with metrics, one log line per decision and deny Events.
 
-A thin aiohttp application rather than a framework: the route table (:data:`enclave_admission.routes.ROUTES`)
-is the only dispatch, and a path that is not in it is answered ``404`` with a body naming the served paths.
+No framework: :mod:`enclave_admission.listener` hands each whole request to :meth:`AdmissionServer.answer`,
+and the route table (:data:`enclave_admission.routes.ROUTES`) is the only dispatch. A path that is not in it
+is answered ``404`` with a body naming the served paths.
 kube-apiserver treats that as a failed call (the webhook's failurePolicy decides), so a misconfigured path can
 never turn into an allow.
 
@@ -10,16 +11,16 @@ A request before the snapshots arrived is answered ``503`` for the same reason: 
 
 from __future__ import annotations
 
-import json
 import logging
 import ssl
 import time
 from typing import Final
 
-from aiohttp import web
+import orjson
 from prometheus_client import Counter, Histogram
 
 from enclave_admission.events import DenyEvents
+from enclave_admission.listener import Answer, Limits, Listener
 from enclave_admission.review import AdmissionRequest, Decision, MalformedReviewError, response
 from enclave_admission.routes import ROUTES, Handler
 from enclave_admission.state import State
@@ -41,8 +42,24 @@ LATENCY = Histogram(
 )
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str) -> Answer:
+    return status, orjson.dumps({"error": message})
+
+
+class _PathMetrics:
+    """The metric children of one path, looked up once: ``labels()`` hashes its arguments on every call."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.requests = REQUESTS.labels(path)
+        self.latency = LATENCY.labels(path)
+        self._decisions: dict[str, Counter] = {}
+
+    def decided(self, result: str) -> None:
+        child = self._decisions.get(result)
+        if child is None:
+            child = self._decisions[result] = DECISIONS.labels(self.path, result)
+        child.inc()
 
 
 class AdmissionServer:
@@ -54,16 +71,12 @@ class AdmissionServer:
         self.state = state
         self.events = events
         self.routes = ROUTES if routes is None else routes
-        self._runner: web.AppRunner | None = None
+        self._metrics = {path: _PathMetrics(path) for path in self.routes}
+        self._listener: Listener | None = None
         self.port = 0
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=3 * 1024 * 1024)  # kube-apiserver caps objects near 1.5 MiB
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        return app
-
-    async def handle(self, http: web.Request) -> web.Response:
-        path = http.path
+    def answer(self, method: str, path: str, body: bytes) -> Answer:
+        """The whole exchange for one request: never raises, and nothing but a decision is ever an allow."""
         handler = self.routes.get(path)
         if handler is None:
             REQUESTS.labels(UNKNOWN_PATH).inc()
@@ -71,35 +84,37 @@ class AdmissionServer:
             served = ", ".join(sorted(self.routes))
             log.warning("request on an unknown path", extra={"path": path})
             return _error(404, f"no Enclave webhook is served on {path!r}; served paths: {served}")
-        REQUESTS.labels(path).inc()
+        metrics = self._metrics[path]
+        metrics.requests.inc()
         started = time.perf_counter()
-        if http.method != "POST":
-            DECISIONS.labels(path, "error").inc()
-            return _error(405, f"{path} accepts POST of an AdmissionReview, not {http.method}")
+        if method != "POST":
+            metrics.decided("error")
+            return _error(405, f"{path} accepts POST of an AdmissionReview, not {method}")
         if not self.state.ready:
-            DECISIONS.labels(path, "error").inc()
+            metrics.decided("error")
             return _error(503, "the admission server has not received its configuration snapshot yet")
         try:
-            request = AdmissionRequest.from_review(json.loads(await http.read()))
-        except (ValueError, MalformedReviewError) as err:
-            DECISIONS.labels(path, "error").inc()
+            request = AdmissionRequest.from_review(orjson.loads(body))
+        except (ValueError, MalformedReviewError) as err:  # orjson.JSONDecodeError is a ValueError
+            metrics.decided("error")
             return _error(400, f"malformed AdmissionReview: {err}")
         try:
             decision = handler(request, self.state)
         except Exception:
             log.exception("decision failed", extra={"path": path, "uid": request.uid})
-            DECISIONS.labels(path, "error").inc()
+            metrics.decided("error")
             return _error(500, "internal error while deciding; see the admission server's log")
         if decision.reserve is not None and decision.allowed and not request.dry_run:
             self.state.reservations.add(*decision.reserve)
-        body = response(request.uid, decision)
+        payload = orjson.dumps(response(request.uid, decision))
         elapsed = time.perf_counter() - started
-        DECISIONS.labels(path, decision.result).inc()
-        LATENCY.labels(path).observe(elapsed)
-        self._log(path, request, decision, elapsed)
+        metrics.decided(decision.result)
+        metrics.latency.observe(elapsed)
+        if log.isEnabledFor(logging.INFO):
+            self._log(path, request, decision, elapsed)
         if not decision.allowed and self.events is not None and self.state.config is not None:
             self.events.post(request, decision, self.state.config.spec.events.namespace)
-        return web.json_response(body)
+        return 200, payload
 
     @staticmethod
     def _log(path: str, request: AdmissionRequest, decision: Decision, elapsed: float) -> None:
@@ -121,15 +136,16 @@ class AdmissionServer:
             fields["detail"] = decision.message
         log.info("decision", extra=fields)
 
-    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> None:
-        """Listen on ``host:port`` with ``ssl_context`` (None, plain HTTP, only in tests)."""
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context, backlog=1024)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or []  # the bound port when 0 was asked
-        self.port = sockets[0].getsockname()[1] if sockets else port
+    async def start(
+        self, host: str, port: int, ssl_context: ssl.SSLContext | None, limits: Limits | None = None
+    ) -> None:
+        """Listen on ``host:port`` (0: any free port, then read :attr:`port`) with ``ssl_context`` (None,
+        plain HTTP, only in tests)."""
+        self._listener = Listener(self.answer, limits)
+        await self._listener.start(host, port, ssl_context)
+        self.port = self._listener.port
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None

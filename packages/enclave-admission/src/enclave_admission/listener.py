@@ -1,0 +1,276 @@
+"""The webhook's HTTP/1.1 listener: httptools parses, one synchronous function answers.
+
+kube-apiserver is the only client: it POSTs one AdmissionReview at a time on keep-alive TLS connections and
+waits for the answer. Every decision is made from memory without awaiting anything, so a request needs no
+task, no stream and no request object: the parser's callbacks collect the URL and body, and the answer is
+written from the callback that completes the message. Against aiohttp's web server, which builds all of
+those for each request, this halves the CPU per review (docs/benchmarks.md has both, side by side).
+
+What HTTP needs and this keeps: llhttp (through httptools) does the parsing, chunked bodies included;
+answers go out in request order (pipelining); ``Connection: close`` and HTTP/1.0 are honoured; bodies over
+the limit get ``413`` and malformed requests ``400``, each closing the connection; ``Expect: 100-continue``
+is answered; a client that stops reading stops being read (flow control). Connections idle longer than
+kube-apiserver keeps them (90 s) are closed, and so are requests that do not arrive whole in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, cast
+
+import httptools
+import orjson
+
+log = logging.getLogger(__name__)
+
+Answer = tuple[int, bytes]
+"""HTTP status and JSON body."""
+Respond = Callable[[str, str, bytes], Answer]
+"""(method, path, body) -> the answer; must not raise (an exception is answered 500)."""
+
+_REASONS: Final = {
+    100: "Continue",
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Content Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body: int = 3 * 1024 * 1024
+    """kube-apiserver caps objects near 1.5 MiB; an AdmissionReview carries up to two of them."""
+    idle_timeout: float = 120.0
+    """Longer than kube-apiserver's idle timeout (90 s), so the client closes first and never sends a review
+    on a connection the server is closing."""
+    request_timeout: float = 30.0
+    """A request whose first byte arrived must be whole within this."""
+    sweep_interval: float = 5.0
+    handshake_timeout: float = 10.0
+
+
+class _Date:
+    """The ``Date`` header, formatted once a second rather than once a response."""
+
+    def __init__(self) -> None:
+        self._second = 0
+        self._value = b""
+
+    def header(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = email.utils.formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parser callbacks in, answers out, in order."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.body: list[bytes] = []
+        self.size = 0
+        self.started: float | None = None
+        """When the request in progress began; None between requests."""
+        self.last = 0.0
+        """When the last answer was written (or the connection made)."""
+        self.closing = False
+
+    # -- transport ---------------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        self.last = self.listener.loop.time()
+        self.listener.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.listener.forget(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.fail(400, "protocol upgrades are not served here")
+        except httptools.HttpParserCallbackError:  # raised by our own callback: already logged and answered
+            self.close()
+        except httptools.HttpParserError as err:
+            self.fail(400, f"malformed HTTP request: {err}")
+
+    def pause_writing(self) -> None:
+        """The client is not reading its answers: stop reading its requests until it does."""
+        if self.transport is not None and not self.closing:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    # -- parser callbacks --------------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.body = []
+        self.size = 0
+        self.started = self.listener.loop.time()
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"expect" and value.lower() == b"100-continue" and self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, chunk: bytes) -> None:
+        if self.closing:
+            return
+        self.size += len(chunk)
+        if self.size > self.listener.limits.max_body:
+            self.fail(413, f"request body over {self.listener.limits.max_body} bytes")
+            return
+        self.body.append(chunk)
+
+    def on_message_complete(self) -> None:
+        if self.closing:
+            return
+        if self.parser.should_upgrade():
+            self.fail(400, "protocol upgrades are not served here")
+            return
+        try:
+            path = httptools.parse_url(self.url).path.decode("utf-8", "replace")
+            method = self.parser.get_method().decode("ascii", "replace")
+        except httptools.HttpParserInvalidURLError:
+            self.fail(400, f"malformed request target {self.url[:200]!r}")
+            return
+        try:
+            status, payload = self.listener.respond(method, path, b"".join(self.body))
+        except Exception:
+            log.exception("answering failed", extra={"path": path})
+            status, payload = 500, b'{"error":"internal error; see the admission server\'s log"}'
+        keep = self.parser.should_keep_alive() and not self.listener.stopping
+        self.body = []
+        self.started = None
+        self.last = self.listener.loop.time()
+        self.write(status, payload, keep)
+
+    # -- answers -----------------------------------------------------------------------------------------------
+
+    def write(self, status: int, payload: bytes, keep: bool) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        head = b"HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (
+            status,
+            _REASONS.get(status, "Error").encode(),
+            self.listener.date.header(),
+            len(payload),
+            b"" if keep else b"Connection: close\r\n",
+        )
+        self.transport.write(head + payload)
+        if not keep:
+            self.close()
+
+    def fail(self, status: int, message: str) -> None:
+        """Answer ``status`` and close: after a framing error nothing later on the connection can be trusted."""
+        if self.closing:
+            return
+        self.write(status, orjson.dumps({"error": message}), keep=False)
+        self.close()
+
+    def close(self) -> None:
+        self.closing = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class Listener:
+    """Serves ``respond`` on a TCP port, with TLS when given a context."""
+
+    def __init__(self, respond: Respond, limits: Limits | None = None) -> None:
+        self.respond = respond
+        self.limits = limits or Limits()
+        self.connections: set[_Connection] = set()
+        self.date = _Date()
+        self.stopping = False
+        self.port = 0
+        self._drained = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None
+        return self._loop
+
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> None:
+        """Listen on ``host:port`` (0: any free port, read back from :attr:`port`)."""
+        self._loop = asyncio.get_running_loop()
+        self._server = await self._loop.create_server(
+            lambda: _Connection(self),
+            host,
+            port,
+            ssl=ssl_context,
+            backlog=1024,
+            ssl_handshake_timeout=self.limits.handshake_timeout if ssl_context else None,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = asyncio.create_task(self._sweep(), name="webhook-connection-sweeper")
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop accepting, close idle connections, give requests in progress ``grace`` seconds to finish."""
+        if self._server is None:
+            return
+        self.stopping = True
+        self._server.close()
+        for connection in list(self.connections):
+            if connection.started is None:
+                connection.close()
+        if self.connections:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), grace)
+        for connection in list(self.connections):
+            connection.abort()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        self._server = None
+
+    def forget(self, connection: _Connection) -> None:
+        self.connections.discard(connection)
+        if self.stopping and not self.connections:
+            self._drained.set()
+
+    async def _sweep(self) -> None:
+        """Close connections idle past ``idle_timeout`` and requests slower than ``request_timeout``."""
+        while True:
+            await asyncio.sleep(self.limits.sweep_interval)
+            now = self.loop.time()
+            for connection in list(self.connections):
+                if connection.started is not None:
+                    if now - connection.started > self.limits.request_timeout:
+                        connection.abort()
+                elif now - connection.last > self.limits.idle_timeout:
+                    connection.close()

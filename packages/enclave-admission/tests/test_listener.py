@@ -1,0 +1,175 @@
+"""The webhook listener speaks HTTP/1.1 as a client would expect, byte by byte on a raw socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from enclave_admission.listener import Answer, Limits, Listener
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+def echo(method: str, path: str, body: bytes) -> Answer:
+    if path == "/explode":
+        raise RuntimeError("boom")
+    return 200, orjson.dumps({"method": method, "path": path, "body": body.decode()})
+
+
+@contextlib.asynccontextmanager
+async def listening(limits: Limits | None = None) -> AsyncIterator[Listener]:
+    listener = Listener(echo, limits)
+    await listener.start("127.0.0.1", 0, None)
+    try:
+        yield listener
+    finally:
+        await listener.stop(grace=1)
+
+
+async def connect(listener: Listener) -> Stream:
+    return await asyncio.open_connection("127.0.0.1", listener.port)
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    status_line, *lines = head.decode().split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines if line)}
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return int(status_line.split()[1]), headers, body
+
+
+def post(path: str, body: bytes, *extra: str) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "Host: webhook", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+async def closed(reader: asyncio.StreamReader) -> bool:
+    """The server closed the connection (EOF within a few seconds)."""
+    return await asyncio.wait_for(reader.read(), 5) == b""
+
+
+async def test_keep_alive_serves_many_requests_on_one_connection() -> None:
+    async with listening() as listener:
+        reader, writer = await connect(listener)
+        for index in range(3):
+            writer.write(post("/namespaces", f"review-{index}".encode()))
+            status, headers, body = await read_answer(reader)
+            assert status == 200
+            assert headers["content-type"] == "application/json"
+            assert "date" in headers
+            assert orjson.loads(body) == {"method": "POST", "path": "/namespaces", "body": f"review-{index}"}
+        writer.close()
+
+
+async def test_pipelined_requests_are_answered_in_order() -> None:
+    async with listening() as listener:
+        reader, writer = await connect(listener)
+        writer.write(b"".join(post(f"/p{index}", b"x") for index in range(5)))
+        paths = [orjson.loads((await read_answer(reader))[2])["path"] for _ in range(5)]
+        assert paths == [f"/p{index}" for index in range(5)]
+        writer.close()
+
+
+async def test_chunked_body_and_query_string() -> None:
+    async with listening() as listener:
+        reader, writer = await connect(listener)
+        writer.write(
+            b"POST /namespaces?timeout=5s HTTP/1.1\r\nHost: webhook\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+        )
+        status, _, body = await read_answer(reader)
+        assert status == 200
+        assert orjson.loads(body) == {"method": "POST", "path": "/namespaces", "body": "hello world"}
+        writer.close()
+
+
+async def test_expect_continue_gets_the_interim_answer_first() -> None:
+    async with listening() as listener:
+        reader, writer = await connect(listener)
+        writer.write(post("/namespaces", b"{}", "Expect: 100-continue"))
+        assert (await read_answer(reader))[0] == 100
+        assert (await read_answer(reader))[0] == 200
+        writer.close()
+
+
+async def test_body_over_the_limit_is_refused_and_the_connection_closed() -> None:
+    async with listening(Limits(max_body=1024)) as listener:
+        reader, writer = await connect(listener)
+        writer.write(post("/namespaces", b"x" * 4096))
+        status, headers, body = await read_answer(reader)
+        assert status == 413
+        assert headers["connection"] == "close"
+        assert "1024" in orjson.loads(body)["error"]
+        assert await closed(reader)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"NOT-HTTP\r\n\r\n",
+        b"POST /namespaces HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello",
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+    ],
+    ids=["garbage", "conflicting-lengths", "upgrade"],
+)
+async def test_malformed_requests_get_400_and_a_closed_connection(raw: bytes) -> None:
+    async with listening() as listener:
+        reader, writer = await connect(listener)
+        writer.write(raw)
+        status, headers, _ = await read_answer(reader)
+        assert status == 400
+        assert headers["connection"] == "close"
+        assert await closed(reader)
+
+
+async def test_connection_close_and_http_1_0_end_after_the_answer() -> None:
+    async with listening() as listener:
+        for request in (
+            post("/namespaces", b"a", "Connection: close"),
+            b"POST /namespaces HTTP/1.0\r\nContent-Length: 1\r\n\r\na",
+        ):
+            reader, writer = await connect(listener)
+            writer.write(request)
+            status, headers, _ = await read_answer(reader)
+            assert status == 200
+            assert headers["connection"] == "close"
+            assert await closed(reader)
+
+
+async def test_an_answer_that_raises_is_a_500_and_the_connection_lives_on() -> None:
+    async with listening() as listener:
+        reader, writer = await connect(listener)
+        writer.write(post("/explode", b""))
+        assert (await read_answer(reader))[0] == 500
+        writer.write(post("/namespaces", b""))
+        assert (await read_answer(reader))[0] == 200
+        writer.close()
+
+
+async def test_idle_connections_and_slow_requests_are_closed() -> None:
+    limits = Limits(idle_timeout=0.3, request_timeout=0.3, sweep_interval=0.05)
+    async with listening(limits) as listener:
+        idle_reader, idle_writer = await connect(listener)
+        idle_writer.write(post("/namespaces", b""))
+        assert (await read_answer(idle_reader))[0] == 200
+        slow_reader, slow_writer = await connect(listener)
+        slow_writer.write(b"POST /namespaces HTTP/1.1\r\nHost: web")  # and never the rest
+        assert await closed(idle_reader)
+        assert await closed(slow_reader)
+        assert not listener.connections
+
+
+async def test_stop_closes_idle_connections_and_refuses_new_ones() -> None:
+    listener = Listener(echo)
+    await listener.start("127.0.0.1", 0, None)
+    reader, writer = await connect(listener)
+    writer.write(post("/namespaces", b""))
+    assert (await read_answer(reader))[0] == 200
+    await listener.stop(grace=1)
+    assert await closed(reader)
+    with pytest.raises(ConnectionRefusedError):
+        await connect(listener)
