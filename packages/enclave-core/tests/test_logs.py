@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -18,12 +19,14 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
     stream = io.StringIO()
     monkeypatch.setattr("sys.stderr", stream)
     saved = (logging.root.handlers[:], logging.root.level, logging._srcfile, logging.logThreads)
-    logs.setup_logging("testing", "debug")
+    sink = (logs._Sink.component, logs._Sink.stream)
+    logs.setup_logging("testing", "info")
     try:
         yield stream
     finally:
         logging.root.handlers[:], level, logging._srcfile, logging.logThreads = saved
         logging.root.setLevel(level)
+        logs._Sink.component, logs._Sink.stream = sink
 
 
 def lines(stream: io.StringIO) -> list[dict[str, object]]:
@@ -67,3 +70,42 @@ def test_records_skip_what_no_line_prints(captured: io.StringIO) -> None:
     (line,) = lines(captured)
     assert "thread" not in line
     assert "pathname" not in line
+
+
+def test_hot_lines_match_the_formatter_and_wait_for_the_loop_iteration(captured: io.StringIO) -> None:
+    hot = logs.HotLines("enclave_test.decisions")
+
+    async def decide() -> str:
+        hot.info("decision", {"tenant": "solar", "duration_ms": 0.5})
+        hot.info("decision", {"tenant": "wind", "duration_ms": 0.7})
+        before = captured.getvalue()
+        await asyncio.sleep(0)  # the loop runs the scheduled flush
+        return before
+
+    before = asyncio.run(decide())
+    assert before == ""  # batched: nothing written inside the iteration that decided
+    first, second = lines(captured)
+    logging.getLogger("enclave_test.decisions").info("decision", extra={"tenant": "solar", "duration_ms": 0.5})
+    formatted = lines(captured)[-1]
+    assert first.keys() == formatted.keys()
+    assert {k: v for k, v in first.items() if k != "ts"} == {k: v for k, v in formatted.items() if k != "ts"}
+    assert second["tenant"] == "wind"
+    assert len(str(first["ts"])) == len(str(formatted["ts"]))
+
+
+def test_hot_lines_outside_a_loop_are_written_at_once_and_respect_the_level(captured: io.StringIO) -> None:
+    hot = logs.HotLines("enclave_test.quiet")
+    hot.info("decision", {"n": 1})
+    assert lines(captured)[-1]["n"] == 1
+    logging.getLogger("enclave_test.quiet").setLevel(logging.WARNING)
+    hot.info("decision", {"n": 2})
+    assert len(lines(captured)) == 1
+
+
+def test_hot_lines_go_through_logging_when_logs_are_text(
+    captured: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stderr", captured)  # pytest re-captures stderr between setup and call
+    logs.setup_logging("testing", "info", "text")
+    logs.HotLines("enclave_test.text").info("decision", {"tenant": "solar"})
+    assert captured.getvalue().rstrip().endswith("INFO testing enclave_test.text: decision")

@@ -30,7 +30,7 @@ def _labels(obj: JSON | None, key: str) -> dict[str, str]:
     return value if isinstance(value, dict) else {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AdmissionRequest:
     """The fields of ``AdmissionReview.request`` that Enclave decides on."""
 
@@ -107,7 +107,7 @@ class AdmissionRequest:
         return _labels(self.old, "annotations")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What one webhook answers: allow (maybe with a patch) or deny with a reason and a message."""
 

@@ -50,7 +50,7 @@ class Role(enum.Enum):
     """Everyone else (the control plane, Enclave's own controllers, cluster operators): passes untouched."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Subject:
     username: str
     groups: tuple[str, ...]
@@ -78,7 +78,7 @@ class Subject:
         return tenant in self.owned_names or (bool(tenant) and tenant == self.home_tenant)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Keys:
     """Forbidden metadata keys, compiled once: exact names and a regular expression searched in the key."""
 

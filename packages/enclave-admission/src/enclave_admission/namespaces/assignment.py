@@ -9,7 +9,7 @@ from enclave_admission.state import Subject
 from enclave_core.snapshots.tenancy import TENANT_LABEL, TenantView
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Refusal:
     reason: str
     message: str

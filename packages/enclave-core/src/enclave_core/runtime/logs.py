@@ -8,11 +8,14 @@ admission decision line (min of repeats, side by side): 24 µs with ``json`` and
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import json
 import logging
 import sys
+import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -45,8 +48,16 @@ class JsonFormatter(logging.Formatter):
             return json.dumps(entry, default=str)
 
 
+class _Sink:
+    """Where :class:`HotLines` write once :func:`setup_logging` chose JSON: the root handler's stream."""
+
+    component = ""
+    stream: IO[str] | None = None
+
+
 def setup_logging(component: str, level: str = "info", fmt: str = "json") -> None:
     handler = logging.StreamHandler(sys.stderr)
+    _Sink.component, _Sink.stream = (component, sys.stderr) if fmt == "json" else ("", None)
     if fmt == "json":
         handler.setFormatter(JsonFormatter(component))
     else:
@@ -65,3 +76,65 @@ def setup_logging(component: str, level: str = "info", fmt: str = "json") -> Non
     # Client libraries are chatty at info; their warnings still come through.
     for noisy in ("kubernetes", "urllib3", "aiohttp.access", "kopf.objects", "grpc"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class HotLines:
+    """Structured lines for a hot path (one per admission decision), written in batches.
+
+    The same line :class:`JsonFormatter` writes (``ts``, ``level``, ``component``, ``logger``, ``msg``, then the
+    fields), built without a LogRecord and written once per event-loop iteration instead of once per line: a
+    webhook answering thousands of reviews a second spent a quarter of its CPU on the decision line through
+    ``logging``. A line waits at most until the loop finishes the callbacks it is running (well under a
+    millisecond; an access log in nginx or Envoy waits seconds); lines still pending at exit are written.
+    The logger's level still decides; with text logs, or before :func:`setup_logging` (unit tests), lines go
+    through ``logging`` as usual.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.logger = logging.getLogger(name)
+        self._pending: list[bytes] = []
+        self._second = -1
+        self._prefix = ""
+        atexit.register(self.flush)
+
+    def info(self, msg: str, fields: dict[str, Any]) -> None:
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
+        if _Sink.stream is None:
+            self.logger.info(msg, extra=fields)
+            return
+        entry = {"ts": self._timestamp(), "level": "info", "component": _Sink.component, "logger": self.logger.name}
+        entry["msg"] = msg
+        entry.update(fields)
+        try:
+            line = orjson.dumps(entry, default=str, option=_ORJSON_OPTIONS | orjson.OPT_APPEND_NEWLINE)
+        except (TypeError, orjson.JSONEncodeError):
+            line = (json.dumps(entry, default=str) + "\n").encode()
+        self._pending.append(line)
+        if len(self._pending) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop in this thread: nothing would flush later
+                self.flush()
+
+    def flush(self) -> None:
+        if not self._pending or _Sink.stream is None:
+            return
+        data, self._pending = b"".join(self._pending), []
+        stream = _Sink.stream
+        stream.flush()  # whatever logging wrote before these lines goes first
+        raw = getattr(stream, "buffer", None)
+        if raw is not None:
+            raw.write(data)
+            raw.flush()
+        else:
+            stream.write(data.decode())
+            stream.flush()
+
+    def _timestamp(self) -> str:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._prefix}.{int((now - second) * 1000):03d}+00:00"
