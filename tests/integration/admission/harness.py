@@ -44,6 +44,7 @@ class TenancyPublisher:
     def __init__(self) -> None:
         self.process: subprocess.Popen[str] | None = None
         self.revision = 0
+        self.target = ""
 
     def start(self) -> str:
         script = Path(__file__).with_name("tenancy_publisher.py")
@@ -52,7 +53,8 @@ class TenancyPublisher:
         )
         assert self.process.stdout is not None
         port = self.process.stdout.readline().split()[1]
-        return f"127.0.0.1:{port}"
+        self.target = f"127.0.0.1:{port}"
+        return self.target
 
     def publish(self, snapshot: TenancySnapshot) -> int:
         assert self.process is not None
@@ -165,6 +167,18 @@ class Enclave:
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cadata=self.ca_pem().decode())
+
+    def admission_replica(self, control_plane: ControlPlane) -> RunningComponent:
+        """Another admission replica subscribed to the same snapshot services, ready when it returns; the
+        caller stops it. Replicas share nothing but their subscriptions, as in a Deployment."""
+        return start_component(
+            ADMISSION,
+            kubeconfig=control_plane.kubeconfig,
+            log_dir=control_plane.log_dir,
+            namespace=self.namespace,
+            endpoints={"config": self.config.grpc_target, "tenants": self.publisher.target},
+            identity=unique("admission"),
+        )
 
 
 def refused(call: Callable[[], Any], *fragments: str) -> str:
