@@ -8,10 +8,19 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from enclave_admission.listener import Answer, Limits, Listener
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+def closed_by_server(reason: str) -> float:
+    return REGISTRY.get_sample_value("enclave_admission_connections_closed_by_server_total", {"reason": reason}) or 0.0
+
+
+def open_connections() -> float:
+    return REGISTRY.get_sample_value("enclave_admission_connections") or 0.0
 
 
 def echo(method: str, path: str, body: bytes) -> Answer:
@@ -54,6 +63,7 @@ async def closed(reader: asyncio.StreamReader) -> bool:
 
 async def test_keep_alive_serves_many_requests_on_one_connection() -> None:
     async with listening() as listener:
+        before = open_connections()
         reader, writer = await connect(listener)
         for index in range(3):
             writer.write(post("/namespaces", f"review-{index}".encode()))
@@ -62,6 +72,7 @@ async def test_keep_alive_serves_many_requests_on_one_connection() -> None:
             assert headers["content-type"] == "application/json"
             assert "date" in headers
             assert orjson.loads(body) == {"method": "POST", "path": "/namespaces", "body": f"review-{index}"}
+        assert open_connections() == before + 1
         writer.close()
 
 
@@ -117,6 +128,7 @@ async def test_body_over_the_limit_is_refused_and_the_connection_closed() -> Non
     ids=["garbage", "conflicting-lengths", "upgrade"],
 )
 async def test_malformed_requests_get_400_and_a_closed_connection(raw: bytes) -> None:
+    before = closed_by_server("malformed")
     async with listening() as listener:
         reader, writer = await connect(listener)
         writer.write(raw)
@@ -124,6 +136,7 @@ async def test_malformed_requests_get_400_and_a_closed_connection(raw: bytes) ->
         assert status == 400
         assert headers["connection"] == "close"
         assert await closed(reader)
+    assert closed_by_server("malformed") == before + 1
 
 
 async def test_connection_close_and_http_1_0_end_after_the_answer() -> None:
@@ -152,6 +165,7 @@ async def test_an_answer_that_raises_is_a_500_and_the_connection_lives_on() -> N
 
 async def test_idle_connections_and_slow_requests_are_closed() -> None:
     limits = Limits(idle_timeout=0.3, request_timeout=0.3, sweep_interval=0.05)
+    idle_before, slow_before = closed_by_server("idle"), closed_by_server("slow-request")
     async with listening(limits) as listener:
         idle_reader, idle_writer = await connect(listener)
         idle_writer.write(post("/namespaces", b""))
@@ -161,6 +175,8 @@ async def test_idle_connections_and_slow_requests_are_closed() -> None:
         assert await closed(idle_reader)
         assert await closed(slow_reader)
         assert not listener.connections
+    assert closed_by_server("idle") == idle_before + 1
+    assert closed_by_server("slow-request") == slow_before + 1
 
 
 async def test_stop_closes_idle_connections_and_refuses_new_ones() -> None:

@@ -27,8 +27,16 @@ from typing import Final, cast
 
 import httptools
 import orjson
+from prometheus_client import Counter, Gauge
 
 log = logging.getLogger(__name__)
+
+CONNECTIONS = Gauge("enclave_admission_connections", "Open webhook connections (kube-apiserver keeps them alive)")
+CLOSED = Counter(
+    "enclave_admission_connections_closed_by_server_total",
+    "Connections the server closed, by reason (idle, slow-request, malformed, too-large, shutdown)",
+    ["reason"],
+)
 
 Answer = tuple[int, bytes]
 """HTTP status and JSON body."""
@@ -97,9 +105,11 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         self.last = self.listener.loop.time()
         self.listener.connections.add(self)
+        CONNECTIONS.inc()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        CONNECTIONS.dec()
         self.listener.forget(self)
 
     def data_received(self, data: bytes) -> None:
@@ -108,11 +118,11 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self.fail(400, "protocol upgrades are not served here")
+            self.fail(400, "protocol upgrades are not served here", "malformed")
         except httptools.HttpParserCallbackError:  # raised by our own callback: already logged and answered
             self.close()
         except httptools.HttpParserError as err:
-            self.fail(400, f"malformed HTTP request: {err}")
+            self.fail(400, f"malformed HTTP request: {err}", "malformed")
 
     def pause_writing(self) -> None:
         """The client is not reading its answers: stop reading its requests until it does."""
@@ -143,7 +153,7 @@ class _Connection(asyncio.Protocol):
             return
         self.size += len(chunk)
         if self.size > self.listener.limits.max_body:
-            self.fail(413, f"request body over {self.listener.limits.max_body} bytes")
+            self.fail(413, f"request body over {self.listener.limits.max_body} bytes", "too-large")
             return
         self.body.append(chunk)
 
@@ -151,13 +161,13 @@ class _Connection(asyncio.Protocol):
         if self.closing:
             return
         if self.parser.should_upgrade():
-            self.fail(400, "protocol upgrades are not served here")
+            self.fail(400, "protocol upgrades are not served here", "malformed")
             return
         try:
             path = httptools.parse_url(self.url).path.decode("utf-8", "replace")
             method = self.parser.get_method().decode("ascii", "replace")
         except httptools.HttpParserInvalidURLError:
-            self.fail(400, f"malformed request target {self.url[:200]!r}")
+            self.fail(400, f"malformed request target {self.url[:200]!r}", "malformed")
             return
         try:
             status, payload = self.listener.respond(method, path, b"".join(self.body))
@@ -186,19 +196,24 @@ class _Connection(asyncio.Protocol):
         if not keep:
             self.close()
 
-    def fail(self, status: int, message: str) -> None:
+    def fail(self, status: int, message: str, reason: str) -> None:
         """Answer ``status`` and close: after a framing error nothing later on the connection can be trusted."""
         if self.closing:
             return
+        CLOSED.labels(reason).inc()
         self.write(status, orjson.dumps({"error": message}), keep=False)
         self.close()
 
-    def close(self) -> None:
+    def close(self, reason: str = "") -> None:
+        if reason and not self.closing:
+            CLOSED.labels(reason).inc()
         self.closing = True
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
-    def abort(self) -> None:
+    def abort(self, reason: str) -> None:
+        if not self.closing:
+            CLOSED.labels(reason).inc()
         self.closing = True
         if self.transport is not None:
             self.transport.abort()
@@ -246,12 +261,12 @@ class Listener:
         self._server.close()
         for connection in list(self.connections):
             if connection.started is None:
-                connection.close()
+                connection.close("shutdown")
         if self.connections:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), grace)
         for connection in list(self.connections):
-            connection.abort()
+            connection.abort("shutdown")
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -271,6 +286,6 @@ class Listener:
             for connection in list(self.connections):
                 if connection.started is not None:
                     if now - connection.started > self.limits.request_timeout:
-                        connection.abort()
+                        connection.abort("slow-request")
                 elif now - connection.last > self.limits.idle_timeout:
-                    connection.close()
+                    connection.close("idle")
