@@ -21,16 +21,12 @@ from typing import Any, cast
 import orjson
 import uvloop
 
+from enclave_core.runtime.options import HostPort
 
-@dataclass(frozen=True)
-class Target:
-    host: str
-    port: int
 
-    @classmethod
-    def from_url(cls, url: str) -> Target:
-        host, _, port = url.removeprefix("https://").split("/", 1)[0].rpartition(":")
-        return cls(host, int(port))
+def address_of(url: str) -> HostPort:
+    """The ``host:port`` of an ``https://host:port/...`` URL."""
+    return HostPort.parse(url.removeprefix("https://").split("/", 1)[0])
 
 
 @dataclass(frozen=True)
@@ -45,7 +41,7 @@ class LoadResult:
         return len(self.latencies) / self.wall
 
 
-def encode(target: Target, path: str, review: dict[str, Any]) -> tuple[str, bytes]:
+def encode(target: HostPort, path: str, review: dict[str, Any]) -> tuple[str, bytes]:
     """(uid, the whole HTTP/1.1 request) for one AdmissionReview."""
     body = orjson.dumps(review)
     head = (
@@ -114,7 +110,7 @@ class _Client(asyncio.Protocol):
 
 
 def closed_loop(
-    targets: Sequence[Target], path: str, context: ssl.SSLContext, reviews: list[dict[str, Any]], concurrency: int
+    targets: Sequence[HostPort], path: str, context: ssl.SSLContext, reviews: list[dict[str, Any]], concurrency: int
 ) -> LoadResult:
     """Send ``reviews`` with ``concurrency`` connections, each one request in flight at a time, on a uvloop
     of its own (the lightest loop we have: the generator's CPU is taken from the server's).
@@ -128,7 +124,7 @@ def closed_loop(
 
 
 async def _closed_loop(
-    targets: Sequence[Target], context: ssl.SSLContext, encoded: list[tuple[str, bytes]], concurrency: int
+    targets: Sequence[HostPort], context: ssl.SSLContext, encoded: list[tuple[str, bytes]], concurrency: int
 ) -> LoadResult:
     loop = asyncio.get_running_loop()
     pending = list(reversed(encoded))

@@ -35,11 +35,12 @@ from kubernetes import client
 
 from enclave_core.api.meta import Entity
 from enclave_core.pki import CertificateAuthority
+from enclave_core.runtime.options import HostPort
 from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from admission.harness import Enclave, namespace_rights, start_enclave, stop_enclave
-from loadgen import Target, closed_loop, percentile
+from loadgen import address_of, closed_loop, percentile
 
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
@@ -115,7 +116,7 @@ class Variant:
     """One row of the handler table: what is loaded, with what, how hard."""
 
     label: str
-    targets: list[Target]
+    targets: list[HostPort]
     pids: list[int]
     """The server processes whose CPU the row charges."""
     context: ssl.SSLContext
@@ -177,7 +178,7 @@ def handler_rows(bench: Enclave, control_plane: Any, owner: str, tenant: Any) ->
     context = bench.ssl_context()
     second = bench.admission_replica(control_plane)
     replicas = [bench.admission, second]
-    targets = [Target.from_url(replica.webhook_url) for replica in replicas]
+    targets = [address_of(replica.webhook_url) for replica in replicas]
     pids = [replica.process.popen.pid for replica in replicas if replica.process.popen is not None]
     variants: list[Variant] = []
     try:
@@ -205,7 +206,7 @@ def handler_rows(bench: Enclave, control_plane: Any, owner: str, tenant: Any) ->
 
 
 @contextlib.contextmanager
-def floor_servers(count: int) -> Iterator[tuple[list[Target], list[int], ssl.SSLContext]]:
+def floor_servers(count: int) -> Iterator[tuple[list[HostPort], list[int], ssl.SSLContext]]:
     """``count`` processes of :mod:`floor_server` with a certificate of their own; (targets, pids, context)."""
     authority = CertificateAuthority.generate("enclave-bench-floor")
     pair = authority.issue("floor", ip_addresses=["127.0.0.1"], validity=timedelta(hours=1))
@@ -221,7 +222,7 @@ def floor_servers(count: int) -> Iterator[tuple[list[Target], list[int], ssl.SSL
         try:
             ports = [int(process.stdout.readline().split()[1]) for process in processes if process.stdout]
             context = ssl.create_default_context(cadata=authority.pair.cert_pem.decode())
-            yield [Target("127.0.0.1", port) for port in ports], [process.pid for process in processes], context
+            yield [HostPort("127.0.0.1", port) for port in ports], [process.pid for process in processes], context
         finally:
             for process in processes:
                 process.kill()

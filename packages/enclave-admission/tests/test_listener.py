@@ -61,6 +61,16 @@ async def closed(reader: asyncio.StreamReader) -> bool:
     return await asyncio.wait_for(reader.read(), 5) == b""
 
 
+async def last_answer(listener: Listener, raw: bytes) -> tuple[int, dict[str, str]]:
+    """Send ``raw`` on a new connection; the answer, after checking the server closed the connection."""
+    reader, writer = await connect(listener)
+    writer.write(raw)
+    status, headers, _ = await read_answer(reader)
+    assert headers["connection"] == "close"
+    assert await closed(reader)
+    return status, headers
+
+
 async def test_keep_alive_serves_many_requests_on_one_connection() -> None:
     async with listening() as listener:
         before = open_connections()
@@ -130,12 +140,7 @@ async def test_body_over_the_limit_is_refused_and_the_connection_closed() -> Non
 async def test_malformed_requests_get_400_and_a_closed_connection(raw: bytes) -> None:
     before = closed_by_server("malformed")
     async with listening() as listener:
-        reader, writer = await connect(listener)
-        writer.write(raw)
-        status, headers, _ = await read_answer(reader)
-        assert status == 400
-        assert headers["connection"] == "close"
-        assert await closed(reader)
+        assert (await last_answer(listener, raw))[0] == 400
     assert closed_by_server("malformed") == before + 1
 
 
@@ -145,12 +150,7 @@ async def test_connection_close_and_http_1_0_end_after_the_answer() -> None:
             post("/namespaces", b"a", "Connection: close"),
             b"POST /namespaces HTTP/1.0\r\nContent-Length: 1\r\n\r\na",
         ):
-            reader, writer = await connect(listener)
-            writer.write(request)
-            status, headers, _ = await read_answer(reader)
-            assert status == 200
-            assert headers["connection"] == "close"
-            assert await closed(reader)
+            assert (await last_answer(listener, request))[0] == 200
 
 
 async def test_an_answer_that_raises_is_a_500_and_the_connection_lives_on() -> None:
