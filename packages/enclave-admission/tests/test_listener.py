@@ -128,6 +128,22 @@ async def test_body_over_the_limit_is_refused_and_the_connection_closed() -> Non
         assert await closed(reader)
 
 
+async def test_oversized_headers_are_refused_before_the_parser_buffers_them() -> None:
+    before = closed_by_server("too-large")
+    async with listening(Limits(max_head=4096)) as listener:
+        status, _ = await last_answer(listener, post("/namespaces", b"{}", "X-Padding: " + "a" * 10_000))
+        assert status == 431
+        # a header that never ends is not buffered past the limit either
+        unfinished = b"POST /namespaces HTTP/1.1\r\nX-Padding: " + b"a" * 10_000
+        assert (await last_answer(listener, unfinished))[0] == 431
+        # a large body is not a large head
+        reader, writer = await connect(listener)
+        writer.write(post("/namespaces", b"b" * 100_000))
+        assert (await read_answer(reader))[0] == 200
+        writer.close()
+    assert closed_by_server("too-large") == before + 2
+
+
 @pytest.mark.parametrize(
     "raw",
     [

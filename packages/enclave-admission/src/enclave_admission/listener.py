@@ -4,11 +4,12 @@ kube-apiserver is the only client: it POSTs one AdmissionReview at a time on kee
 waits for the answer. Every decision is made from memory without awaiting anything, so a request needs no
 task, no stream and no request object: the parser's callbacks collect the URL and body, and the answer is
 written from the callback that completes the message. Against aiohttp's web server, which builds all of
-those for each request, this halves the CPU per review (docs/benchmarks.md has both, side by side).
+those for each request, this cuts the CPU per review by more than half (docs/benchmarks.md).
 
 What HTTP needs and this keeps: llhttp (through httptools) does the parsing, chunked bodies included;
 answers go out in request order (pipelining); ``Connection: close`` and HTTP/1.0 are honoured; bodies over
-the limit get ``413`` and malformed requests ``400``, each closing the connection; ``Expect: 100-continue``
+the limit get ``413``, request lines and headers over theirs ``431`` (before the parser buffers more),
+and malformed requests ``400``, each closing the connection; ``Expect: 100-continue``
 is answered; a client that stops reading stops being read (flow control). Connections idle longer than
 kube-apiserver keeps them (90 s) are closed, and so are requests that do not arrive whole in time.
 """
@@ -50,6 +51,7 @@ _REASONS: Final = {
     404: "Not Found",
     405: "Method Not Allowed",
     413: "Content Too Large",
+    431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -59,6 +61,8 @@ _REASONS: Final = {
 class Limits:
     max_body: int = 3 * 1024 * 1024
     """kube-apiserver caps objects near 1.5 MiB; an AdmissionReview carries up to two of them."""
+    max_head: int = 64 * 1024
+    """Request line and headers together; the parser would otherwise buffer a header of any length."""
     idle_timeout: float = 120.0
     """Longer than kube-apiserver's idle timeout (90 s), so the client closes first and never sends a review
     on a connection the server is closing."""
@@ -93,6 +97,10 @@ class _Connection(asyncio.Protocol):
         self.url = b""
         self.body: list[bytes] = []
         self.size = 0
+        self.head = 0
+        """Bytes received since the request began while its headers are incomplete; -1 once they are."""
+        self.head_size = 0
+        """Request target and header fields of the request in progress, as parsed."""
         self.started: float | None = None
         """When the request in progress began; None between requests."""
         self.last = 0.0
@@ -115,6 +123,8 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        if self.head >= 0:
+            self.head += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -123,6 +133,8 @@ class _Connection(asyncio.Protocol):
             self.close()
         except httptools.HttpParserError as err:
             self.fail(400, f"malformed HTTP request: {err}", "malformed")
+        if self.head > self.listener.limits.max_head:  # headers still incomplete: the parser buffers them whole
+            self.fail(431, f"request line and headers over {self.listener.limits.max_head} bytes", "too-large")
 
     def pause_writing(self) -> None:
         """The client is not reading its answers: stop reading its requests until it does."""
@@ -139,14 +151,27 @@ class _Connection(asyncio.Protocol):
         self.url = b""
         self.body = []
         self.size = 0
+        self.head_size = 0
         self.started = self.listener.loop.time()
+
+    def on_headers_complete(self) -> None:
+        self.head = -1
 
     def on_url(self, url: bytes) -> None:
         self.url += url
+        self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)
+        if self.closing:
+            return
         if name.lower() == b"expect" and value.lower() == b"100-continue" and self.transport is not None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _count_head(self, size: int) -> None:
+        self.head_size += size
+        if self.head_size > self.listener.limits.max_head:
+            self.fail(431, f"request line and headers over {self.listener.limits.max_head} bytes", "too-large")
 
     def on_body(self, chunk: bytes) -> None:
         if self.closing:
@@ -176,6 +201,7 @@ class _Connection(asyncio.Protocol):
             status, payload = 500, b'{"error":"internal error; see the admission server\'s log"}'
         keep = self.parser.should_keep_alive() and not self.listener.stopping
         self.body = []
+        self.head = 0
         self.started = None
         self.last = self.listener.loop.time()
         self.write(status, payload, keep)
