@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,11 +28,40 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A loopback port that was free a moment ago (the OS does not hand it out again right away)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port that is free now, chosen below the kernel's ephemeral range.
+
+    An ephemeral port can be taken between the check and the child's bind by any outgoing connection, and
+    worse by a client reconnecting to that very port while its server restarts: connecting to a local port
+    with no listener can pick the same port as the source and connect to itself (TCP simultaneous open),
+    after which the restarted server cannot bind. Seen once in CI on a gRPC publisher restart. Ports below
+    the range are never assigned implicitly, and none is handed out twice in a session.
+    """
+    low, _ = _ephemeral_range()
+    candidates = list(range(max(1024, low - 20000), low))
+    random.shuffle(candidates)
+    for port in candidates:
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port below {low}")
 
 
 @dataclass
