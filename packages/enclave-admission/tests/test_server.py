@@ -83,6 +83,12 @@ async def test_unknown_path_malformed_body_and_not_ready_are_errors_never_allows
         assert "/namespaces" in (await unknown.json())["error"]
         assert (await ready.post("/namespaces", data=b"{not json")).status == 400
         assert (await ready.post("/namespaces", json={"kind": "Pod"})).status == 400
+        wrong_types = review(ALICE, "CREATE", namespace("x"))
+        wrong_types["request"]["userInfo"] = "alice"
+        wrong_types["request"]["kind"] = ["Namespace"]
+        refused = await ready.post("/namespaces", json=wrong_types)
+        assert refused.status == 400
+        assert "malformed AdmissionReview" in (await refused.json())["error"]
         assert (await ready.get("/namespaces")).status == 405
         assert (await waiting.post("/namespaces", json=review(ALICE, "CREATE", namespace("x")))).status == 503
 

@@ -97,7 +97,8 @@ class AdmissionServer:
             return _error(503, "the admission server has not received its configuration snapshot yet")
         try:
             request = AdmissionRequest.from_review(orjson.loads(body))
-        except (ValueError, MalformedReviewError) as err:  # orjson.JSONDecodeError is a ValueError
+        except (ValueError, MalformedReviewError, AttributeError, TypeError) as err:
+            # orjson.JSONDecodeError is a ValueError; the others: a field of the wrong JSON type
             metrics.decided("error")
             return _error(400, f"malformed AdmissionReview: {err}")
         try:
