@@ -60,7 +60,8 @@ def bench_enclave(
 ) -> Iterator[Enclave]:
     subjects = [{"kind": "Group", "name": "enclave.dev", "apiGroup": "rbac.authorization.k8s.io"}]
     with namespace_rights(kube, "enclave-admission-bench", subjects):
-        running = start_enclave(control_plane, kube, impersonate, spec={})
+        # the production default resync; the tests use 5 s to see their own changes quickly
+        running = start_enclave(control_plane, kube, impersonate, spec={}, config_args=["--resync=60s"])
         try:
             yield running
         finally:
