@@ -9,8 +9,7 @@ function that unit tests can call with hand-built snapshots.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -22,17 +21,24 @@ class MalformedReviewError(ValueError):
     """The body is not an AdmissionReview v1 request we can decide on."""
 
 
-def _labels(obj: JSON | None, key: str) -> dict[str, str]:
+def _metadata_map(obj: JSON | None, key: str) -> dict[str, str]:
     if not obj:
-        return {}
-    meta = obj.get("metadata") or {}
-    value = meta.get(key) or {}
-    return value if isinstance(value, dict) else {}
+        return _NONE
+    meta = obj.get("metadata") or _NONE
+    value = meta.get(key) or _NONE
+    return value if isinstance(value, dict) else _NONE
 
 
-@dataclass(frozen=True, slots=True)
-class AdmissionRequest:
-    """The fields of ``AdmissionReview.request`` that Enclave decides on."""
+_NONE: Final[dict[str, Any]] = {}
+"""Shared empty map for absent parts; nothing writes to what a request holds."""
+
+
+class AdmissionRequest(NamedTuple):
+    """The fields of ``AdmissionReview.request`` that Enclave decides on.
+
+    A named tuple rather than a frozen dataclass: it is built for every review, and a frozen dataclass sets
+    each of its fields through ``object.__setattr__`` (about 2.5 µs of the 20 a whole decision costs).
+    """
 
     uid: str
     operation: str
@@ -51,6 +57,11 @@ class AdmissionRequest:
     """The object after the change (None on DELETE)."""
     old: JSON | None
     """The object before the change (None on CREATE)."""
+    labels: dict[str, str]
+    """Of ``obj``; read by most rules, so looked up once."""
+    annotations: dict[str, str]
+    old_labels: dict[str, str]
+    old_annotations: dict[str, str]
     dry_run: bool = False
 
     @classmethod
@@ -66,49 +77,41 @@ class AdmissionRequest:
         request = review.get("request")
         if not isinstance(request, dict) or not request.get("uid"):
             raise MalformedReviewError("request (with a uid) is missing")
-        kind = request.get("kind") or {}
-        resource = request.get("resource") or {}
-        user = request.get("userInfo") or {}
-        obj = request.get("object")
-        old = request.get("oldObject")
+        get = request.get
+        kind = get("kind") or _NONE
+        resource = get("resource") or _NONE
+        user = get("userInfo") or _NONE
+        obj = get("object")
+        old = get("oldObject")
+        if not isinstance(obj, dict):
+            obj = None
+        if not isinstance(old, dict):
+            old = None
         group = str(kind.get("group") or "")
         version = str(kind.get("version") or "")
         return cls(
-            uid=str(request["uid"]),
-            operation=str(request.get("operation") or ""),
-            group=str(resource.get("group") or ""),
-            resource=str(resource.get("resource") or ""),
-            sub_resource=str(request.get("subResource") or ""),
-            kind=str(kind.get("kind") or ""),
-            api_version=f"{group}/{version}" if group else version,
-            name=str(request.get("name") or ((obj or old or {}).get("metadata") or {}).get("name") or ""),
-            namespace=str(request.get("namespace") or ""),
-            username=str(user.get("username") or ""),
-            groups=tuple(str(g) for g in user.get("groups") or ()),
-            obj=obj if isinstance(obj, dict) else None,
-            old=old if isinstance(old, dict) else None,
-            dry_run=bool(request.get("dryRun")),
+            str(request["uid"]),
+            str(get("operation") or ""),
+            str(resource.get("group") or ""),
+            str(resource.get("resource") or ""),
+            str(get("subResource") or ""),
+            str(kind.get("kind") or ""),
+            f"{group}/{version}" if group else version,
+            str(get("name") or ((obj or old or _NONE).get("metadata") or _NONE).get("name") or ""),
+            str(get("namespace") or ""),
+            str(user.get("username") or ""),
+            tuple(map(str, user.get("groups") or ())),
+            obj,
+            old,
+            _metadata_map(obj, "labels"),
+            _metadata_map(obj, "annotations"),
+            _metadata_map(old, "labels"),
+            _metadata_map(old, "annotations"),
+            bool(get("dryRun")),
         )
 
-    @property
-    def labels(self) -> dict[str, str]:
-        return _labels(self.obj, "labels")
 
-    @property
-    def annotations(self) -> dict[str, str]:
-        return _labels(self.obj, "annotations")
-
-    @property
-    def old_labels(self) -> dict[str, str]:
-        return _labels(self.old, "labels")
-
-    @property
-    def old_annotations(self) -> dict[str, str]:
-        return _labels(self.old, "annotations")
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """What one webhook answers: allow (maybe with a patch) or deny with a reason and a message."""
 
     allowed: bool
@@ -122,19 +125,19 @@ class Decision:
     """The tenant the decision concerns, for the log."""
     reserve: tuple[str, str] | None = None
     """(tenant, namespace) to count toward the tenant's namespace quota until the snapshot shows it."""
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
     @classmethod
     def allow(cls, reason: str = "Allowed", *, tenant: str = "", reserve: tuple[str, str] | None = None) -> Decision:
-        return cls(True, reason, tenant=tenant, reserve=reserve)
+        return cls(True, reason, "", (), tenant, reserve)
 
     @classmethod
     def deny(cls, reason: str, message: str, *, tenant: str = "") -> Decision:
-        return cls(False, reason, message, tenant=tenant)
+        return cls(False, reason, message, (), tenant)
 
     @classmethod
     def mutate(cls, reason: str, patch: list[JSON], *, tenant: str = "") -> Decision:
-        return cls(True, reason, patch=tuple(patch), tenant=tenant)
+        return cls(True, reason, "", tuple(patch), tenant)
 
     @property
     def result(self) -> str:

@@ -17,7 +17,6 @@ import time
 from typing import Final
 
 import orjson
-from prometheus_client import Counter, Histogram
 
 from enclave_admission.events import DenyEvents
 from enclave_admission.listener import Answer, Limits, Listener
@@ -25,18 +24,20 @@ from enclave_admission.review import AdmissionRequest, Decision, MalformedReview
 from enclave_admission.routes import ROUTES, Handler
 from enclave_admission.state import State
 from enclave_core.runtime.logs import HotLines
+from enclave_core.runtime.loopmetrics import CounterChild, LoopCounter, LoopHistogram
 
 log = logging.getLogger("enclave_admission.decisions")
 decisions = HotLines(log.name)
 
 UNKNOWN_PATH: Final = "unknown"
-REQUESTS = Counter("enclave_admission_requests_total", "AdmissionReview requests received", ["path"])
-DECISIONS = Counter(
+# Updated once per review from the event loop only: lock-free (see enclave_core.runtime.loopmetrics).
+REQUESTS = LoopCounter("enclave_admission_requests_total", "AdmissionReview requests received", ["path"])
+DECISIONS = LoopCounter(
     "enclave_admission_decisions_total",
     "Decisions by path and result (allowed, patched, denied, error)",
     ["path", "result"],
 )
-LATENCY = Histogram(
+LATENCY = LoopHistogram(
     "enclave_admission_request_duration_seconds",
     "Time from reading the request to writing the answer, per path",
     ["path"],
@@ -49,13 +50,13 @@ def _error(status: int, message: str) -> Answer:
 
 
 class _PathMetrics:
-    """The metric children of one path, looked up once: ``labels()`` hashes its arguments on every call."""
+    """The metric children of one path, looked up once rather than per review."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.requests = REQUESTS.labels(path)
         self.latency = LATENCY.labels(path)
-        self._decisions: dict[str, Counter] = {}
+        self._decisions: dict[str, CounterChild] = {}
 
     def decided(self, result: str) -> None:
         child = self._decisions.get(result)

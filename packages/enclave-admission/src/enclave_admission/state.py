@@ -12,7 +12,7 @@ import enum
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from enclave_core.api.configuration import ForbiddenMetadata
@@ -59,10 +59,15 @@ class Subject:
     """Tenants the requester owns, sorted by name."""
     home_tenant: str = ""
     """For a service account: the tenant owning its namespace."""
+    by_name: dict[str, TenantView] = field(init=False, repr=False, compare=False)
+    """``owned`` by tenant name (a subject is classified once per snapshot, then asked per request)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {tenant.name: tenant for tenant in self.owned})
 
     @property
     def owned_names(self) -> list[str]:
-        return [tenant.name for tenant in self.owned]
+        return list(self.by_name)
 
     @property
     def is_service_account(self) -> bool:
@@ -75,7 +80,7 @@ class Subject:
 
     def may_act_in(self, tenant: str) -> bool:
         """A tenant whose namespaces this subject may act on (its own tenants; a service account's home)."""
-        return tenant in self.owned_names or (bool(tenant) and tenant == self.home_tenant)
+        return tenant in self.by_name or (bool(tenant) and tenant == self.home_tenant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +167,7 @@ class State:
         self.node_labels = NO_KEYS
         self.node_annotations = NO_KEYS
         self._subjects: dict[tuple[str, tuple[str, ...]], Subject] = {}
+        self._tenant_keys: dict[str, tuple[Keys, Keys]] = {}
 
     @property
     def ready(self) -> bool:
@@ -182,6 +188,7 @@ class State:
         self.tenancy_received = True
         self.reservations.forget_seen(tenancy)
         self._subjects = {}
+        self._tenant_keys = {}
 
     def subject(self, username: str, groups: tuple[str, ...]) -> Subject:
         """Who is asking, memoised per snapshot (a handful of distinct users make most requests)."""
@@ -213,6 +220,16 @@ class State:
         if home:
             return Subject(username, groups, Role.TENANT_SERVICE_ACCOUNT, (), home)
         return Subject(username, groups, Role.OTHER)
+
+    def forbidden_metadata(self, tenant: TenantView) -> tuple[Keys, Keys]:
+        """The tenant's forbidden (labels, annotations), compiled once per snapshot."""
+        found = self._tenant_keys.get(tenant.name)
+        if found is None:
+            found = self._tenant_keys[tenant.name] = (
+                keys(tenant.forbidden_labels),
+                keys(tenant.forbidden_annotations),
+            )
+        return found
 
     def force_prefix(self, tenant: TenantView) -> bool:
         """The tenant's forceTenantPrefix, or the global one when the tenant leaves it unset."""

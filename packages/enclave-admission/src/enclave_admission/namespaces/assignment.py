@@ -22,7 +22,7 @@ def _listing(names: list[str]) -> str:
 def choose_tenant(subject: Subject, name: str, labels: dict[str, str]) -> TenantView | Refusal:
     """The tenant label if given (one the subject owns); else their only tenant; else the tenant whose
     ``<name>-`` is the longest prefix of the namespace name; else a refusal listing their tenants."""
-    owned = {tenant.name: tenant for tenant in subject.owned}
+    owned = subject.by_name
     wanted = labels.get(TENANT_LABEL)
     if wanted is not None:
         if wanted in owned:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from enclave_admission.metadata import changed_keys, owner_references, references_tenant, tenant_references
 from enclave_admission.namespaces.assignment import Refusal, choose_tenant
 from enclave_admission.review import AdmissionRequest, Decision
-from enclave_admission.state import Role, State, Subject, keys
+from enclave_admission.state import NO_KEYS, Role, State, Subject
 from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, TENANT_LABEL, TenantView
 
 
@@ -64,7 +64,7 @@ def _create(request: AdmissionRequest, state: State, subject: Subject) -> Decisi
         _cordoned(tenant, f"create namespace {name!r}")
         or _protected(state, name)
         or _prefix(state, tenant, name)
-        or _forbidden_metadata(request, tenant, created=True)
+        or _forbidden_metadata(request, state, tenant, created=True)
         or _quota(state, tenant, name)
     )
     if refused is not None:
@@ -100,7 +100,7 @@ def _update(request: AdmissionRequest, state: State, subject: Subject) -> Decisi
             tenant=tenant_name,
         )
     if subject.role is Role.TENANT_USER and tenant is not None:
-        refused = _forbidden_metadata(request, tenant, created=False)
+        refused = _forbidden_metadata(request, state, tenant, created=False)
         if refused is not None:
             return refused
     return Decision.allow("Allowed", tenant=tenant_name)
@@ -197,11 +197,16 @@ def _prefix(state: State, tenant: TenantView, name: str) -> Decision | None:
     )
 
 
-def _forbidden_metadata(request: AdmissionRequest, tenant: TenantView, *, created: bool) -> Decision | None:
+def _forbidden_metadata(
+    request: AdmissionRequest, state: State, tenant: TenantView, *, created: bool
+) -> Decision | None:
+    labels, annotations = state.forbidden_metadata(tenant)
     for what, new, old, forbidden in (
-        ("label", request.labels, request.old_labels, keys(tenant.forbidden_labels)),
-        ("annotation", request.annotations, request.old_annotations, keys(tenant.forbidden_annotations)),
+        ("label", request.labels, request.old_labels, labels),
+        ("annotation", request.annotations, request.old_annotations, annotations),
     ):
+        if forbidden is NO_KEYS:
+            continue
         touched = sorted(new) if created else changed_keys(old, new)
         for key in touched:
             why = forbidden.refuses(key)
