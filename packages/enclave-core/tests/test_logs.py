@@ -102,6 +102,29 @@ def test_hot_lines_outside_a_loop_are_written_at_once_and_respect_the_level(capt
     assert len(lines(captured)) == 1
 
 
+def test_hot_lines_with_values_orjson_cannot_encode_still_make_a_line(captured: io.StringIO) -> None:
+    logs.HotLines("enclave_test.odd").info("decision", {"path": Path("/x"), "big": 2**70})
+    line = lines(captured)[-1]
+    assert line["path"] == "/x"
+    assert line["big"] == 2**70
+
+
+def test_hot_line_timestamps_are_the_formatters_milliseconds(
+    captured: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hot = logs.HotLines("enclave_test.clock")
+    for now in (1_700_000_000.0071, 1_700_000_000.0079, 1_700_000_000.9999, 1_700_000_001.25):
+        monkeypatch.setattr(logs.time, "time", lambda now=now: now)
+        hot.info("decision", {})
+    stamps = [line["ts"] for line in lines(captured)]
+    assert stamps == [
+        "2023-11-14T22:13:20.007+00:00",
+        "2023-11-14T22:13:20.007+00:00",
+        "2023-11-14T22:13:20.999+00:00",
+        "2023-11-14T22:13:21.250+00:00",
+    ]
+
+
 def test_hot_lines_go_through_logging_when_logs_are_text(
     captured: io.StringIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:

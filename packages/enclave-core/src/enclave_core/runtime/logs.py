@@ -42,10 +42,15 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
-        try:
-            return orjson.dumps(entry, default=str, option=_ORJSON_OPTIONS).decode()
-        except (TypeError, orjson.JSONEncodeError):  # e.g. an int beyond 64 bits: slower, never lost
-            return json.dumps(entry, default=str)
+        return _encode(entry)
+
+
+def _encode(entry: dict[str, Any]) -> str:
+    """Any field value: ``str()`` of what JSON has no type for, and ``json`` for what orjson refuses."""
+    try:
+        return orjson.dumps(entry, default=str, option=_ORJSON_OPTIONS).decode()
+    except (TypeError, orjson.JSONEncodeError):  # e.g. an int beyond 64 bits: slower, never lost
+        return json.dumps(entry, default=str)
 
 
 class _Sink:
@@ -95,6 +100,8 @@ class HotLines:
         self._pending: list[bytes] = []
         self._second = -1
         self._prefix = ""
+        self._millis = -1
+        self._stamp = ""
         atexit.register(self.flush)
 
     def info(self, msg: str, fields: dict[str, Any]) -> None:
@@ -103,13 +110,18 @@ class HotLines:
         if _Sink.stream is None:
             self.logger.info(msg, extra=fields)
             return
-        entry = {"ts": self._timestamp(), "level": "info", "component": _Sink.component, "logger": self.logger.name}
-        entry["msg"] = msg
-        entry.update(fields)
-        try:
-            line = orjson.dumps(entry, default=str, option=_ORJSON_OPTIONS | orjson.OPT_APPEND_NEWLINE)
+        entry = {
+            "ts": self._timestamp(),
+            "level": "info",
+            "component": _Sink.component,
+            "logger": self.logger.name,
+            "msg": msg,
+            **fields,
+        }
+        try:  # plain JSON types and string keys: orjson's fast path, without a default or key conversion
+            line = orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
         except (TypeError, orjson.JSONEncodeError):
-            line = (json.dumps(entry, default=str) + "\n").encode()
+            line = (_encode(entry) + "\n").encode()
         self._pending.append(line)
         if len(self._pending) == 1:
             try:
@@ -132,9 +144,14 @@ class HotLines:
             stream.flush()
 
     def _timestamp(self) -> str:
-        now = time.time()
-        second = int(now)
-        if second != self._second:
-            self._second = second
-            self._prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        return f"{self._prefix}.{int((now - second) * 1000):03d}+00:00"
+        """Milliseconds, as :class:`JsonFormatter` prints them; at thousands of lines a second most lines share
+        their millisecond with the previous one, so the string is reused."""
+        millis = int(time.time() * 1000)
+        if millis != self._millis:
+            self._millis = millis
+            second, rest = divmod(millis, 1000)
+            if second != self._second:
+                self._second = second
+                self._prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+            self._stamp = f"{self._prefix}.{rest:03d}+00:00"
+        return self._stamp
