@@ -114,7 +114,7 @@ def test_hot_line_timestamps_are_the_formatters_milliseconds(
 ) -> None:
     hot = logs.HotLines("enclave_test.clock")
     for now in (1_700_000_000.0071, 1_700_000_000.0079, 1_700_000_000.9999, 1_700_000_001.25):
-        monkeypatch.setattr(logs.time, "time", lambda now=now: now)
+        monkeypatch.setattr("enclave_core.runtime.logs.time.time", lambda now=now: now)
         hot.info("decision", {})
     stamps = [line["ts"] for line in lines(captured)]
     assert stamps == [
