@@ -108,10 +108,31 @@ async def test_chunked_body_and_query_string() -> None:
         writer.close()
 
 
-async def test_expect_continue_gets_the_interim_answer_first() -> None:
+@pytest.mark.parametrize(
+    ("target", "path"),
+    [
+        ("/namespaces", "/namespaces"),
+        ("/namespaces?timeout=10s", "/namespaces"),  # what kube-apiserver sends
+        ("/namespaces/mutate?timeout=10s&x=%2F", "/namespaces/mutate"),
+        ("/name%73paces", "/name%73paces"),  # not decoded: no path is served under two spellings
+        ("http://webhook:9443/namespaces?timeout=10s", "/namespaces"),  # absolute form
+    ],
+)
+async def test_the_path_is_the_request_target_without_its_query(target: str, path: str) -> None:
     async with listening() as listener:
         reader, writer = await connect(listener)
-        writer.write(post("/namespaces", b"{}", "Expect: 100-continue"))
+        writer.write(post(target, b"{}"))
+        status, _, body = await read_answer(reader)
+        assert status == 200
+        assert orjson.loads(body)["path"] == path
+        writer.close()
+
+
+@pytest.mark.parametrize("header", ["Expect: 100-continue", "EXPECT: 100-Continue"])
+async def test_expect_continue_gets_the_interim_answer_first(header: str) -> None:
+    async with listening() as listener:
+        reader, writer = await connect(listener)
+        writer.write(post("/namespaces", b"{}", header))
         assert (await read_answer(reader))[0] == 100
         assert (await read_answer(reader))[0] == 200
         writer.close()

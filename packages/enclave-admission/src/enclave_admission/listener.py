@@ -106,12 +106,15 @@ class _Connection(asyncio.Protocol):
         self.last = 0.0
         """When the last answer was written (or the connection made)."""
         self.closing = False
+        self.max_head = listener.limits.max_head
+        self.max_body = listener.limits.max_body
+        self.time = listener.loop.time
 
     # -- transport ---------------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
-        self.last = self.listener.loop.time()
+        self.last = self.time()
         self.listener.connections.add(self)
         CONNECTIONS.inc()
 
@@ -133,8 +136,8 @@ class _Connection(asyncio.Protocol):
             self.close()
         except httptools.HttpParserError as err:
             self.fail(400, f"malformed HTTP request: {err}", "malformed")
-        if self.head > self.listener.limits.max_head:  # headers still incomplete: the parser buffers them whole
-            self.fail(431, f"request line and headers over {self.listener.limits.max_head} bytes", "too-large")
+        if self.head > self.max_head:  # headers still incomplete: the parser buffers them whole
+            self._head_too_large()
 
     def pause_writing(self) -> None:
         """The client is not reading its answers: stop reading its requests until it does."""
@@ -152,33 +155,40 @@ class _Connection(asyncio.Protocol):
         self.body = []
         self.size = 0
         self.head_size = 0
-        self.started = self.listener.loop.time()
+        self.started = self.time()
 
     def on_headers_complete(self) -> None:
         self.head = -1
 
     def on_url(self, url: bytes) -> None:
         self.url += url
-        self._count_head(len(url))
+        self.head_size += len(url)
+        if self.head_size > self.max_head:
+            self._head_too_large()
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value) + 4)
-        if self.closing:
-            return
-        if name.lower() == b"expect" and value.lower() == b"100-continue" and self.transport is not None:
+        # once per header of every request: the size check inline, the Expect test only on a name that long
+        self.head_size += len(name) + len(value) + 4
+        if self.head_size > self.max_head:
+            self._head_too_large()
+        elif (
+            len(name) == 6
+            and name.lower() == b"expect"
+            and value.lower() == b"100-continue"
+            and not self.closing
+            and self.transport is not None
+        ):
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
-    def _count_head(self, size: int) -> None:
-        self.head_size += size
-        if self.head_size > self.listener.limits.max_head:
-            self.fail(431, f"request line and headers over {self.listener.limits.max_head} bytes", "too-large")
+    def _head_too_large(self) -> None:
+        self.fail(431, f"request line and headers over {self.max_head} bytes", "too-large")
 
     def on_body(self, chunk: bytes) -> None:
         if self.closing:
             return
         self.size += len(chunk)
-        if self.size > self.listener.limits.max_body:
-            self.fail(413, f"request body over {self.listener.limits.max_body} bytes", "too-large")
+        if self.size > self.max_body:
+            self.fail(413, f"request body over {self.max_body} bytes", "too-large")
             return
         self.body.append(chunk)
 
@@ -188,12 +198,16 @@ class _Connection(asyncio.Protocol):
         if self.parser.should_upgrade():
             self.fail(400, "protocol upgrades are not served here", "malformed")
             return
-        try:
-            path = httptools.parse_url(self.url).path.decode("utf-8", "replace")
-            method = self.parser.get_method().decode("ascii", "replace")
-        except httptools.HttpParserInvalidURLError:
-            self.fail(400, f"malformed request target {self.url[:200]!r}", "malformed")
-            return
+        url = self.url
+        if url[:1] == b"/" and b"#" not in url:  # origin form, as kube-apiserver sends (`/path?timeout=10s`)
+            path = url.partition(b"?")[0].decode("utf-8", "replace")
+        else:
+            try:
+                path = httptools.parse_url(url).path.decode("utf-8", "replace")
+            except httptools.HttpParserInvalidURLError:
+                self.fail(400, f"malformed request target {url[:200]!r}", "malformed")
+                return
+        method = self.parser.get_method().decode("ascii", "replace")
         try:
             status, payload = self.listener.respond(method, path, b"".join(self.body))
         except Exception:
@@ -203,7 +217,7 @@ class _Connection(asyncio.Protocol):
         self.body = []
         self.head = 0
         self.started = None
-        self.last = self.listener.loop.time()
+        self.last = self.time()
         self.write(status, payload, keep)
 
     # -- answers -----------------------------------------------------------------------------------------------
