@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 
 import pytest
 from kubernetes import client
 
+import enclave_admission.server
 from enclave_core.api.meta import Entity
 from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, PROMOTED_LABEL, TENANT_LABEL
 from enclave_testing.names import unique
@@ -185,6 +187,11 @@ def test_metrics_and_readiness(enclave: Enclave) -> None:
         text = answer.read().decode()
     assert 'enclave_admission_decisions_total{path="/namespaces",result="allowed"}' in text
     assert 'enclave_admission_request_duration_seconds_bucket{le="0.005",path="/namespaces"}' in text
+    # the server runs what this interpreter imports: compiled under tox, which must test the shipped build
+    compiled = not str(enclave_admission.server.__file__).endswith(".py")
+    assert f'enclave_admission_build_info{{compiled="{str(compiled).lower()}"}} 1.0' in text
+    if os.environ.get("ENCLAVE_TEST_EXPECT_MYPYC") == "1":
+        assert compiled, "tox installs enclave-admission from its mypyc-compiled wheel"
 
 
 def test_node_selector_annotation_and_ownership_of_own_namespace_are_immutable_for_its_service_account(

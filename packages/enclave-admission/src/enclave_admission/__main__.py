@@ -17,6 +17,7 @@ import sys
 
 from prometheus_client import Gauge
 
+from enclave_admission import server as server_module
 from enclave_admission.certificates import ServingCertificate
 from enclave_admission.events import DenyEvents
 from enclave_admission.server import AdmissionServer
@@ -36,6 +37,16 @@ log = logging.getLogger(__name__)
 SNAPSHOT_REVISION = Gauge(
     "enclave_admission_snapshot_revision", "Revision of the snapshot decisions are made from", ["kind"]
 )
+BUILD = Gauge(
+    "enclave_admission_build_info",
+    "Always 1; compiled=true when the per-review modules run compiled by mypyc (the wheel's default build)",
+    ["compiled"],
+)
+
+
+def compiled() -> bool:
+    """Whether the per-review modules are mypyc-compiled (an editable or ENCLAVE_MYPYC=0 install is not)."""
+    return not str(server_module.__file__).endswith(".py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -108,7 +119,11 @@ async def body(process: component.Component) -> None:
         await certificate.loaded.wait()
         address = HostPort.parse(args.webhook_address)
         await server.start(address.host, address.port, certificate.context)
-        log.info("serving admission webhooks", extra={"address": f"{address.host}:{server.port}"})
+        BUILD.labels(str(compiled()).lower()).set(1)
+        log.info(
+            "serving admission webhooks",
+            extra={"address": f"{address.host}:{server.port}", "compiled": compiled()},
+        )
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in done:
             task.result()

@@ -20,11 +20,12 @@ import asyncio
 import contextlib
 import email.utils
 import logging
+import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import httptools
 import orjson
@@ -290,7 +291,9 @@ class Listener:
             backlog=1024,
             ssl_handshake_timeout=self.limits.handshake_timeout if ssl_context else None,
         )
-        self.port = self._server.sockets[0].getsockname()[1]
+        # uvloop's Server.sockets is a list where typeshed says tuple; compiled code checks declared types
+        sockets: Sequence[socket.socket] = cast(Any, self._server).sockets
+        self.port = sockets[0].getsockname()[1]
         self._sweeper = asyncio.create_task(self._sweep(), name="webhook-connection-sweeper")
 
     async def stop(self, grace: float = 10.0) -> None:
