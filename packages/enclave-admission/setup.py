@@ -1,7 +1,7 @@
 """Builds enclave-admission with its per-review modules compiled by mypyc.
 
 Every AdmissionReview runs the listener, the parsing of the review, the decision and its answer; compiled,
-that code costs about a third less CPU per review (docs/benchmarks.md). mypyc compiles these modules from
+that code costs about a quarter less CPU per review (docs/benchmarks.md). mypyc compiles these modules from
 their type annotations and checks those annotations at run time, which is why the tests run against this
 build (tox installs the wheel). The sources stay plain Python and behave the same uncompiled: an editable
 install (development) never compiles, since a compiled module would shadow later edits of its source, and

@@ -4,7 +4,8 @@
    AdmissionReviews per second and p50/p99 latency at concurrency 1 and 32, measured by the client
    (:mod:`loadgen`), with the CPU the admission processes and the client spent per review; at concurrency
    32 once against one replica and once against the chart's default of two (connections spread over both,
-   as a Service spreads them). Next to them the floor: aiohttp answering a bare allow
+   as a Service spreads them). Rows name the build they ran (mypyc-compiled under tox); one more row runs the
+   same sources interpreted, for the ratio. Next to them the floor: aiohttp answering a bare allow
    (:mod:`floor_server`). Every row is loaded once per round, rounds interleaved; the table shows medians.
 2. Namespace creation by a tenant owner through kube-apiserver, with Enclave's webhooks and without them,
    in the same run on the same control plane, in alternating blocks (the same object is stored either way),
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -50,12 +52,14 @@ HANDLER_TARGET_P99_MS = 5.0
 E2E_TARGET_OVERHEAD_MS = 5.0
 DIRECT_RUNS = ((1, 1, 2000), (1, 32, 16000), (2, 32, 16000))
 """(replicas, concurrency, requests) per path."""
-ROUNDS = 3
+ROUNDS = 5
 E2E_ROUNDS = 3
 E2E_BLOCK = 50
 """Creations per block: E2E_ROUNDS blocks of each kind, E2E_ROUNDS * E2E_BLOCK creations per row."""
 GROUP = "enclave.dev"
 WEBHOOK_DURATION = "apiserver_admission_webhook_admission_duration_seconds"
+ADMISSION_SOURCES = Path(__file__).resolve().parents[2] / "packages" / "enclave-admission" / "src"
+"""Ahead of the installed wheel on PYTHONPATH, these run the admission modules interpreted."""
 
 
 @pytest.fixture(scope="module")
@@ -177,25 +181,44 @@ def replicas_label(count: int, noun: str) -> str:
     return f"{count} {noun}{('es' if noun.endswith('s') else 's') if count > 1 else ''}"
 
 
+def build(replica: Any) -> str:
+    """``compiled`` or ``interpreted``, as the replica reports it (enclave_admission_build_info)."""
+    with urllib.request.urlopen(f"{replica.probe_url}/metrics", timeout=5) as answer:
+        return (
+            "compiled" if 'enclave_admission_build_info{compiled="true"}' in answer.read().decode() else "interpreted"
+        )
+
+
 def handler_rows(bench: Enclave, control_plane: Any, owner: str, tenant: Any) -> list[tuple[str, ...]]:
     """Every variant once per round, ROUNDS rounds, interleaved: a noisy moment of the shared machine lands on
-    one sample of each row, not on all samples of one row."""
+    one sample of each row, not on all samples of one row. Beside the replicas of the installed build (mypyc
+    compiled under tox) runs one from the package's plain sources, for the ratio between the two."""
     context = bench.ssl_context()
     second = bench.admission_replica(control_plane)
+    plain = bench.admission_replica(control_plane, env={"PYTHONPATH": str(ADMISSION_SOURCES)})
     replicas = [bench.admission, second]
     targets = [address_of(replica.webhook_url) for replica in replicas]
     pids = [replica.process.popen.pid for replica in replicas if replica.process.popen is not None]
     variants: list[Variant] = []
     try:
+        assert build(plain) == "interpreted"
+        installed = build(bench.admission)
         with floor_servers(2) as (floor_targets, floor_pids, floor_context):
             for path in ("/namespaces", "/namespaces/mutate"):
                 for count, c, requests in DIRECT_RUNS:
                     reviews = [review(path, owner, tenant.name, tenant.uid, i) for i in range(requests)]
-                    label = f"direct HTTPS {path} c={c}, {replicas_label(count, 'replica')}"
+                    label = f"direct HTTPS {path} c={c}, {replicas_label(count, 'replica')} ({installed})"
                     variants.append(Variant(label, targets[:count], pids, context, path, reviews, c))
+            if plain.process.popen is not None:
+                label = "direct HTTPS /namespaces c=32, 1 replica (interpreted: the same sources)"
+                reviews = variants[1].reviews
+                plain_target = [address_of(plain.webhook_url)]
+                variants.append(
+                    Variant(label, plain_target, [plain.process.popen.pid], context, "/namespaces", reviews, 32)
+                )
             for count in (1, 2):
                 label = f"floor: aiohttp bare allow c=32, {replicas_label(count, 'process')}"
-                reviews = variants[-1].reviews
+                reviews = variants[1].reviews
                 variants.append(
                     Variant(label, floor_targets[:count], floor_pids, floor_context, "/namespaces", reviews, 32)
                 )
@@ -207,6 +230,7 @@ def handler_rows(bench: Enclave, control_plane: Any, owner: str, tenant: Any) ->
                     samples[index].append(run(variant))
     finally:
         second.process.stop()
+        plain.process.stop()
     return [row(variant, taken) for variant, taken in zip(variants, samples, strict=True)]
 
 

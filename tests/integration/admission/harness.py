@@ -168,7 +168,7 @@ class Enclave:
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cadata=self.ca_pem().decode())
 
-    def admission_replica(self, control_plane: ControlPlane) -> RunningComponent:
+    def admission_replica(self, control_plane: ControlPlane, env: dict[str, str] | None = None) -> RunningComponent:
         """Another admission replica subscribed to the same snapshot services, ready when it returns; the
         caller stops it. Replicas share nothing but their subscriptions, as in a Deployment."""
         return start_component(
@@ -178,6 +178,7 @@ class Enclave:
             namespace=self.namespace,
             endpoints={"config": self.config.grpc_target, "tenants": self.publisher.target},
             identity=unique("admission"),
+            env=env,
         )
 
 
