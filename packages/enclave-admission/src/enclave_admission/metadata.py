@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from enclave_admission.review import JSON
@@ -9,7 +10,7 @@ from enclave_core import API_GROUP, GROUP_VERSION
 from enclave_core.snapshots.tenancy import TenantView
 
 
-def changed_keys(old: dict[str, str], new: dict[str, str]) -> list[str]:
+def changed_keys(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
     """Keys added, removed or given another value, sorted (for stable messages)."""
     return sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
 

@@ -9,6 +9,8 @@ function that unit tests can call with hand-built snapshots.
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 import orjson
@@ -21,7 +23,7 @@ class MalformedReviewError(ValueError):
     """The body is not an AdmissionReview v1 request we can decide on."""
 
 
-def _metadata_map(obj: JSON | None, key: str) -> dict[str, str]:
+def _metadata_map(obj: JSON | None, key: str) -> Mapping[str, str]:
     if not obj:
         return _NONE
     meta = obj.get("metadata") or _NONE
@@ -29,8 +31,8 @@ def _metadata_map(obj: JSON | None, key: str) -> dict[str, str]:
     return value if isinstance(value, dict) else _NONE
 
 
-_NONE: Final[dict[str, Any]] = {}
-"""Shared empty map for absent parts; nothing writes to what a request holds."""
+_NONE: Final[Mapping[str, Any]] = MappingProxyType({})
+"""One read-only empty map for every absent part (a request's maps are read, never written)."""
 
 
 class AdmissionRequest(NamedTuple):
@@ -57,11 +59,11 @@ class AdmissionRequest(NamedTuple):
     """The object after the change (None on DELETE)."""
     old: JSON | None
     """The object before the change (None on CREATE)."""
-    labels: dict[str, str]
+    labels: Mapping[str, str]
     """Of ``obj``; read by most rules, so looked up once."""
-    annotations: dict[str, str]
-    old_labels: dict[str, str]
-    old_annotations: dict[str, str]
+    annotations: Mapping[str, str]
+    old_labels: Mapping[str, str]
+    old_annotations: Mapping[str, str]
     dry_run: bool = False
 
     @classmethod

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from enclave_admission.state import Subject
@@ -19,7 +20,7 @@ def _listing(names: list[str]) -> str:
     return ", ".join(names) if names else "none"
 
 
-def choose_tenant(subject: Subject, name: str, labels: dict[str, str]) -> TenantView | Refusal:
+def choose_tenant(subject: Subject, name: str, labels: Mapping[str, str]) -> TenantView | Refusal:
     """The tenant label if given (one the subject owns); else their only tenant; else the tenant whose
     ``<name>-`` is the longest prefix of the namespace name; else a refusal listing their tenants."""
     owned = subject.by_name
