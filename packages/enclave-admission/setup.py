@@ -4,8 +4,9 @@ Every AdmissionReview runs the listener, the parsing of the review, the decision
 that code costs about a quarter less CPU per review (docs/benchmarks.md). mypyc compiles these modules from
 their type annotations and checks those annotations at run time, which is why the tests run against this
 build (tox installs the wheel). The sources stay plain Python and behave the same uncompiled: an editable
-install (development) never compiles, since a compiled module would shadow later edits of its source, and
-``ENCLAVE_MYPYC=0`` builds a plain wheel (a platform without a C compiler).
+install (development) never compiles, since a compiled module would shadow later edits of its source,
+``ENCLAVE_MYPYC=0`` builds a plain wheel, and so does a build that finds no C compiler or Python headers
+(with a warning; the server then reports ``enclave_admission_build_info{compiled="false"}``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 
 COMPILED = [
     "review.py",
@@ -42,4 +44,21 @@ def ext_modules() -> list[object]:
     return list(mypycify([*options, *sources], opt_level="3"))
 
 
-setup(ext_modules=ext_modules())
+class OptionalBuildExt(build_ext):  # type: ignore[misc]  # setuptools is untyped here
+    """Compiled modules are an optimisation: without a working compiler the wheel is plain Python."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as err:  # setuptools/distutils raise several unrelated types for a missing toolchain
+            self._plain(err)
+
+    def _plain(self, err: Exception) -> None:
+        # all or nothing: a module's shim without the shared library mypyc puts the code in cannot be imported
+        for ext in self.extensions:
+            Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+        self.extensions: list[object] = []
+        print(f"warning: enclave-admission is built without mypyc-compiled modules: {err}", file=sys.stderr)
+
+
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
