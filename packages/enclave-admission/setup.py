@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -57,7 +58,7 @@ class OptionalBuildExt(build_ext):  # type: ignore[misc]  # setuptools is untype
         # all or nothing: a module's shim without the shared library mypyc puts the code in cannot be imported
         for ext in self.extensions:
             Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
-        self.extensions: list[object] = []
+        self.extensions: list[Any] = []
         print(f"warning: enclave-admission is built without mypyc-compiled modules: {err}", file=sys.stderr)
 
 
