@@ -201,6 +201,22 @@ def test_group_owner_and_ambiguous_names(stack: Stack) -> None:
     stack.tenant(one, [{"kind": "Group", "name": team}])
     stack.tenant(two, [{"kind": "Group", "name": team}])
     api = stack.as_user(dave, ["enclave.dev", team])
+
+    def sees_both() -> bool:
+        """Admission's snapshot has both tenants: each prefixed dry-run lands in its own (with only one known,
+        both would land in that one). Until then an ambiguous name would be assigned, not refused."""
+        for tenant in (one, two):
+            try:
+                probe = api.create_namespace({"metadata": {"name": f"{tenant}-probe"}}, dry_run="All")
+            except ApiException as err:
+                if "no tenant" in str(err.body) or "not ready" in str(err.body):
+                    return False
+                raise
+            if (probe.metadata.labels or {}).get(TENANT_LABEL) != tenant:
+                return False
+        return True
+
+    poll(sees_both, timeout=20, what="both tenants of the group in admission's snapshot")
     # Two tenants and a name matching neither prefix: refused with both tenants named.
     message = refused(lambda: api.create_namespace({"metadata": {"name": unique("neutral")}}))
     assert one in message
