@@ -14,6 +14,7 @@ prometheus_client's own metrics there.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
@@ -67,8 +68,8 @@ class _Family(Collector, Generic[Child]):
             child = self._children[values] = self._child()
         return child
 
-    def _child(self) -> Child:
-        raise TypeError("a metric family names its child type")
+    @abstractmethod
+    def _child(self) -> Child: ...
 
 
 class LoopCounter(_Family[CounterChild]):
