@@ -9,7 +9,7 @@ from enclave_admission.namespaces import mutation, validation
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.api.meta import Entity
-from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, TENANT_LABEL, TenantView
+from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, TENANT_LABEL, TenancySnapshot, TenantView
 
 SOLAR = tenant("solar", "alice", namespaces=["solar-a"], namespace_quota=3)
 
@@ -186,10 +186,9 @@ def test_quota_counts_snapshot_and_this_replicas_admissions() -> None:
     assert fourth.reason == "NamespaceQuotaExceeded"
     assert "3 of 3" in fourth.message
     # the snapshot catches up: the reservation is dropped, the count stays 3
+    # a new snapshot object, as the subscription builds one (model_copy would carry the old cached indexes)
     state.set_tenancy(
-        state.tenancy.model_copy(
-            update={"tenants": [view.model_copy(update={"namespaces": ["solar-a", "solar-b", "solar-c"]})]}
-        )
+        TenancySnapshot(tenants=[view.model_copy(update={"namespaces": ["solar-a", "solar-b", "solar-c"]})])
     )
     assert state.namespace_count(state.tenancy.by_name["solar"]) == 3
 
