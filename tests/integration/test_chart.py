@@ -298,6 +298,23 @@ def test_chart_webhooks_equal_the_admission_servers_defaults(helm: Path) -> None
         assert rendered == wanted, side
 
 
+def test_chart_quota_hooks_equal_the_admission_servers_defaults(helm: Path) -> None:
+    """With enclave-quotas on, the chart's quota hooks are defaults.webhooks(quotas=True)'s, rules-less generic
+    hook included (enclave-quotas scopes it)."""
+    from enclave_admission.defaults import webhooks
+    from enclave_core.api.configuration import WebhookClient, WebhookService
+
+    namespace = "team-platform"
+    manifests = render(helm, namespace, sets=("quotas.enabled=true",))
+    (configuration,) = by_kind(manifests, "ServiceConfiguration").values()
+    client = WebhookClient(service=WebhookService(name="enclave-webhook-service", namespace=namespace))
+    expected = webhooks(client, namespace=namespace, quotas=True).to_k8s()
+    rendered = {hook["name"]: hook for hook in configuration["spec"]["admission"]["validating"]["webhooks"]}
+    wanted = {hook["name"]: hook for hook in expected["validating"]["webhooks"]}
+    assert rendered == wanted
+    assert "rules" not in rendered["quotas.enclave.dev"]
+
+
 def test_webhooks_follow_the_components(helm: Path, tmp_path: Path) -> None:
     """Quota and replication hooks appear with their components, fail closed; none exist without admission."""
     every = _values_file(tmp_path, all_components_values())

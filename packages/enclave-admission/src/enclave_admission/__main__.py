@@ -23,13 +23,17 @@ from enclave_admission.events import DenyEvents
 from enclave_admission.server import AdmissionServer
 from enclave_admission.state import State
 from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
+from enclave_core.ledger import LedgerClient
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
+from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import HostPort, add_common_flags, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
+from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaTargets
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot
 
 log = logging.getLogger(__name__)
@@ -69,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env_default("ENCLAVE_TLS_SECRET_NAME", ""),
         help="Secret in --namespace holding tls.crt/tls.key, watched for renewals (env ENCLAVE_TLS_SECRET_NAME)",
     )
-    grpc.add_subscription_flags(parser, "config", "tenants")
+    grpc.add_subscription_flags(parser, "config", "tenants", "quotas")
     args = parser.parse_args(argv)
     if not args.config_endpoint:
         parser.error("--config-endpoint (or ENCLAVE_CONFIG_ENDPOINT) is required")
@@ -85,7 +89,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
-    state = State(expect_tenancy=bool(args.tenants_endpoint))
+    state = State(expect_tenancy=bool(args.tenants_endpoint), expect_quotas=bool(args.quotas_endpoint))
     kube = Kube(process.api, field_manager="enclave-admission")
     events = DenyEvents(EventRecorder(kube, "enclave-admission"))
     certificate = ServingCertificate()
@@ -109,6 +113,8 @@ async def body(process: component.Component) -> None:
     process.readiness.add_check("serving-certificate", certificate.loaded.is_set)
 
     tasks = [asyncio.create_task(events.run(), name="deny-events")]
+    if args.quotas_endpoint:
+        tasks.append(asyncio.create_task(_follow_quotas(process, kube, state), name="quota-ledgers"))
     if args.tls_cert_file:
         watch = certificate.watch_files(args.tls_cert_file, args.tls_key_file)
     else:
@@ -134,6 +140,29 @@ async def body(process: component.Component) -> None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await server.stop()
+
+
+async def _follow_quotas(process: component.Component, kube: Kube, state: State) -> None:
+    """Subscribe to QuotaTargets and keep the ledgers of Enclave's namespace in memory (a watch), so a
+    reservation starts from a fresh copy and only a conflict costs a read."""
+    ledgers = state.ledgers = LedgerClient(kube, process.namespace)
+
+    def accept_quotas(snapshot: Snapshot) -> None:
+        targets = QuotaTargets.model_validate_json(snapshot.payload)
+        state.set_quotas(targets)
+        SNAPSHOT_REVISION.labels(QUOTAS_KIND).set(snapshot.revision)
+        log.info("quota targets snapshot", extra={"revision": snapshot.revision, "quotas": len(targets.quotas)})
+
+    def observed(key: str) -> None:
+        obj = informer.get(key)
+        if obj is None:
+            ledgers.forget(key.rpartition("/")[2])
+        else:
+            ledgers.observe(obj)
+
+    informer = Informer(kube, ledgers.path(""), on_change=observed, name="quantityledgers")
+    grpc.subscribe(process, process.args.quotas_endpoint, quotas_pb2_grpc.QuotaServiceStub, QUOTAS_KIND, accept_quotas)
+    await informer.run()
 
 
 def main(argv: list[str] | None = None) -> int:

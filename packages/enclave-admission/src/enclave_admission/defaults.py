@@ -29,6 +29,12 @@ Every choice scopes a hook as tightly as its rule allows:
   configuration, and a fail-closed hook would keep you from repairing the configuration during an outage.
 * **Nodes** is off unless asked for, fails open (node labels are scheduling hints, not the tenant fence) and is
   narrowed to tenant users with ``opts.serviceUsers`` so kubelets never wait on Enclave.
+* **Quotas** (with enclave-quotas, ``quotas=True``): the generic hook ``quotas.enclave.dev`` is written with no
+  rules; enclave-quotas sets them to exactly the resources its quotas count (server-side apply, its own field
+  manager), so no other write ever waits on Enclave. Fail-closed (a quota that lets objects through during an
+  outage is no quota), ``NoneOnDryRun`` (it writes ledger reservations, never for a dry run), and it never
+  sees Events, Leases or the ledgers themselves. CustomQuota/GlobalCustomQuota validation fails open, for the
+  ServiceConfiguration's reason: the controller validates again and reports.
 * ``timeoutSeconds`` is 5 or less everywhere: decisions come from memory in milliseconds, and a long timeout
   only stretches an outage into slow API calls.
 """
@@ -89,11 +95,56 @@ def skip_control_plane(namespace: str) -> MatchCondition:
     return MatchCondition(name="enclave.dev/skip-control-plane", expression=expression)
 
 
-def webhooks(client: WebhookClient, *, namespace: str = "enclave-system", nodes: bool = False) -> Admission:
+QUOTA_SKIP = MatchCondition(
+    name="skip-events-leases-ledgers",
+    expression="!((request.resource.group == '' && request.resource.resource == 'events') || "
+    "(request.resource.group == 'events.k8s.io' && request.resource.resource == 'events') || "
+    "(request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases') || "
+    "(request.resource.group == 'enclave.dev' && request.resource.resource == 'quantityledgers'))",
+)
+"""Objects no quota may count: admission writes ledgers and events itself and must never call itself."""
+
+
+def _quota_hooks() -> list[ValidatingWebhook]:
+    return [
+        ValidatingWebhook(
+            name="quotas.enclave.dev",
+            path=routes.QUOTAS,
+            failure_policy="Fail",
+            timeout_seconds=5,
+            match_conditions=[QUOTA_SKIP],
+            admission_review_versions=["v1"],
+            side_effects="NoneOnDryRun",
+            match_policy="Equivalent",
+        ),
+        ValidatingWebhook(
+            name="customquotas.enclave.dev",
+            path=routes.CUSTOM_QUOTAS,
+            failure_policy="Ignore",
+            timeout_seconds=5,
+            rules=[
+                WebhookRule(
+                    api_groups=[API_GROUP],
+                    api_versions=["*"],
+                    operations=["CREATE", "UPDATE"],
+                    resources=["customquotas", "globalcustomquotas"],
+                    scope="*",
+                )
+            ],
+            admission_review_versions=["v1"],
+            side_effects="None",
+            match_policy="Equivalent",
+        ),
+    ]
+
+
+def webhooks(
+    client: WebhookClient, *, namespace: str = "enclave-system", nodes: bool = False, quotas: bool = False
+) -> Admission:
     """The default ``spec.admission`` for an admission server reached through ``client``.
 
     ``namespace`` is where Enclave runs (its service accounts are skipped); ``nodes`` adds the node-metadata
-    hook, off by default.
+    hook, off by default; ``quotas`` the custom quota hooks (with enclave-quotas).
     """
     skip = skip_control_plane(namespace)
     mutating = [
@@ -173,6 +224,8 @@ def webhooks(client: WebhookClient, *, namespace: str = "enclave-system", nodes:
                 match_policy="Equivalent",
             )
         )
+    if quotas:
+        validating += _quota_hooks()
     for webhook in validating[1:]:  # every hook but the two namespace hooks
         _exclude_system_namespaces(webhook, namespace)
     return Admission(

@@ -23,7 +23,8 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -42,8 +43,9 @@ CLOSED = Counter(
 
 Answer = tuple[int, bytes]
 """HTTP status and JSON body."""
-Respond = Callable[[str, str, bytes], Answer]
-"""(method, path, body) -> the answer; must not raise (an exception is answered 500)."""
+Respond = Callable[[str, str, bytes], "Answer | Awaitable[Answer]"]
+"""(method, path, body) -> the answer, or an awaitable of it for the few decisions that write (quota
+reservations on a QuantityLedger); must not raise (an exception is answered 500)."""
 
 _REASONS: Final = {
     100: "Continue",
@@ -71,6 +73,9 @@ class Limits:
     """A request whose first byte arrived must be whole within this."""
     sweep_interval: float = 5.0
     handshake_timeout: float = 10.0
+
+
+_INTERNAL: Final[Answer] = (500, b'{"error":"internal error; see the admission server\'s log"}')
 
 
 class _Date:
@@ -107,6 +112,8 @@ class _Connection(asyncio.Protocol):
         self.last = 0.0
         """When the last answer was written (or the connection made)."""
         self.closing = False
+        self.queued: deque[tuple[asyncio.Future[Answer] | Answer, bool]] | None = None
+        """Answers not written yet behind an awaited one, in request order (None: nothing awaited)."""
         self.max_head = listener.limits.max_head
         self.max_body = listener.limits.max_body
         self.time = listener.loop.time
@@ -210,16 +217,51 @@ class _Connection(asyncio.Protocol):
                 return
         method = self.parser.get_method().decode("ascii", "replace")
         try:
-            status, payload = self.listener.respond(method, path, b"".join(self.body))
+            answer = self.listener.respond(method, path, b"".join(self.body))
         except Exception:
             log.exception("answering failed", extra={"path": path})
-            status, payload = 500, b'{"error":"internal error; see the admission server\'s log"}'
+            answer = _INTERNAL
         keep = self.parser.should_keep_alive() and not self.listener.stopping
         self.body = []
         self.head = 0
         self.started = None
         self.last = self.time()
-        self.write(status, payload, keep)
+        if type(answer) is tuple and self.queued is None:  # the synchronous path: written at once
+            self.write(answer[0], answer[1], keep)
+        else:
+            self._enqueue(answer, keep)
+
+    def _enqueue(self, answer: Answer | Awaitable[Answer], keep: bool) -> None:
+        """An awaited answer, or any answer behind one: written in request order as each completes."""
+        if self.queued is None:
+            self.queued = deque()
+        if type(answer) is tuple:
+            self.queued.append((answer, keep))
+            return
+        future = asyncio.ensure_future(cast(Awaitable[Answer], answer))
+        self.queued.append((future, keep))
+        future.add_done_callback(lambda _: self._flush())
+
+    def _flush(self) -> None:
+        queued = self.queued
+        while queued:
+            pending, keep = queued[0]
+            if isinstance(pending, asyncio.Future):
+                if not pending.done():
+                    return
+                try:
+                    answer = pending.result()
+                except Exception:
+                    log.exception("answering failed")
+                    answer = _INTERNAL
+            else:
+                answer = pending
+            queued.popleft()
+            self.last = self.time()
+            self.write(answer[0], answer[1], keep and not self.listener.stopping)
+        self.queued = None
+        if self.listener.stopping and self.started is None:
+            self.close("shutdown")
 
     # -- answers -----------------------------------------------------------------------------------------------
 
@@ -303,7 +345,7 @@ class Listener:
         self.stopping = True
         self._server.close()
         for connection in list(self.connections):
-            if connection.started is None:
+            if connection.started is None and connection.queued is None:
                 connection.close("shutdown")
         if self.connections:
             with contextlib.suppress(TimeoutError):

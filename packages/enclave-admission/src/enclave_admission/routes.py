@@ -8,19 +8,21 @@ an error, never with an allow.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from enclave_admission.configuration import validation as configuration
 from enclave_admission.namespaces import mutation as namespace_mutation
 from enclave_admission.namespaces import validation as namespace_validation
 from enclave_admission.nodes import validation as nodes
+from enclave_admission.quotas import validation as quotas
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.serviceaccounts import validation as serviceaccounts
 from enclave_admission.state import State
 from enclave_admission.tenants import validation as tenants
 
-Handler = Callable[[AdmissionRequest, State], Decision]
+Handler = Callable[[AdmissionRequest, State], Decision | Awaitable[Decision]]
+"""A decision from memory, or (quota reservations, which write a ledger) an awaitable of one."""
 
 NAMESPACES_MUTATE: Final = "/namespaces/mutate"
 NAMESPACES: Final = "/namespaces"
@@ -28,6 +30,8 @@ SERVICE_ACCOUNTS: Final = "/serviceaccounts"
 NODES: Final = "/nodes"
 TENANTS: Final = "/tenants"
 SERVICE_CONFIGURATIONS: Final = "/serviceconfigurations"
+QUOTAS: Final = "/quotas"
+CUSTOM_QUOTAS: Final = "/customquotas"
 
 ROUTES: Final[dict[str, Handler]] = {
     NAMESPACES_MUTATE: namespace_mutation.mutate,
@@ -36,5 +40,7 @@ ROUTES: Final[dict[str, Handler]] = {
     NODES: nodes.validate,
     TENANTS: tenants.validate,
     SERVICE_CONFIGURATIONS: configuration.validate,
+    QUOTAS: quotas.validate,
+    CUSTOM_QUOTAS: quotas.validate_quota,
 }
 """Path -> decision. ``/namespaces/mutate`` mutates; every other path only validates."""

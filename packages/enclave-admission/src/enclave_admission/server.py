@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
+from collections.abc import Awaitable
 from typing import Final
 
 import orjson
@@ -78,8 +79,11 @@ class AdmissionServer:
         self._listener: Listener | None = None
         self.port = 0
 
-    def answer(self, method: str, path: str, body: bytes) -> Answer:
-        """The whole exchange for one request: never raises, and nothing but a decision is ever an allow."""
+    def answer(self, method: str, path: str, body: bytes) -> Answer | Awaitable[Answer]:
+        """The whole exchange for one request: never raises, and nothing but a decision is ever an allow.
+
+        Decisions from memory are answered at once; a handler that must write (a quota reservation) returns
+        an awaitable, and so does this, which the listener writes when it completes (in request order)."""
         handler = self.routes.get(path)
         if handler is None:
             REQUESTS.labels(UNKNOWN_PATH).inc()
@@ -103,11 +107,29 @@ class AdmissionServer:
             metrics.decided("error")
             return _error(400, f"malformed AdmissionReview: {err}")
         try:
-            decision = handler(request, self.state)
+            decided = handler(request, self.state)
         except Exception:
             log.exception("decision failed", extra={"path": path, "uid": request.uid})
             metrics.decided("error")
             return _error(500, "internal error while deciding; see the admission server's log")
+        if isinstance(decided, tuple):
+            return self._finish(path, metrics, request, decided, started)
+        return self._later(path, metrics, request, decided, started)
+
+    async def _later(
+        self, path: str, metrics: _PathMetrics, request: AdmissionRequest, pending: Awaitable[Decision], started: float
+    ) -> Answer:
+        try:
+            decision = await pending
+        except Exception:
+            log.exception("decision failed", extra={"path": path, "uid": request.uid})
+            metrics.decided("error")
+            return _error(500, "internal error while deciding; see the admission server's log")
+        return self._finish(path, metrics, request, decision, started)
+
+    def _finish(
+        self, path: str, metrics: _PathMetrics, request: AdmissionRequest, decision: Decision, started: float
+    ) -> Answer:
         if decision.reserve is not None and decision.allowed and not request.dry_run:
             self.state.reservations.add(*decision.reserve)
         payload = orjson.dumps(response(request.uid, decision))

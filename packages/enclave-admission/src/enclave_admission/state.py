@@ -16,8 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from enclave_admission.quotas.index import QuotaIndex
 from enclave_core.api.configuration import ForbiddenMetadata
+from enclave_core.ledger import LedgerClient
 from enclave_core.snapshots.configuration import EffectiveConfiguration
+from enclave_core.snapshots.quotas import QuotaTargets
 from enclave_core.snapshots.tenancy import (
     SERVICE_ACCOUNT_PREFIX,
     Forbidden,
@@ -161,8 +164,13 @@ class Reservations:
 class State:
     """The in-memory world of one admission replica."""
 
-    def __init__(self, *, expect_tenancy: bool = True) -> None:
+    def __init__(self, *, expect_tenancy: bool = True, expect_quotas: bool = False) -> None:
         self.expect_tenancy = expect_tenancy
+        self.expect_quotas = expect_quotas
+        """True when ``--quotas-endpoint`` is given: no decision before the first QuotaTargets snapshot."""
+        self.quotas: QuotaIndex | None = None
+        self.ledgers: LedgerClient | None = None
+        """Writes quota reservations (set by the process; None in unit tests that write nothing)."""
         """False when no tenants component is configured: decide with no tenants instead of waiting."""
         self.config: EffectiveConfiguration | None = None
         self.tenancy = TenancySnapshot()
@@ -177,7 +185,11 @@ class State:
     @property
     def ready(self) -> bool:
         """Both snapshots arrived: before that no decision can be right, so none is made."""
-        return self.config is not None and (self.tenancy_received or not self.expect_tenancy)
+        return (
+            self.config is not None
+            and (self.tenancy_received or not self.expect_tenancy)
+            and (self.quotas is not None or not self.expect_quotas)
+        )
 
     def set_config(self, config: EffectiveConfiguration) -> None:
         spec = config.spec
@@ -187,6 +199,10 @@ class State:
         self.node_annotations = keys(metadata.forbidden_annotations if metadata else None)
         self.config = config
         self._subjects = {}
+
+    def set_quotas(self, targets: QuotaTargets) -> None:
+        """Compile the quota targets once per snapshot (selectors, paths, CEL)."""
+        self.quotas = QuotaIndex(targets)
 
     def set_tenancy(self, tenancy: TenancySnapshot) -> None:
         self.tenancy = tenancy

@@ -96,8 +96,9 @@ def _webhook(
         "timeoutSeconds": webhook.timeout_seconds,
         "namespaceSelector": _selector(webhook.namespace_selector) if webhook.namespace_selector else {},
         "objectSelector": _selector(webhook.object_selector) if webhook.object_selector else {},
-        "rules": [rule.to_k8s() for rule in webhook.rules or []],
     }
+    if webhook.rules is not None:  # None: another component owns the rules (enclave-quotas scopes its hook)
+        rendered["rules"] = [rule.to_k8s() for rule in webhook.rules]
     conditions = [c.to_k8s() for c in webhook.match_conditions or []] + _opts_conditions(webhook, config)
     if conditions:
         rendered["matchConditions"] = conditions

@@ -130,10 +130,11 @@ class Refusal:
     initialised: bool = True
 
     def describe(self, quota: str) -> str:
+        """The denial message; ``quota`` names it (``CustomQuota team/pods``)."""
         if not self.initialised:
-            return f"quota {quota} is not initialised yet (its controller has not counted its usage); retry shortly"
+            return f"{quota} is not initialised yet (its controller has not counted its usage); retry shortly"
         return (
-            f"quota {quota} exceeded: requested {self.requested}, used {self.used}, "
+            f"{quota} exceeded: requested {self.requested}, used {self.used}, "
             f"reserved {self.reserved}, limit {self.limit}"
         )
 

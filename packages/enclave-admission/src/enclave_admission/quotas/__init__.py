@@ -1,0 +1,1 @@
+"""Custom quotas: the generic validating hook (``/quotas``) and CustomQuota/GlobalCustomQuota validation."""

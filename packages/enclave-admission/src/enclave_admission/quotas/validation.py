@@ -1,0 +1,262 @@
+"""Custom quota admission: the generic hook on counted objects (``/quotas``) and quota validation
+(``/customquotas``).
+
+``/quotas`` sees CREATE, UPDATE and DELETE of exactly the resources some quota counts (enclave-quotas keeps
+the hook's rules equal to its targets). For each quota counting the object it computes what the request
+needs: a create its usage, an update max(new - old, 0), nothing for a change that does not grow. Nothing
+needed means an answer from memory, at once. Otherwise the answer is awaited: one reservation per quota on
+its QuantityLedger (the protocol in docs/architecture.md), in ledger-name order, and when a later quota
+refuses, the reservations already written for this request are rolled back before the denial. A dry run
+checks the same numbers against the ledgers this replica holds and writes nothing. A DELETE of a counted
+object leaves a pending-delete hint on each ledger.
+
+An object whose usage cannot be read (the path yields nothing, or a value that is not a quantity) is refused,
+naming the path: the same stance as Kubernetes' ResourceQuota, which refuses a pod without the request a
+quota limits, rather than admitting something no quota can count.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from enclave_admission.quotas.index import Counted
+from enclave_admission.review import AdmissionRequest, Decision
+from enclave_admission.state import State
+from enclave_core.api.ledger import QuantityLedgerStatus
+from enclave_core.api.meta import ObjectRef
+from enclave_core.api.quotas import CustomQuotaSpec, GlobalCustomQuotaSpec
+from enclave_core.ledger import Hold, LedgerBusyError, LedgerMissingError, Refusal, add_pending_delete, reserve
+from enclave_core.ledger import rollback as undo
+from enclave_core.quantity import Quantity
+from enclave_core.quotas import UsageError, scope_matches, spec_problems
+from enclave_core.snapshots.quotas import QuotaEntry
+
+log = logging.getLogger(__name__)
+
+ZERO = Quantity(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What one request asks of one quota."""
+
+    quota: QuotaEntry
+    limit: Quantity
+    hold: Hold
+
+
+def _counts(counted: Counted, obj: dict[str, object] | None, labels: object) -> bool:
+    if obj is None:
+        return False
+    label_map = labels if isinstance(labels, dict) else {}
+    return scope_matches(counted.quota.scope_selectors, label_map) and counted.source.selects(obj, label_map)
+
+
+def _object_ref(request: AdmissionRequest) -> ObjectRef:
+    obj = request.obj or request.old or {}
+    uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
+    return ObjectRef(
+        api_version=request.api_version or "v1",
+        kind=request.kind or "Unknown",
+        api_group=request.group or None,
+        name=request.name or None,
+        namespace=request.namespace or None,
+        uid=str(uid) if uid else None,
+    )
+
+
+def validate(request: AdmissionRequest, state: State) -> Decision | Awaitable[Decision]:
+    index = state.quotas
+    if index is None or request.sub_resource:
+        return Decision.allow("NotCounted")
+    counted = index.counting(request.group, request.resource, request.namespace)
+    if not counted:
+        return Decision.allow("NotCounted")
+    if request.operation == "DELETE":
+        return _delete(request, state, counted)
+    if request.operation not in ("CREATE", "UPDATE"):
+        return Decision.allow("NotCounted")
+    new: dict[str, Quantity] = {}
+    old: dict[str, Quantity] = {}
+    quotas: dict[str, Counted] = {}
+    for entry in counted:
+        ledger = entry.quota.ledger
+        if _counts(entry, request.obj, request.labels):
+            assert request.obj is not None
+            try:
+                usage = entry.source.usage(request.obj)
+            except UsageError as err:
+                return Decision.deny(
+                    "QuotaUsageUnreadable", f"{entry.quota.display} cannot count this {request.kind}: {err}"
+                )
+            new[ledger] = new.get(ledger, ZERO) + usage
+            quotas[ledger] = entry
+        if request.operation == "UPDATE" and _counts(entry, request.old, request.old_labels):
+            assert request.old is not None
+            try:
+                before = entry.source.usage(request.old)
+            except UsageError:
+                before = ZERO  # the old object was never counted for more than nothing
+            old[ledger] = old.get(ledger, ZERO) + before
+    ref = _object_ref(request)
+    needs: list[Need] = []
+    for ledger in sorted(quotas):
+        usage = new[ledger]
+        if usage.sign() < 0:
+            usage = ZERO
+        if request.operation == "UPDATE" and ledger in old:
+            delta = usage - max(old[ledger], ZERO)
+            if delta.sign() <= 0:
+                continue
+            hold = Hold(request.uid, ref, usage, delta)
+        else:
+            if usage.sign() <= 0:
+                continue
+            hold = Hold(request.uid, ref, usage)
+        needs.append(Need(quotas[ledger].quota, quotas[ledger].limit, hold))
+    if not needs:
+        return Decision.allow("WithinQuota")
+    if request.dry_run:
+        return _dry_run(state, needs)
+    return _reserve(state, needs)
+
+
+async def _dry_run(state: State, needs: list[Need]) -> Decision:
+    """The same check against the ledgers as this replica holds them (read once if it holds none); nothing
+    is written."""
+    ledgers = state.ledgers
+    if ledgers is None:
+        return Decision.deny("QuotaNotReady", "this admission replica has no ledger client; retry")
+    now = datetime.now(UTC)
+    for need in needs:
+        cached = ledgers.cached(need.quota.ledger)
+        if cached is None:
+            try:
+                await ledgers.read(need.quota.ledger)
+            except LedgerMissingError:
+                return _missing(need)
+            cached = ledgers.cached(need.quota.ledger)
+        outcome = reserve(cached.status if cached else None, need.hold, need.limit, now=now)
+        if isinstance(outcome, Refusal):
+            return _refused(need.quota, outcome)
+    return Decision.allow("WithinQuota")
+
+
+def _missing(need: Need) -> Decision:
+    return Decision.deny(
+        "QuotaNotReady", f"{need.quota.display} has no ledger yet (its controller creates it); retry shortly"
+    )
+
+
+def _refused(quota: QuotaEntry, refusal: Refusal) -> Decision:
+    reason = "QuotaExceeded" if refusal.initialised else "QuotaNotReady"
+    return Decision.deny(reason, refusal.describe(quota.display))
+
+
+def _reserving(need: Need, now: datetime) -> Callable[[QuantityLedgerStatus | None], object]:
+    return lambda status: reserve(status, need.hold, need.limit, now=now)
+
+
+def _undoing(request_id: str) -> Callable[[QuantityLedgerStatus | None], object]:
+    return lambda status: undo(status, request_id)
+
+
+async def _reserve(state: State, needs: list[Need]) -> Decision:
+    ledgers = state.ledgers
+    if ledgers is None:
+        return Decision.deny("QuotaNotReady", "this admission replica has no ledger client; retry")
+    written: list[Need] = []
+    decision: Decision | None = None
+    for need in needs:
+        now = datetime.now(UTC)
+        try:
+            outcome, _ = await ledgers.update(need.quota.ledger, _reserving(need, now))
+        except LedgerMissingError:
+            decision = _missing(need)
+        except LedgerBusyError as err:
+            decision = Decision.deny("QuotaConflict", f"{need.quota.display}: {err}")
+        except Exception as err:
+            log.warning("ledger write failed", extra={"ledger": need.quota.ledger, "error": str(err)})
+            decision = Decision.deny("QuotaNotReady", f"{need.quota.display}: the ledger could not be written: {err}")
+        else:
+            if isinstance(outcome, Refusal):
+                decision = _refused(need.quota, outcome)
+            else:
+                written.append(need)
+                continue
+        break
+    if decision is None:
+        return Decision.allow("QuotaReserved")
+    await _rollback(state, written)
+    return decision
+
+
+async def _rollback(state: State, written: list[Need]) -> None:
+    """Take back this request's reservations on the quotas before the one that refused."""
+    ledgers = state.ledgers
+    assert ledgers is not None
+    for need in reversed(written):
+        request_id = need.hold.id
+        try:
+            await ledgers.update(need.quota.ledger, _undoing(request_id))
+        except Exception as err:  # it expires on its own: the controller drops it at expiresAt
+            log.warning("rollback failed", extra={"ledger": need.quota.ledger, "error": str(err)})
+
+
+def _delete(request: AdmissionRequest, state: State, counted: list[Counted]) -> Decision | Awaitable[Decision]:
+    ledgers = sorted({c.quota.ledger for c in counted if _counts(c, request.old, request.old_labels)})
+    if not ledgers or request.dry_run or state.ledgers is None:
+        return Decision.allow("NotCounted")
+    return _hint(state, ledgers, request.uid, _object_ref(request))
+
+
+async def _hint(state: State, names: list[str], request_id: str, ref: ObjectRef) -> Decision:
+    """A deletion never waits on its quota: a hint that cannot be written is logged, and the delete admitted."""
+    ledgers = state.ledgers
+    assert ledgers is not None
+    now = datetime.now(UTC)
+    for name in names:
+        try:
+            await ledgers.update(name, lambda status: add_pending_delete(status, request_id, ref, now=now))
+        except Exception as err:
+            log.warning("pending-delete hint not written", extra={"ledger": name, "error": str(err)})
+    return Decision.allow("PendingDelete")
+
+
+# -- /customquotas: the quota objects themselves ---------------------------------------------------------------
+
+
+def validate_quota(request: AdmissionRequest, state: State) -> Decision:
+    """CustomQuota and GlobalCustomQuota CREATE/UPDATE: usage expressions compile, op and path/cel agree, and
+    the limit is not below what the quota already counts."""
+    if request.operation not in ("CREATE", "UPDATE") or request.sub_resource or request.obj is None:
+        return Decision.allow()
+    model = GlobalCustomQuotaSpec if request.kind == "GlobalCustomQuota" else CustomQuotaSpec
+    try:
+        spec = model.model_validate(request.obj.get("spec") or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = "spec." + ".".join(str(part) for part in first["loc"])
+        return Decision.deny("InvalidQuota", f"{request.kind} {request.name}: {field}: {first['msg']}")
+    problems = spec_problems(spec)
+    if problems:
+        return Decision.deny("InvalidQuota", f"{request.kind} {request.name}: " + "; ".join(problems))
+    old_limit = ((request.old or {}).get("spec") or {}).get("limit")
+    if request.operation == "UPDATE" and request.old is not None and str(old_limit) != str(spec.limit):
+        used = ((request.old.get("status") or {}).get("usage") or {}).get("used")
+        if used is not None:
+            try:
+                if Quantity.parse(spec.limit) < Quantity.parse(used):
+                    return Decision.deny(
+                        "LimitBelowUsage",
+                        f"{request.kind} {request.name}: spec.limit {spec.limit} is below the current usage {used}; "
+                        "free usage first, then lower the limit",
+                    )
+            except ValueError:
+                pass
+    return Decision.allow()
