@@ -44,6 +44,7 @@ __all__ = [
     "Template",
     "TenantResource",
     "TenantResourceSpec",
+    "effective_policy",
 ]
 
 Creation: TypeAlias = Literal["Owner", "Merge"]
@@ -68,7 +69,12 @@ class ResourceMetadata(ApiModel):
 
 
 class ContextResource(ApiModel):
-    """An object (or a selection of objects) mounted into the template context."""
+    """An object (or a selection of objects) mounted into the template context.
+
+    Without `namespace`, a namespaced kind is read in the target namespace (scope Namespace), so each
+    namespace's templates see their own objects. A TenantResource may read only namespaces of its tenant and
+    no cluster-scoped kind. `kind: "*"` is not supported (the item fails naming it).
+    """
 
     kind: Annotated[str, Field(min_length=1, max_length=63)]
     """Kind; `*` for all."""
@@ -94,16 +100,31 @@ class ReplicationContext(ApiModel):
 
 
 class Template(ApiModel):
-    """A Go template producing one or several manifests."""
+    """A template rendering one or several YAML manifests (separated by `---`).
+
+    Templates are Jinja2, rendered in its sandbox (docs/decisions/0002-replication-templates.md). The context:
+    `tenant` (the Tenant object; null for a GlobalTenantResource of scope None), `namespace` (the target
+    Namespace object; null for scopes Tenant and None) and every `context.resources` entry under its `index`
+    (default: the kind in lower case): one object (null when an optional object is missing) when the entry
+    names one, else the list of selected objects. Filters beyond Jinja2's: `toyaml`, `b64enc`, `b64dec`,
+    `quote`. Output is capped at 1 MiB.
+    """
 
     missing_key: MissingKey = "zero"
-    """Behaviour on a missing map key: invalid, zero or error."""
+    """A missing key or attribute renders as an empty string (zero), as `<no value>` (invalid), or fails the
+    item (error)."""
     template: Annotated[str | None, Field(max_length=262144)] = None
     """Text holding one or several manifests."""
 
 
 class NamespacedItem(ApiModel):
-    """Existing objects in another namespace to replicate."""
+    """Existing objects in another namespace to replicate.
+
+    The copy keeps the source's content and name; server-set metadata (uid, resourceVersion, managedFields,
+    ownerReferences, status) is dropped, and labels named by `selector` are stripped so a copy is never itself
+    selected as a source. `namespace` is required for a GlobalTenantResource; for a TenantResource it defaults
+    to the TenantResource's namespace and must be a namespace of its tenant.
+    """
 
     kind: Annotated[str, Field(min_length=1, max_length=63)]
     """Kind."""
@@ -179,7 +200,15 @@ class ServiceAccountRef(ApiModel):
 
 
 class TenantResourceSpec(ApiModel):
-    """Replication inside one tenant."""
+    """Replication inside one tenant.
+
+    A TenantResource replicates into the namespaces of the tenant owning its namespace and never outside: no
+    cluster-scoped object, no write, namespaced item or context read outside the tenant's namespaces. It acts
+    as `serviceAccount`, else as the configuration's `impersonation.tenantDefaultServiceAccount` in its own
+    namespace; with neither it does nothing (Ready False, reason NoServiceAccount), because acting as the
+    controller would lend a tenant the controller's rights. `dependsOn` names TenantResources of the same
+    namespace (for a GlobalTenantResource: other GlobalTenantResources).
+    """
 
     resources: Annotated[list[ResourceBlock], Field(max_length=64)]
     """What to replicate and where."""
@@ -198,21 +227,27 @@ class TenantResourceSpec(ApiModel):
 
 
 class GlobalTenantResourceSpec(TenantResourceSpec):
-    """Replication into selected tenants."""
+    """Replication into selected tenants.
+
+    Acts as `serviceAccount`, else as the configuration's `impersonation.globalDefaultServiceAccount`, else as
+    the controller itself. For scopes Tenant and None a namespaced manifest must name its namespace.
+    """
 
     scope: ReplicationScope = "Namespace"
     """Namespace: per namespace of each tenant; Tenant: once per tenant; None: once."""
     tenant_selector: LabelSelector | None = None
-    """Tenants targeted."""
+    """Tenants targeted; absent selects every tenant."""
 
 
 class ItemStatus(StatusModel):
     """Outcome of one processed item."""
 
     status: Literal["True", "False", "Unknown"]
-    """Outcome."""
+    """Outcome: True applied, False failed (see message), Unknown skipped (condition false, cordoned)."""
     type: str
-    """Condition type, e.g. Ready."""
+    """Condition type: Ready."""
+    reason: str | None = None
+    """CamelCase cause (Applied, Skipped, InvalidManifest, RenderFailed, SourceNotFound, Forbidden, ...)."""
     cluster_scoped: bool | None = None
     """The item is cluster-scoped."""
     created: bool | None = None
@@ -281,3 +316,18 @@ class TenantResource(KubeObject):
     """Desired state."""
     status: ReplicationStatus | None = None
     """Observed state."""
+
+
+def effective_policy(block: ResourceBlock, spec: TenantResourceSpec) -> ItemPolicy:
+    """The block's policy, or the one converted from the deprecated `settings` and `pruningOnDelete`.
+
+    Admission (mutating) writes this conversion into blocks without a policy; the controller applies the same
+    function, so an object created while admission was away behaves the same.
+    """
+    if block.policy is not None:
+        return block.policy
+    return ItemPolicy(
+        creation="Merge" if spec.settings.adopt else "Owner",
+        force=spec.settings.force,
+        deletion="Remove" if spec.pruning_on_delete else "Orphan",
+    )

@@ -1,0 +1,92 @@
+"""Acting as someone: the API client replication writes and reads through, and the reads the plan makes.
+
+Every write, and every read of sources and context objects, of a replication object goes through an
+:class:`ActingKube`: the controller's own connection, with ``Impersonate-User`` set to the acting service
+account when there is one (kube-apiserver then adds the account's groups itself), and the resource's own
+field manager. The controller therefore needs ``impersonate`` on service accounts, and what a tenant's
+TenantResource can do is bounded by what its service account may do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes.aio import client
+
+from enclave_core import selectors
+from enclave_core.kube.rest import JSON, Kube, KubeError
+from enclave_replication.discovery import Discovery
+from enclave_replication.plan import ReadError
+
+
+class ActingKube(Kube):
+    """A :class:`Kube` that impersonates ``user`` (None: the controller itself)."""
+
+    def __init__(self, api: client.ApiClient, field_manager: str, user: str | None) -> None:
+        super().__init__(api, field_manager)
+        self.user = user
+
+    async def _headers(self, method: str, path: str, body: Any, headers: dict[str, str]) -> dict[str, str]:
+        headers = await super()._headers(method, path, body, headers)
+        if self.user:
+            headers["Impersonate-User"] = self.user
+        return headers
+
+    @property
+    def who(self) -> str:
+        return self.user or "the replication controller"
+
+    async def apply_object(self, path: str, body: JSON, *, force: bool, dry_run: bool = False) -> JSON:
+        query: dict[str, str | int | bool] = {"fieldManager": self.field_manager, "force": force}
+        if dry_run:
+            query["dryRun"] = "All"
+        return await self.request("PATCH", path, body=body, query=query, content_type="application/apply-patch+yaml")
+
+    async def delete_object(self, path: str, *, dry_run: bool = False) -> None:
+        try:
+            await self.request("DELETE", path, query={"dryRun": "All"} if dry_run else None)
+        except KubeError as err:
+            if not err.not_found:
+                raise
+
+
+class ClusterReader:
+    """The plan's :class:`~enclave_replication.plan.Reader`: discovery as the controller, reads as the actor.
+
+    ``interest`` collects the collections read, so the controller can watch them and reconcile on change.
+    """
+
+    def __init__(self, discovery: Discovery, kube: ActingKube) -> None:
+        self.discovery = discovery
+        self.kube = kube
+        self.interest: set[str] = set()
+
+    async def namespaced(self, api_version: str, kind: str) -> bool:
+        return (await self.discovery.resource(api_version, kind)).namespaced
+
+    async def read(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str | None,
+        selector: selectors.LabelSelector | None,
+    ) -> list[JSON]:
+        resource = await self.discovery.resource(api_version, kind)
+        collection = resource.collection(namespace)
+        self.interest.add(collection)
+        where = f"{namespace}/{name}" if namespace and name else (name or f"namespace {namespace or '(cluster)'}")
+        try:
+            if name:
+                found = await self.kube.get(f"{collection}/{quote(name, safe='')}")
+                return [found]
+            listing = await self.kube.list(collection, label_selector=selectors.to_label_query(selector) or None)
+        except KubeError as err:
+            if err.not_found:
+                return []
+            if err.status == 403:
+                raise ReadError("Forbidden", f"{self.kube.who} may not read {kind} in {where}: {err.message}") from err
+            raise ReadError("ReadFailed", f"reading {kind} in {where}: {err}") from err
+        items = listing.get("items") or []
+        return [{"apiVersion": api_version, "kind": kind, **item} for item in items]

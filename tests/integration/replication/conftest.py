@@ -1,0 +1,177 @@
+"""Fixtures for the replication tests: one enclave-replication process for the module, and a helper that
+creates tenants, namespaces and replication objects (and removes them afterwards).
+
+Tenants here are plain Tenant objects and namespaces carry the tenant label directly: the replication
+controller reads exactly those, so the tenants controller and admission are not needed (the protection tests
+start admission themselves).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from enclave_testing.components import ComponentSpec, RunningComponent, start_component
+from enclave_testing.controlplane import ControlPlane
+from enclave_testing.waiting import poll
+
+GROUP, VERSION = "enclave.dev", "v1beta2"
+TENANT_LABEL = "enclave.dev/tenant"
+REPLICATION = ComponentSpec("replication", "enclave_replication", grpc=True)
+
+
+@pytest.fixture(scope="module")
+def replication(control_plane: ControlPlane, kube: Any, enclave_crds: list[str]) -> Iterator[RunningComponent]:
+    home = f"replication-home-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": home}})
+    running = start_component(
+        REPLICATION,
+        kubeconfig=control_plane.kubeconfig,
+        log_dir=control_plane.log_dir,
+        namespace=home,
+        endpoints={},
+        identity=f"replication-{secrets.token_hex(3)}",
+    )
+    try:
+        yield running
+    finally:
+        running.process.stop()
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(home)
+
+
+class Cluster:
+    """Admin access to what a test creates, deleted afterwards (replication objects first)."""
+
+    def __init__(self, kube: Any) -> None:
+        self.api = kube
+        self.custom = client.CustomObjectsApi(kube)
+        self.core = client.CoreV1Api(kube)
+        self.networking = client.NetworkingV1Api(kube)
+        self.rbac = client.RbacAuthorizationV1Api(kube)
+        self.objects: list[tuple[str, str, str]] = []
+        self.namespaces: list[str] = []
+        self.tenants: list[str] = []
+
+    def tenant(self, name: str, labels: dict[str, str] | None = None, namespaces: int = 0) -> list[str]:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Tenant",
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": {},
+        }
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "tenants", body)
+        self.tenants.append(name)
+        return [self.namespace(f"{name}-{index}", name) for index in range(namespaces)]
+
+    def namespace(self, name: str, tenant: str | None = None, labels: dict[str, str] | None = None) -> str:
+        all_labels = {**(labels or {}), **({TENANT_LABEL: tenant} if tenant else {})}
+        self.core.create_namespace({"metadata": {"name": name, "labels": all_labels}})
+        self.namespaces.append(name)
+        return name
+
+    def create_global(self, name: str, spec: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "GlobalTenantResource",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "globaltenantresources", body)
+        self.objects.append(("globaltenantresources", "", name))
+
+    def create_local(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TenantResource",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "tenantresources", body)
+        self.objects.append(("tenantresources", namespace, name))
+
+    def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any]:
+        if namespace:
+            found: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        else:
+            found = self.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
+        return found
+
+    def patch(self, plural: str, name: str, patch: dict[str, Any], namespace: str = "") -> None:
+        if namespace:
+            self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, patch)
+        else:
+            self.custom.patch_cluster_custom_object(GROUP, VERSION, plural, name, patch)
+
+    def delete(self, plural: str, name: str, namespace: str = "") -> None:
+        with contextlib.suppress(ApiException):
+            if namespace:
+                self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+            else:
+                self.custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+
+    def ready(self, plural: str, name: str, namespace: str = "", status: str = "True") -> dict[str, Any]:
+        """Wait until Ready has ``status`` for the current generation; return the object."""
+
+        def check() -> dict[str, Any] | None:
+            obj = self.get(plural, name, namespace)
+            generation = obj["metadata"].get("generation")
+            for condition in (obj.get("status") or {}).get("conditions") or []:
+                if (
+                    condition["type"] == "Ready"
+                    and condition["status"] == status
+                    and condition.get("observedGeneration") == generation
+                ):
+                    return obj
+            return None
+
+        result: dict[str, Any] = poll(check, timeout=30, what=f"{plural} {name} Ready={status}")
+        return result
+
+    def config_map(self, namespace: str, name: str) -> Any:
+        try:
+            return self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def cleanup(self) -> None:
+        for plural, namespace, name in reversed(self.objects):
+            self.delete(plural, name, namespace)
+        for plural, namespace, name in reversed(self.objects):
+            with contextlib.suppress(AssertionError):
+                poll(_gone(self, plural, name, namespace), timeout=15, what=f"{name} gone")
+        for namespace in self.namespaces:
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespace(namespace)
+        for tenant in self.tenants:
+            with contextlib.suppress(ApiException):
+                self.custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
+
+
+def _gone(cluster: Cluster, plural: str, name: str, namespace: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            cluster.get(plural, name, namespace)
+        except ApiException as err:
+            return bool(err.status == 404)
+        return False
+
+    return check
+
+
+@pytest.fixture
+def cluster(kube: Any, replication: RunningComponent) -> Iterator[Cluster]:
+    made = Cluster(kube)
+    try:
+        yield made
+    finally:
+        made.cleanup()
