@@ -24,25 +24,63 @@ from enclave_testing.waiting import poll
 GROUP, VERSION = "enclave.dev", "v1beta2"
 TENANT_LABEL = "enclave.dev/tenant"
 REPLICATION = ComponentSpec("replication", "enclave_replication", grpc=True)
+CONFIG = ComponentSpec("config", "enclave_config", grpc=True)
 
 
 @pytest.fixture(scope="module")
-def replication(control_plane: ControlPlane, kube: Any, enclave_crds: list[str]) -> Iterator[RunningComponent]:
-    home = f"replication-home-{secrets.token_hex(3)}"
+def replication(
+    request: pytest.FixtureRequest, control_plane: ControlPlane, kube: Any, enclave_crds: list[str]
+) -> Iterator[RunningComponent]:
+    """enclave-replication for the module; with a module-level ``CONFIGURATION`` (a ServiceConfiguration spec)
+    enclave-config runs beside it with that configuration and replication follows its ConfigService."""
+    suffix = secrets.token_hex(3)
+    home = f"replication-home-{suffix}"
     core = client.CoreV1Api(kube)
+    custom = client.CustomObjectsApi(kube)
     core.create_namespace({"metadata": {"name": home}})
-    running = start_component(
-        REPLICATION,
-        kubeconfig=control_plane.kubeconfig,
-        log_dir=control_plane.log_dir,
-        namespace=home,
-        endpoints={},
-        identity=f"replication-{secrets.token_hex(3)}",
-    )
+    configuration: dict[str, Any] | None = getattr(request.module, "CONFIGURATION", None)
+    started: list[RunningComponent] = []
+    config_name = f"rcfg-{suffix}"
     try:
+        endpoints: dict[str, str] = {}
+        args: list[str] = []
+        if configuration is not None:
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "ServiceConfiguration",
+                "metadata": {"name": config_name},
+            }
+            rbac = {"provisioner": f"rprov-{suffix}", "deleter": f"rdel-{suffix}"}
+            spec = {"rbac": rbac, **configuration}
+            custom.create_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", {**body, "spec": spec})
+            config = start_component(
+                CONFIG,
+                kubeconfig=control_plane.kubeconfig,
+                log_dir=control_plane.log_dir,
+                namespace=home,
+                endpoints={},
+                args=[f"--service-configuration-name={config_name}", "--resync=5s"],
+                identity=f"rconfig-{suffix}",
+            )
+            started.append(config)
+            args.append(f"--config-endpoint={config.grpc_target}")
+        running = start_component(
+            REPLICATION,
+            kubeconfig=control_plane.kubeconfig,
+            log_dir=control_plane.log_dir,
+            namespace=home,
+            endpoints=endpoints,
+            args=args,
+            identity=f"replication-{suffix}",
+        )
+        started.append(running)
         yield running
     finally:
-        running.process.stop()
+        for process in reversed(started):
+            process.process.stop()
+        if configuration is not None:
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name)
         with contextlib.suppress(ApiException):
             core.delete_namespace(home)
 
@@ -134,6 +172,24 @@ class Cluster:
 
         result: dict[str, Any] = poll(check, timeout=30, what=f"{plural} {name} Ready={status}")
         return result
+
+    def service_account(self, namespace: str, name: str, rules: list[dict[str, Any]], where: list[str]) -> str:
+        """A service account with a Role of ``rules`` bound in each namespace of ``where``; its username."""
+        self.core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+        for target in where:
+            self.rbac.create_namespaced_role(target, {"metadata": {"name": name}, "rules": rules})
+            self.rbac.create_namespaced_role_binding(
+                target,
+                {
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+                },
+            )
+        return f"system:serviceaccount:{namespace}:{name}"
+
+    def events(self, namespace: str, name: str) -> list[Any]:
+        return list(self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items)
 
     def config_map(self, namespace: str, name: str) -> Any:
         try:

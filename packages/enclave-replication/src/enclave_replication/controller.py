@@ -96,6 +96,7 @@ class Identity:
     user: str | None
     account: ServiceAccountRef | None
     problem: str = ""
+    reason: str = "NoServiceAccount"
 
 
 @dataclass
@@ -114,6 +115,8 @@ class _Pass:
     writes: list[_Work] = field(default_factory=list)
     keep: set[tuple[str, str, str, str]] = field(default_factory=set)
     """Managed objects not to prune although not applied this pass (condition false, failed checks)."""
+    forbidden: list[str] = field(default_factory=list)
+    """Reads or writes the actor may not make: any one stops every write of the pass."""
 
 
 def covers(live: Any, desired: Any) -> bool:
@@ -439,7 +442,7 @@ class ReplicationController:
         identity = self._identity(owner, spec)
         if identity.problem:
             await self._finish(
-                owner, raw, *self._keep_all(owner, raw), None, (False, "NoServiceAccount", identity.problem)
+                owner, raw, *self._keep_all(owner, raw), None, (False, identity.reason, identity.problem)
             )
             return
         if spec.cordoned:
@@ -463,7 +466,7 @@ class ReplicationController:
         built = await planning.build(owner, spec, targets, reader, fence)
         self._watch_sources(key, reader.interest)
         work = await self._decide(owner, raw, built, acting)
-        forbidden = await self._dry_run(work, acting) if identity.user else []
+        forbidden = work.forbidden + (await self._dry_run(work, acting) if identity.user and not work.forbidden else [])
         if forbidden:
             items, _ = self._keep_all(owner, raw)
             message = f"{acting.who} lacks rights, nothing was written: " + "; ".join(forbidden[:5])
@@ -514,6 +517,7 @@ class ReplicationController:
                     None,
                     account,
                     f"spec.serviceAccount {account.namespace}/{account.name} is outside this TenantResource's tenant",
+                    "OutsideTenant",
                 )
         return Identity(f"{SERVICE_ACCOUNT_PREFIX}{account.namespace}:{account.name}", account)
 
@@ -587,6 +591,7 @@ class ReplicationController:
         now = datetime.now(UTC).replace(microsecond=0)
         previous = st.previous_items(raw)
         work = _Pass()
+        work.forbidden += [f"{p.origin}: {p.message}" for p in built.problems if p.reason == "Forbidden"]
         for problem in built.problems:
             work.results.append(
                 st.ItemResult(
@@ -627,6 +632,8 @@ class ReplicationController:
                 result.status, result.reason, result.message = "False", err.reason, err.message
             except KubeError as err:
                 result.status, result.reason, result.message = "False", _reason(err), f"reading the object: {err}"
+                if err.status == 403:
+                    work.forbidden.append(f"{desired.origin}: {planning.describe(key)}: {err.message}")
             if result.status == "False" and _ours(owner, before):
                 work.keep.add(key)
                 result.managed = True

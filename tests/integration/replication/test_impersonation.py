@@ -1,0 +1,75 @@
+"""Impersonation: every read and write as the resource's service account, or the configured defaults; an
+account lacking a right gets a condition and an Event, and nothing is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from enclave_testing.names import unique
+
+from .conftest import Cluster
+
+DEFAULT_ACCOUNT = "tenant-replicator"
+GLOBAL_ACCOUNT, GLOBAL_NAMESPACE = "global-replicator", "default"
+CONFIGURATION = {
+    "impersonation": {
+        "tenantDefaultServiceAccount": DEFAULT_ACCOUNT,
+        "globalDefaultServiceAccount": GLOBAL_ACCOUNT,
+        "globalDefaultServiceAccountNamespace": GLOBAL_NAMESPACE,
+    }
+}
+CONFIG_MAPS = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]
+
+
+def config_map(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "b"}}
+
+
+def secret(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"a": "b"}}
+
+
+def test_tenant_resource_acts_as_its_account_and_writes_nothing_without_every_right(cluster: Cluster) -> None:
+    tenant = unique("timp")
+    home, other = cluster.tenant(tenant, namespaces=2)
+    account = cluster.service_account(home, "writer", CONFIG_MAPS, [home, other])
+    name = unique("tr")
+    spec = {"serviceAccount": {"name": "writer", "namespace": home}, "resources": [{"rawItems": [config_map("c")]}]}
+    cluster.create_local(home, name, spec)
+    obj = cluster.ready("tenantresources", name, home)
+    assert obj["status"]["serviceAccount"] == {"name": "writer", "namespace": home}
+    assert cluster.config_map(other, "c") is not None
+    managers = {m.manager for m in cluster.config_map(other, "c").metadata.managed_fields}
+    assert f"enclave-replication/tr/{home}.{name}" in managers
+    # A Secret the account may not write: nothing of the new content is written, not even the ConfigMap.
+    spec["resources"] = [{"rawItems": [config_map("c"), config_map("d"), secret("s")]}]
+    cluster.patch("tenantresources", name, {"spec": spec}, home)
+    obj = cluster.ready("tenantresources", name, home, status="False")
+    condition = obj["status"]["conditions"][0]
+    assert condition["reason"] == "Forbidden"
+    assert account in condition["message"]
+    assert "nothing was written" in condition["message"]
+    assert cluster.config_map(home, "d") is None
+    assert cluster.config_map(other, "d") is None
+    assert any(e.reason == "Forbidden" for e in cluster.events(home, name))
+
+
+def test_configured_defaults_are_used(cluster: Cluster) -> None:
+    tenant = unique("tdef")
+    (home,) = cluster.tenant(tenant, {"defaults": tenant}, namespaces=1)
+    cluster.service_account(home, DEFAULT_ACCOUNT, CONFIG_MAPS, [home])
+    name = unique("tr")
+    cluster.create_local(home, name, {"resources": [{"rawItems": [config_map("by-default")]}]})
+    obj = cluster.ready("tenantresources", name, home)
+    assert obj["status"]["serviceAccount"] == {"name": DEFAULT_ACCOUNT, "namespace": home}
+    assert cluster.config_map(home, "by-default") is not None
+    # The global default account has no rights in the tenant namespace: Forbidden, nothing written.
+    global_name = unique("gtr")
+    cluster.create_global(
+        global_name,
+        {"tenantSelector": {"matchLabels": {"defaults": tenant}}, "resources": [{"rawItems": [config_map("g")]}]},
+    )
+    obj = cluster.ready("globaltenantresources", global_name, status="False")
+    assert obj["status"]["serviceAccount"] == {"name": GLOBAL_ACCOUNT, "namespace": GLOBAL_NAMESPACE}
+    assert obj["status"]["conditions"][0]["reason"] == "Forbidden"
+    assert cluster.config_map(home, "g") is None
