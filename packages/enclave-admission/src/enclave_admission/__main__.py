@@ -27,12 +27,14 @@ from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
 from enclave_core.ledger import LedgerClient
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
+from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import HostPort, add_common_flags, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
+from enclave_core.snapshots.pools import POOLS_KIND, PoolsSnapshot
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaTargets
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot
 
@@ -73,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env_default("ENCLAVE_TLS_SECRET_NAME", ""),
         help="Secret in --namespace holding tls.crt/tls.key, watched for renewals (env ENCLAVE_TLS_SECRET_NAME)",
     )
-    grpc.add_subscription_flags(parser, "config", "tenants", "quotas")
+    grpc.add_subscription_flags(parser, "config", "tenants", "quotas", "pools")
     args = parser.parse_args(argv)
     if not args.config_endpoint:
         parser.error("--config-endpoint (or ENCLAVE_CONFIG_ENDPOINT) is required")
@@ -89,7 +91,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
-    state = State(expect_tenancy=bool(args.tenants_endpoint), expect_quotas=bool(args.quotas_endpoint))
+    state = State(
+        expect_tenancy=bool(args.tenants_endpoint),
+        expect_quotas=bool(args.quotas_endpoint),
+        expect_pools=bool(args.pools_endpoint),
+    )
     kube = Kube(process.api, field_manager="enclave-admission")
     events = DenyEvents(EventRecorder(kube, "enclave-admission"))
     certificate = ServingCertificate()
@@ -105,7 +111,16 @@ async def body(process: component.Component) -> None:
         SNAPSHOT_REVISION.labels(TENANCY_KIND).set(snapshot.revision)
         log.info("tenancy snapshot", extra={"revision": snapshot.revision, "tenants": len(tenancy.tenants)})
 
+    def accept_pools(snapshot: Snapshot) -> None:
+        pools = PoolsSnapshot.model_validate_json(snapshot.payload)
+        state.set_pools(pools)
+        SNAPSHOT_REVISION.labels(POOLS_KIND).set(snapshot.revision)
+        log.info("pools snapshot", extra={"revision": snapshot.revision, "pools": len(pools.pools)})
+
     grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
+    if args.pools_endpoint:
+        # Readiness waits for this snapshot only when the pools component is configured.
+        grpc.subscribe(process, args.pools_endpoint, pools_pb2_grpc.PoolServiceStub, POOLS_KIND, accept_pools)
     if args.tenants_endpoint:
         grpc.subscribe(process, args.tenants_endpoint, tenants_pb2_grpc.TenantServiceStub, TENANCY_KIND, accept_tenancy)
     else:

@@ -35,6 +35,12 @@ Every choice scopes a hook as tightly as its rule allows:
   outage is no quota), ``NoneOnDryRun`` (it writes ledger reservations, never for a dry run), and it never
   sees Events, Leases or the ledgers themselves. CustomQuota/GlobalCustomQuota validation fails open, for the
   ServiceConfiguration's reason: the controller validates again and reports.
+* **Pools** (``pools=True``, with the pools component): claim assignment (mutating, CREATE), claim and pool
+  validation, all fail-closed: a claim admitted while Enclave is down could be moved out from under its usage
+  or name a pool that does not select its namespace. Like the namespace hooks they skip the control plane with
+  the matchCondition rather than a namespace exclusion, because the pools controller itself deletes bound
+  claims when a pool with ``deleteBoundResources`` goes, and the namespace controller deletes claims with
+  their namespace: neither may be refused.
 * ``timeoutSeconds`` is 5 or less everywhere: decisions come from memory in milliseconds, and a long timeout
   only stretches an outage into slow API calls.
 """
@@ -139,12 +145,18 @@ def _quota_hooks() -> list[ValidatingWebhook]:
 
 
 def webhooks(
-    client: WebhookClient, *, namespace: str = "enclave-system", nodes: bool = False, quotas: bool = False
+    client: WebhookClient,
+    *,
+    namespace: str = "enclave-system",
+    nodes: bool = False,
+    quotas: bool = False,
+    pools: bool = False,
 ) -> Admission:
     """The default ``spec.admission`` for an admission server reached through ``client``.
 
     ``namespace`` is where Enclave runs (its service accounts are skipped); ``nodes`` adds the node-metadata
-    hook, off by default; ``quotas`` the custom quota hooks (with enclave-quotas).
+    hook, off by default; ``quotas`` the custom quota hooks (with enclave-quotas); ``pools`` the ResourcePool
+    and ResourcePoolClaim hooks (the chart renders them with the pools component).
     """
     skip = skip_control_plane(namespace)
     mutating = [
@@ -228,6 +240,45 @@ def webhooks(
         validating += _quota_hooks()
     for webhook in validating[1:]:  # every hook but the two namespace hooks
         _exclude_system_namespaces(webhook, namespace)
+    if pools:
+        mutating.append(
+            MutatingWebhook(
+                name="resourcepoolclaims.mutate.enclave.dev",
+                path=routes.RESOURCE_POOL_CLAIMS_MUTATE,
+                failure_policy="Fail",
+                timeout_seconds=5,
+                reinvocation_policy="Never",
+                match_conditions=[skip],
+                rules=[_rule(API_GROUP, ["resourcepoolclaims"], ["CREATE"], "Namespaced")],
+                admission_review_versions=["v1"],
+                side_effects="None",
+                match_policy="Equivalent",
+            )
+        )
+        validating += [
+            ValidatingWebhook(
+                name="resourcepoolclaims.enclave.dev",
+                path=routes.RESOURCE_POOL_CLAIMS,
+                failure_policy="Fail",
+                timeout_seconds=5,
+                match_conditions=[skip],
+                rules=[_rule(API_GROUP, ["resourcepoolclaims"], ["CREATE", "UPDATE", "DELETE"], "Namespaced")],
+                admission_review_versions=["v1"],
+                side_effects="None",
+                match_policy="Equivalent",
+            ),
+            ValidatingWebhook(
+                name="resourcepools.enclave.dev",
+                path=routes.RESOURCE_POOLS,
+                failure_policy="Fail",
+                timeout_seconds=5,
+                match_conditions=[skip],
+                rules=[_rule(API_GROUP, ["resourcepools"], ["CREATE", "UPDATE"], "Cluster")],
+                admission_review_versions=["v1"],
+                side_effects="None",
+                match_policy="Equivalent",
+            ),
+        ]
     return Admission(
         mutating=MutatingAdmission(client=client, name="enclave-mutating-webhook-configuration", webhooks=mutating),
         validating=ValidatingAdmission(

@@ -15,6 +15,8 @@ from enclave_admission.configuration import validation as configuration
 from enclave_admission.namespaces import mutation as namespace_mutation
 from enclave_admission.namespaces import validation as namespace_validation
 from enclave_admission.nodes import validation as nodes
+from enclave_admission.pools import mutation as pool_mutation
+from enclave_admission.pools import validation as pools
 from enclave_admission.quotas import validation as quotas
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.serviceaccounts import validation as serviceaccounts
@@ -32,6 +34,9 @@ TENANTS: Final = "/tenants"
 SERVICE_CONFIGURATIONS: Final = "/serviceconfigurations"
 QUOTAS: Final = "/quotas"
 CUSTOM_QUOTAS: Final = "/customquotas"
+RESOURCE_POOLS: Final = "/resourcepools"
+RESOURCE_POOL_CLAIMS: Final = "/resourcepoolclaims"
+RESOURCE_POOL_CLAIMS_MUTATE: Final = "/resourcepoolclaims/mutate"
 
 ROUTES: Final[dict[str, Handler]] = {
     NAMESPACES_MUTATE: namespace_mutation.mutate,
@@ -42,5 +47,9 @@ ROUTES: Final[dict[str, Handler]] = {
     SERVICE_CONFIGURATIONS: configuration.validate,
     QUOTAS: quotas.validate,
     CUSTOM_QUOTAS: quotas.validate_quota,
+    RESOURCE_POOLS: pools.validate_pool,
+    RESOURCE_POOL_CLAIMS: pools.validate_claim,
+    RESOURCE_POOL_CLAIMS_MUTATE: pool_mutation.mutate,
 }
-"""Path -> decision. ``/namespaces/mutate`` mutates; every other path only validates."""
+"""Path -> decision. ``/namespaces/mutate`` and ``/resourcepoolclaims/mutate`` mutate; every other path only
+validates."""

@@ -20,6 +20,7 @@ from enclave_admission.quotas.index import QuotaIndex
 from enclave_core.api.configuration import ForbiddenMetadata
 from enclave_core.ledger import LedgerClient
 from enclave_core.snapshots.configuration import EffectiveConfiguration
+from enclave_core.snapshots.pools import PoolsSnapshot
 from enclave_core.snapshots.quotas import QuotaTargets
 from enclave_core.snapshots.tenancy import (
     SERVICE_ACCOUNT_PREFIX,
@@ -164,7 +165,7 @@ class Reservations:
 class State:
     """The in-memory world of one admission replica."""
 
-    def __init__(self, *, expect_tenancy: bool = True, expect_quotas: bool = False) -> None:
+    def __init__(self, *, expect_tenancy: bool = True, expect_quotas: bool = False, expect_pools: bool = False) -> None:
         self.expect_tenancy = expect_tenancy
         self.expect_quotas = expect_quotas
         """True when ``--quotas-endpoint`` is given: no decision before the first QuotaTargets snapshot."""
@@ -172,6 +173,10 @@ class State:
         self.ledgers: LedgerClient | None = None
         """Writes quota reservations (set by the process; None in unit tests that write nothing)."""
         """False when no tenants component is configured: decide with no tenants instead of waiting."""
+        self.expect_pools = expect_pools
+        """True when the pools component is configured: wait for its snapshot, then decide claims from it."""
+        self.pools = PoolsSnapshot()
+        self.pools_received = False
         self.config: EffectiveConfiguration | None = None
         self.tenancy = TenancySnapshot()
         self.tenancy_received = False
@@ -189,6 +194,7 @@ class State:
             self.config is not None
             and (self.tenancy_received or not self.expect_tenancy)
             and (self.quotas is not None or not self.expect_quotas)
+            and (self.pools_received or not self.expect_pools)
         )
 
     def set_config(self, config: EffectiveConfiguration) -> None:
@@ -210,6 +216,10 @@ class State:
         self.reservations.forget_seen(tenancy)
         self._subjects = {}
         self._tenant_keys = {}
+
+    def set_pools(self, pools: PoolsSnapshot) -> None:
+        self.pools = pools
+        self.pools_received = True
 
     def subject(self, username: str, groups: tuple[str, ...]) -> Subject:
         """Who is asking, memoised per snapshot (a handful of distinct users make most requests)."""

@@ -11,9 +11,9 @@ itself changes. The helpers never mutate their input and never read the clock: t
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Final, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_serializer, field_validator
 from pydantic.json_schema import WithJsonSchema
@@ -27,6 +27,7 @@ __all__ = [
     "get_condition",
     "is_true",
     "new_condition",
+    "read_conditions",
     "remove_condition",
     "set_condition",
 ]
@@ -195,3 +196,15 @@ def is_true(conditions: Sequence[Condition] | None, type: str) -> bool:
     """True only when the condition exists with status ``True`` (absent or Unknown is not true)."""
     condition = get_condition(conditions, type)
     return condition is not None and condition.status == "True"
+
+
+def read_conditions(obj: Mapping[str, Any]) -> list[Condition]:
+    """The ``status.conditions`` of a raw object; an entry that does not parse (hand-edited) is skipped, so a
+    reconciler replaces it instead of failing on it."""
+    conditions = []
+    for item in (obj.get("status") or {}).get("conditions") or []:
+        try:
+            conditions.append(Condition.model_validate(item))
+        except ValueError:
+            continue
+    return conditions

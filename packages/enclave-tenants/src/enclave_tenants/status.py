@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from enclave_core.api.tenancy import TenantOwnerStatus, TenantStatus
-from enclave_core.conditions import Condition, ConditionStatus, new_condition, set_condition
+from enclave_core.conditions import Condition, ConditionStatus, new_condition, read_conditions, set_condition
 from enclave_tenants.owners import Owner
 
 JSON = dict[str, Any]
@@ -30,13 +30,7 @@ class Problem(BaseModel):
 
 
 def _previous(raw: JSON) -> list[Condition]:
-    conditions = []
-    for item in (raw.get("status") or {}).get("conditions") or []:
-        try:
-            conditions.append(Condition.model_validate(item))
-        except ValueError:
-            continue  # a hand-edited condition we cannot read is replaced, not fatal
-    return conditions
+    return read_conditions(raw)
 
 
 def _ready(problems: Sequence[Problem], ok_message: str, generation: int, now: datetime) -> Condition:

@@ -1,0 +1,1 @@
+"""ResourcePool and ResourcePoolClaim admission: assignment (mutation) and the pool fences (validation)."""

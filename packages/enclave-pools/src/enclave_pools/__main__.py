@@ -1,0 +1,88 @@
+"""``python -m enclave_pools`` / ``enclave-pools``: the resource pools component's process.
+
+Every replica watches and serves ``PoolService`` (the ``ResourcePools`` snapshot admission decides claims
+from); the Lease holder also writes: pool finalizers and status (the ledger of bindings), the ResourceQuotas
+pools provision, claim status and Events. The events namespace for pools (cluster-scoped) comes from
+enclave-config's ``ConfigService`` when ``--config-endpoint`` is given, else ``default``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from enclave_core.durations import parse_duration
+from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.rest import Kube
+from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
+from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
+from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
+from enclave_core.runtime import component, grpc
+from enclave_core.runtime.options import add_common_flags, env_default
+from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
+from enclave_core.snapshots.hub import SnapshotHub
+from enclave_pools.controller import PoolsController, Settings
+from enclave_pools.plan import MANAGER
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="enclave-pools", description=__doc__)
+    add_common_flags(parser, probe_port=8085)
+    grpc.add_server_flags(parser)
+    grpc.add_subscription_flags(parser, "config")
+    parser.add_argument(
+        "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full pass without changes"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=int(env_default("ENCLAVE_CONCURRENCY", "8")),
+        help="quota and claim writes in flight at once (env ENCLAVE_CONCURRENCY)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        parse_duration(args.resync)
+    except ValueError as err:
+        parser.error(f"--resync: {err}")
+    if args.concurrency < 1:
+        parser.error("--concurrency must be at least 1")
+    return args
+
+
+async def body(process: component.Component) -> None:
+    args = process.args
+    assert process.api is not None
+    kube = Kube(process.api, field_manager=MANAGER)
+    hub = SnapshotHub(args.identity)
+    settings = Settings(resync_seconds=parse_duration(args.resync).total_seconds(), concurrency=args.concurrency)
+    controller = PoolsController(kube, settings, hub, EventRecorder(kube, MANAGER))
+    process.state["controller"] = controller
+    process.started.set()
+    process.readiness.add("informers-synced")
+    process.readiness.add("reconciled")
+    if args.config_endpoint:
+
+        def accept(snapshot: Snapshot) -> None:
+            config = EffectiveConfiguration.model_validate_json(snapshot.payload)
+            controller.set_events_namespace(config.spec.events.namespace)
+
+        grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept)
+    register = pools_pb2_grpc.add_PoolServiceServicer_to_server
+    async with grpc.serve_snapshots(process, kube, hub, register, "PoolService"):
+
+        async def open_gates() -> None:
+            await controller.synced.wait()
+            process.readiness.set("informers-synced")
+            await controller.reconciled.wait()
+            process.readiness.set("reconciled")
+
+        process.spawn(open_gates(), "readiness")
+        await controller.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.run("pools", parse_args(argv), body, component.lead_controller)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

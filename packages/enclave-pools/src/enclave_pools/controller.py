@@ -1,0 +1,354 @@
+"""The pools controller: informers -> one pure plan -> snapshot on every replica, writes on the Lease holder.
+
+The *publish* loop recompiles the ResourcePools snapshot on every change, from committed bindings only. The
+*write* loop (Lease holder) converges the cluster on the plan, pool by pool, in an order that makes every
+intermediate state safe:
+
+1. the pool's status (the ledger of bindings) is **replaced with the resourceVersion the plan read**: a 409
+   means someone changed the pool since, and the pool is planned again from the fresh object;
+2. only after that commit, the ResourceQuotas grow (or shrink) to defaults + bound claims;
+3. then the claims' statuses say Bound, so a claim that reads Bound always has its quota in place.
+
+Every write is decided by comparing the plan with the caches, so a steady state costs no API call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from enclave_core import GROUP_VERSION
+from enclave_core.kube.events import EventRecorder, EventType
+from enclave_core.kube.informer import Informer
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.snapshots.pools import POOLS_KIND
+from enclave_pools import plan as pl
+from enclave_pools import status as st
+
+log = logging.getLogger(__name__)
+
+RECONCILES = Counter("enclave_pools_reconciles_total", "Passes of the pools write loop", ["result"])
+PUBLISHES = Counter("enclave_pools_snapshots_total", "ResourcePools snapshots compiled", ["result"])
+WRITES = Counter("enclave_pools_writes_total", "Writes to the cluster", ["kind", "operation"])
+CONFLICTS = Counter("enclave_pools_ledger_conflicts_total", "Pool status writes refused with 409 (replanned)")
+POOLS = Gauge("enclave_pools_pools", "Pools observed")
+BOUND_CLAIMS = Gauge("enclave_pools_bound_claims", "Claims bound to a pool")
+WAITING_CLAIMS = Gauge("enclave_pools_waiting_claims", "Claims not bound (exhausted, queued or refused)")
+RECONCILE_SECONDS = Histogram("enclave_pools_reconcile_seconds", "Duration of one write-loop pass")
+
+POOLS_PATH = f"/apis/{GROUP_VERSION}/resourcepools"
+CLAIMS_PATH = f"/apis/{GROUP_VERSION}/resourcepoolclaims"
+QUOTAS_PATH = "/api/v1/resourcequotas"
+
+
+@dataclass(frozen=True)
+class Settings:
+    resync_seconds: float = 60.0
+    """Full pass without any change, a safety net for missed events."""
+    concurrency: int = 8
+    """Quota and claim writes in flight at once."""
+
+
+def _ignorable(err: KubeError) -> bool:
+    """The object or its namespace went away while we wrote: the next pass knows."""
+    return err.not_found or (err.status == 403 and "being terminated" in err.message)
+
+
+def _with_kind(obj: JSON, kind: str) -> JSON:
+    return {**obj, "apiVersion": obj.get("apiVersion") or GROUP_VERSION, "kind": obj.get("kind") or kind}
+
+
+class PoolsController:
+    def __init__(self, kube: Kube, settings: Settings, hub: SnapshotHub, events: EventRecorder) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.hub = hub
+        self.events = events
+        self.events_namespace = "default"
+        self.leading = False
+        self.synced = asyncio.Event()
+        self.published = asyncio.Event()
+        self.reconciled = asyncio.Event()
+        self._publish_trigger = asyncio.Event()
+        self._write_trigger = asyncio.Event()
+        self._warned: dict[str, tuple[str, str]] = {}
+        change = self._changed
+        self.pools = Informer(kube, POOLS_PATH, on_change=change, name="resourcepools")
+        self.claims = Informer(kube, CLAIMS_PATH, on_change=change, name="resourcepoolclaims")
+        self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
+        self.quotas = Informer(
+            kube, QUOTAS_PATH, label_selector=f"{pl.MANAGED_BY}={pl.MANAGER}", on_change=change, name="resourcequotas"
+        )
+
+    def informers(self) -> list[Informer]:
+        return [self.pools, self.claims, self.namespaces, self.quotas]
+
+    def _changed(self, _key: str = "") -> None:
+        self._publish_trigger.set()
+        self._write_trigger.set()
+
+    def set_leading(self, leading: bool) -> None:
+        self.leading = leading
+        self._changed()
+
+    def set_events_namespace(self, namespace: str) -> None:
+        self.events_namespace = namespace or "default"
+
+    # -- loops ---------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(informer.run(), name=informer.name) for informer in self.informers()]
+        try:
+            await asyncio.gather(*(informer.synced.wait() for informer in self.informers()))
+            self.synced.set()
+            await asyncio.gather(self._publish_loop(), self._write_loop())
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def _publish_loop(self) -> None:
+        while True:
+            self._publish_trigger.clear()
+            try:
+                self.publish()
+            except Exception:  # never let a bad object stop the stream; the last good snapshot stays
+                log.exception("compiling the pools snapshot failed")
+                PUBLISHES.labels("error").inc()
+            await self._publish_trigger.wait()
+
+    async def _write_loop(self) -> None:
+        backoff = 0.5
+        while True:
+            self._write_trigger.clear()
+            wait = self.settings.resync_seconds
+            if self.leading:
+                started = time.monotonic()
+                try:
+                    retry = await self.reconcile()
+                    RECONCILES.labels("ok").inc()
+                    backoff = 0.5
+                    if retry:
+                        wait = 0.05  # a ledger conflict: replan as soon as the fresh pool is in the cache
+                except Exception:
+                    log.exception("reconcile failed")
+                    RECONCILES.labels("error").inc()
+                    wait, backoff = backoff, min(30.0, backoff * 2)
+                RECONCILE_SECONDS.observe(time.monotonic() - started)
+            self.reconciled.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._write_trigger.wait(), timeout=wait)
+
+    # -- plan and snapshot ---------------------------------------------------------------------------------
+
+    def plan(self) -> pl.Plan:
+        return pl.build_plan(self.pools.values(), self.claims.values(), self.namespaces.values())
+
+    def publish(self) -> pl.Plan:
+        plan = self.plan()
+        snapshot = pl.snapshot(plan, self.quotas.values())
+        if self.hub.publish(POOLS_KIND, snapshot.model_dump_json().encode()) is not None:
+            log.debug("pools snapshot published", extra={"pools": len(snapshot.pools)})
+        PUBLISHES.labels("ok").inc()
+        POOLS.set(len(plan.pools))
+        BOUND_CLAIMS.set(len(snapshot.bound))
+        WAITING_CLAIMS.set(sum(1 for v in plan.verdicts.values() if not v.bound))
+        self.published.set()
+        return plan
+
+    # -- one write pass (leader only) ----------------------------------------------------------------------
+
+    async def reconcile(self) -> bool:
+        """One pass; True when a pool's ledger write met a conflict and the pass should run again soon."""
+        plan = self.plan()
+        now = datetime.now(UTC)
+        semaphore = asyncio.Semaphore(self.settings.concurrency)
+
+        async def bounded(work: Awaitable[None]) -> None:
+            async with semaphore:
+                await work
+
+        conflicted: set[str] = set()
+        for pool in plan.pools.values():
+            if pool.deleting:
+                await self._finalize(pool)
+                continue
+            if not await self._ensure_finalizer(pool):
+                conflicted.add(pool.name)
+                continue
+            if not await self._commit(pool, now):
+                conflicted.add(pool.name)
+        quota_errors: dict[str, list[str]] = {}
+        writes = [
+            bounded(self._quota(pool, namespace, quota_errors))
+            for pool in plan.pools.values()
+            if pool.name not in conflicted and not pool.deleting
+            for namespace in pool.quotas
+        ]
+        await asyncio.gather(*writes)
+        for quota in pl.stale_quotas(plan, self.quotas.values()):
+            await self._delete_quota(quota)
+        for pool in plan.pools.values():
+            if pool.name not in conflicted and not pool.deleting and quota_errors.get(pool.name):
+                await self._commit(pool, now, quota_errors[pool.name])
+        claim_writes = []
+        for key, verdict in plan.verdicts.items():
+            if verdict.pool in conflicted:
+                continue  # its binding is being replanned; say nothing until it is committed
+            pool_plan = plan.pools.get(verdict.pool)
+            if pool_plan is not None and pool_plan.deleting and verdict.bound:
+                continue  # _finalize releases or deletes it
+            claim_writes.append(bounded(self._claim(plan.claims[key], verdict, now)))
+        await asyncio.gather(*claim_writes)
+        return bool(conflicted)
+
+    async def _ensure_finalizer(self, pool: pl.PoolPlan) -> bool:
+        meta = pool.raw["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if pl.FINALIZER in finalizers:
+            return True
+        patch = {"metadata": {"finalizers": [*finalizers, pl.FINALIZER], "resourceVersion": meta["resourceVersion"]}}
+        try:
+            stored = await self.kube.merge_patch(f"{POOLS_PATH}/{pool.name}", patch)
+        except KubeError as err:
+            if err.conflict:
+                CONFLICTS.inc()
+                return False
+            if not err.not_found:
+                log.warning("adding the pool finalizer failed", extra={"pool": pool.name, "error": str(err)})
+            return False
+        WRITES.labels("ResourcePool", "finalizer").inc()
+        self.pools.items[pool.name] = pool.raw = stored
+        return True
+
+    async def _commit(self, pool: pl.PoolPlan, now: datetime, errors: list[str] | None = None) -> bool:
+        """Replace the pool's status (the ledger) with the resourceVersion the plan read; False on conflict."""
+        problems = list(pool.problems) + list(errors or [])
+        await self._warn("ResourcePool", pool.raw, problems, "InvalidSpec" if pool.problems else "ApplyFailed")
+        status = st.pool_status(pool, problems=problems, now=now)
+        if not st.changed(pool.raw, status, whole=True):
+            return True
+        body = {**pool.raw, "status": status}
+        try:
+            stored = await self.kube.replace(f"{POOLS_PATH}/{pool.name}/status", body)
+        except KubeError as err:
+            if err.conflict:
+                CONFLICTS.inc()
+                log.info("pool changed while binding; replanning", extra={"pool": pool.name})
+                return False
+            if not err.not_found:
+                log.warning("pool status write failed", extra={"pool": pool.name, "error": str(err)})
+            return False
+        WRITES.labels("ResourcePool", "status").inc()
+        self.pools.items[pool.name] = pool.raw = stored
+        new = sorted(set(pool.records) - set(pool.committed))
+        if new:
+            log.info("claims bound", extra={"pool": pool.name, "claims": [pool.records[u].name for u in new]})
+        return True
+
+    async def _quota(self, pool: pl.PoolPlan, namespace: str, errors: dict[str, list[str]]) -> None:
+        key = f"{namespace}/{pl.quota_name(pool.name)}"
+        if not pl.quota_drifted(self.quotas.get(key), pool, namespace):
+            return
+        path = resource_path("v1", "resourcequotas", namespace=namespace, name=pl.quota_name(pool.name))
+        try:
+            self.quotas.items[key] = await self.kube.apply(path, pl.quota_body(pool, namespace))
+        except KubeError as err:
+            if not _ignorable(err):
+                errors.setdefault(pool.name, []).append(f"ResourceQuota {key}: {err}")
+            return
+        WRITES.labels("ResourceQuota", "apply").inc()
+
+    async def _delete_quota(self, quota: JSON) -> None:
+        meta = quota["metadata"]
+        path = resource_path("v1", "resourcequotas", namespace=meta["namespace"], name=meta["name"])
+        try:
+            await self.kube.delete(path)
+        except KubeError as err:
+            if not _ignorable(err):
+                log.warning("deleting a pool quota failed", extra={"quota": path, "error": str(err)})
+            return
+        self.quotas.items.pop(f"{meta['namespace']}/{meta['name']}", None)
+        WRITES.labels("ResourceQuota", "delete").inc()
+
+    async def _claim(self, claim: pl.Claim, verdict: pl.Verdict, now: datetime) -> None:
+        status = st.claim_status(claim.raw, verdict, now=now)
+        if not st.changed(claim.raw, status):
+            return
+        path = resource_path(GROUP_VERSION, "resourcepoolclaims", namespace=claim.namespace, name=claim.name)
+        try:
+            stored = await self.kube.merge_patch(f"{path}/status", {"metadata": {"uid": claim.uid}, "status": status})
+        except KubeError as err:
+            if not _ignorable(err) and not err.conflict:
+                log.warning("claim status write failed", extra={"claim": claim.key, "error": str(err)})
+            return
+        WRITES.labels("ResourcePoolClaim", "status").inc()
+        self.claims.items[claim.key] = stored
+        previous = (claim.raw.get("status") or {}).get("condition") or {}
+        if previous.get("reason") != verdict.reason or previous.get("status") != status["condition"]["status"]:
+            kind: EventType = (
+                "Normal" if verdict.bound or verdict.reason in (pl.POOL_EXHAUSTED, pl.QUEUE_EXHAUSTED) else "Warning"
+            )
+            await self.events.emit(_with_kind(stored, "ResourcePoolClaim"), kind, verdict.reason, verdict.message)
+            WRITES.labels("Event", "create").inc()
+
+    async def _finalize(self, pool: pl.PoolPlan) -> None:
+        """Pool deletion: release (or delete, with ``deleteBoundResources``) its bound claims, remove its
+        quotas, then drop the finalizer. Each step is idempotent; a failure is retried by the next pass."""
+        meta = pool.raw["metadata"]
+        if pl.FINALIZER not in (meta.get("finalizers") or []):
+            return
+        delete = pool.spec is not None and pool.spec.config.delete_bound_resources
+        failed = False
+        for record in pool.committed.values():
+            path = resource_path(GROUP_VERSION, "resourcepoolclaims", namespace=record.namespace, name=record.name)
+            try:
+                if delete:
+                    await self.kube.request("DELETE", path, body={"preconditions": {"uid": record.uid}})
+                    WRITES.labels("ResourcePoolClaim", "delete").inc()
+                else:
+                    verdict = pl.Verdict(pl.POOL_DELETED, f"pool {pool.name} was deleted; the claim was released")
+                    raw = self.claims.get(f"{record.namespace}/{record.name}") or {"metadata": {}}
+                    status = st.claim_status(raw, verdict, now=datetime.now(UTC))
+                    await self.kube.merge_patch(f"{path}/status", {"metadata": {"uid": record.uid}, "status": status})
+                    WRITES.labels("ResourcePoolClaim", "status").inc()
+            except KubeError as err:
+                if not (err.not_found or err.conflict):
+                    failed = True
+                    log.warning("releasing a claim failed", extra={"claim": path, "error": str(err)})
+        for quota in list(self.quotas.values()):
+            if pl.owning_pool_uid(quota) == pool.uid:
+                await self._delete_quota(quota)
+        if failed:
+            return
+        remaining = [f for f in meta.get("finalizers") or [] if f != pl.FINALIZER]
+        patch = {"metadata": {"finalizers": remaining, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            await self.kube.merge_patch(f"{POOLS_PATH}/{pool.name}", patch)
+        except KubeError as err:
+            if not (err.not_found or err.conflict):
+                log.warning("removing the pool finalizer failed", extra={"pool": pool.name, "error": str(err)})
+            return
+        WRITES.labels("ResourcePool", "finalizer").inc()
+        action = "deleted" if delete else "released"
+        log.info("pool finalised", extra={"pool": pool.name, "claims": len(pool.committed), "action": action})
+
+    async def _warn(self, kind: str, raw: JSON, problems: list[str], reason: str) -> None:
+        """One Warning per distinct problem set (not one per pass); cleared when the object is fine again."""
+        key = f"{kind}/{raw['metadata']['name']}"
+        if not problems:
+            self._warned.pop(key, None)
+            return
+        signature = (reason, "; ".join(problems)[: st.MESSAGE_LIMIT])
+        if self._warned.get(key) == signature:
+            return
+        self._warned[key] = signature
+        log.warning("object not ready", extra={"object": key, "reason": reason, "detail": signature[1]})
+        await self.events.emit(_with_kind(raw, kind), "Warning", reason, signature[1], namespace=self.events_namespace)

@@ -1,0 +1,517 @@
+"""The pools plan: from the watch caches to every binding, status and ResourceQuota the cluster should hold.
+
+Pure: no I/O and no clock (the controller passes ``now``), so every rule below is a unit test away.
+
+**The ledger.** A pool's ``status.claims`` is the record of which claims it has bound and for how much; a
+claim's ``status.pool`` only mirrors it. The controller commits new bindings by replacing the pool's status
+*with the resourceVersion it read*; kube-apiserver refuses the write with 409 if anything changed the pool in
+between (docs/architecture.md argues why that never over-allocates). The plan therefore starts from the
+committed records, drops those whose claim is gone, and binds waiting claims into what is left.
+
+**Order.** Waiting claims are served oldest first: ``creationTimestamp``, then namespace, then name (the
+timestamp has one-second resolution). A claim binds when every resource it asks for fits in what the pool
+has left. With ``config.orderedQueue`` a claim that does not fit holds its resources: a later claim asking for
+any of them waits behind it (``QueueExhausted``) even if it would fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from enclave_core import GROUP_VERSION
+from enclave_core.api.pools import ResourcePoolSpec
+from enclave_core.quantity import Quantity, add_maps, exceeded, max0, parse_map, sub_maps
+from enclave_core.resourcenames import resource_list_problems
+from enclave_core.selectors import matches_any
+from enclave_core.snapshots.pools import BoundClaim, NamespaceQuota, PoolsSnapshot, PoolView
+
+JSON = dict[str, Any]
+Amounts = dict[str, Quantity]
+
+MANAGER: Final = "enclave-pools"
+"""Field manager of every write and the ``app.kubernetes.io/managed-by`` value of provisioned quotas."""
+MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+POOL_LABEL: Final = "enclave.dev/pool"
+FINALIZER: Final = "enclave.dev/pool-cleanup"
+"""Held on every pool so its deletion waits until bound claims are released and its quotas removed."""
+
+# Claim Bound reasons.
+BOUND: Final = "Bound"
+POOL_EXHAUSTED: Final = "PoolExhausted"
+QUEUE_EXHAUSTED: Final = "QueueExhausted"
+POOL_NOT_FOUND: Final = "PoolNotFound"
+POOL_DELETED: Final = "PoolDeleted"
+POOL_DELETING: Final = "PoolDeleting"
+POOL_INVALID: Final = "PoolInvalid"
+NAMESPACE_NOT_SELECTED: Final = "NamespaceNotSelected"
+RESOURCE_NOT_OFFERED: Final = "ResourceNotOffered"
+INVALID_SPEC: Final = "InvalidSpec"
+RESIZE_PENDING: Final = "ResizePending"
+
+
+def fmt(amounts: Mapping[str, Quantity]) -> dict[str, str]:
+    """Canonical strings, sorted by resource name (statuses compare equal across passes)."""
+    return {key: str(amounts[key]) for key in sorted(amounts)}
+
+
+def quota_name(pool: str) -> str:
+    """Name of the ResourceQuota a pool provisions in each namespace (hashed when it would be too long)."""
+    name = f"enclave-pool-{pool}"
+    if len(name) <= 253:
+        return name
+    return f"enclave-pool-{hashlib.sha256(pool.encode()).hexdigest()[:16]}"
+
+
+def pool_label(pool: str) -> str:
+    """Label value naming the pool (hashed past the 63 characters a label value allows)."""
+    return pool if len(pool) <= 63 else hashlib.sha256(pool.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One ResourcePoolClaim as the plan reads it."""
+
+    raw: JSON
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    pool: str
+    request: Amounts
+    problems: tuple[str, ...]
+    order: tuple[str, str, str]
+    deleting: bool
+
+    @classmethod
+    def read(cls, raw: JSON) -> Claim:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        raw_claim = spec.get("claim")
+        wanted: dict[str, Any] = raw_claim if isinstance(raw_claim, dict) else {}
+        problems = resource_list_problems(wanted, "spec.claim")
+        if not wanted:
+            problems.append("spec.claim: must name at least one resource")
+        request = {} if problems else parse_map(wanted)
+        return cls(
+            raw=raw,
+            key=f"{namespace}/{name}",
+            namespace=namespace,
+            name=name,
+            uid=str(meta.get("uid", "")),
+            pool=str(spec.get("pool") or ""),
+            request=request,
+            problems=tuple(problems),
+            order=(str(meta.get("creationTimestamp", "")), namespace, name),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+
+@dataclass(frozen=True)
+class Record:
+    """A committed binding: one entry of a pool's ``status.claims``."""
+
+    namespace: str
+    name: str
+    uid: str
+    claims: Amounts
+
+    def to_status(self) -> JSON:
+        return {"name": self.name, "namespace": self.namespace, "uid": self.uid, "claims": fmt(self.claims)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a claim's status should say."""
+
+    reason: str
+    message: str
+    pool: str = ""
+    pool_uid: str = ""
+    allocation: Amounts | None = None
+    """The amounts bound; None when the claim is not bound."""
+
+    @property
+    def bound(self) -> bool:
+        return self.allocation is not None
+
+
+@dataclass
+class PoolPlan:
+    raw: JSON
+    name: str
+    uid: str
+    spec: ResourcePoolSpec | None
+    problems: list[str]
+    namespaces: list[str]
+    committed: dict[str, Record]
+    """uid -> binding as the pool's status holds it now (only claims that still exist)."""
+    records: dict[str, Record]
+    """uid -> binding after this pass (committed plus new bindings and resizes)."""
+    deleting: bool
+    exhaustions: dict[str, tuple[Quantity, Quantity]] = field(default_factory=dict)
+    """Resource -> (available, requested by waiting claims), for resources some waiting claim lacks."""
+    quotas: dict[str, JSON] = field(default_factory=dict)
+    """Namespace -> the ResourceQuota ``spec`` wanted there."""
+
+    @property
+    def hard(self) -> Amounts:
+        if self.spec is None or not self.spec.quota.hard:
+            return {}
+        return parse_map(self.spec.quota.hard)
+
+    def claimed(self, records: Iterable[Record] | None = None) -> Amounts:
+        return add_maps(*(r.claims for r in (self.records.values() if records is None else records)))
+
+    @property
+    def available(self) -> Amounts:
+        hard = self.hard
+        return max0({key: value for key, value in sub_maps(hard, self.claimed()).items() if key in hard})
+
+
+@dataclass
+class Plan:
+    pools: dict[str, PoolPlan]
+    verdicts: dict[str, Verdict]
+    """Claim key (``namespace/name``) -> status."""
+    claims: dict[str, Claim]
+
+
+def read_records(raw: JSON) -> dict[str, Record]:
+    """The bindings in a pool's ``status.claims``; an entry we cannot read is dropped (logged by the caller's
+    Ready message, never fatal)."""
+    records: dict[str, Record] = {}
+    claims = (raw.get("status") or {}).get("claims") or {}
+    if not isinstance(claims, dict):
+        return records
+    for namespace, entries in claims.items():
+        for entry in entries if isinstance(entries, list) else []:
+            try:
+                record = Record(
+                    namespace=str(entry.get("namespace") or namespace),
+                    name=str(entry["name"]),
+                    uid=str(entry["uid"]),
+                    claims=parse_map(entry.get("claims") or {}),
+                )
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+            records[record.uid] = record
+    return records
+
+
+def _read_spec(raw: JSON) -> tuple[ResourcePoolSpec | None, list[str]]:
+    try:
+        spec = ResourcePoolSpec.model_validate(raw.get("spec") or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return None, [f"spec.{where}: {first['msg']}"]
+    problems = resource_list_problems(spec.quota.hard or {}, "spec.quota.hard")
+    problems += resource_list_problems(spec.defaults or {}, "spec.defaults")
+    return spec, problems
+
+
+def _selected(spec: ResourcePoolSpec | None, namespaces: Iterable[JSON]) -> list[str]:
+    if spec is None or not spec.selectors:
+        return []
+    return sorted(
+        str(ns["metadata"]["name"])
+        for ns in namespaces
+        if matches_any(spec.selectors, (ns.get("metadata") or {}).get("labels") or {})
+    )
+
+
+def _missing(request: Amounts, available: Amounts) -> str:
+    over = exceeded(request, available)
+    return ", ".join(f"{key} requested {request[key]}, available {available.get(key, Quantity(0))}" for key in over)
+
+
+def _previous_reason(claim: Claim) -> str:
+    for condition in (claim.raw.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "Bound":
+            return str(condition.get("reason", ""))
+    return ""
+
+
+def build_plan(pools: Iterable[JSON], claims: Iterable[JSON], namespaces: Iterable[JSON]) -> Plan:
+    """Bindings, verdicts and wanted quotas for every pool and claim."""
+    namespace_list = list(namespaces)
+    by_key = {c.key: c for c in map(Claim.read, claims)}
+    by_uid = {c.uid: c for c in by_key.values()}
+    verdicts: dict[str, Verdict] = {}
+    plans: dict[str, PoolPlan] = {}
+    bound_uids: set[str] = set()
+    for raw in sorted(pools, key=lambda p: str(p["metadata"]["name"])):
+        meta = raw["metadata"]
+        spec, problems = _read_spec(raw)
+        committed = {
+            uid: record
+            for uid, record in read_records(raw).items()
+            if uid in by_uid and not by_uid[uid].deleting and by_uid[uid].key == f"{record.namespace}/{record.name}"
+        }
+        bound_uids |= committed.keys()
+        plans[str(meta["name"])] = PoolPlan(
+            raw=raw,
+            name=str(meta["name"]),
+            uid=str(meta.get("uid", "")),
+            spec=spec,
+            problems=problems,
+            namespaces=_selected(spec, namespace_list),
+            committed=committed,
+            records=dict(committed),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+    waiting: dict[str, list[Claim]] = {}
+    for claim in sorted(by_key.values(), key=lambda c: c.order):
+        if claim.uid in bound_uids or claim.deleting:
+            continue
+        pool = plans.get(claim.pool)
+        if claim.problems:
+            verdicts[claim.key] = Verdict(INVALID_SPEC, "; ".join(claim.problems))
+        elif pool is None:
+            previous = _previous_reason(claim)
+            if previous == POOL_DELETED:
+                verdicts[claim.key] = Verdict(POOL_DELETED, f"pool {claim.pool} was deleted; the claim was released")
+            else:
+                verdicts[claim.key] = Verdict(POOL_NOT_FOUND, f"pool {claim.pool} does not exist")
+        elif pool.deleting:
+            verdicts[claim.key] = Verdict(POOL_DELETING, f"pool {pool.name} is being deleted")
+        elif pool.spec is None or pool.problems:
+            verdicts[claim.key] = Verdict(POOL_INVALID, f"pool {pool.name} is invalid: {'; '.join(pool.problems)}")
+        elif claim.namespace not in pool.namespaces:
+            verdicts[claim.key] = Verdict(
+                NAMESPACE_NOT_SELECTED, f"pool {pool.name} does not select namespace {claim.namespace}"
+            )
+        elif missing := sorted(set(claim.request) - set(pool.hard)):
+            verdicts[claim.key] = Verdict(
+                RESOURCE_NOT_OFFERED, f"pool {pool.name} does not offer {', '.join(missing)} (spec.quota.hard)"
+            )
+        else:
+            waiting.setdefault(pool.name, []).append(claim)
+    for pool in plans.values():
+        _bind(pool, by_uid, waiting.get(pool.name, []), verdicts)
+        _quotas(pool)
+    return Plan(pools=plans, verdicts=verdicts, claims=by_key)
+
+
+def _bind(pool: PoolPlan, by_uid: Mapping[str, Claim], waiting: list[Claim], verdicts: dict[str, Verdict]) -> None:
+    """Resize bound claims, then bind waiting ones in order while they fit (and the queue allows)."""
+    hard = pool.hard
+    if pool.spec is None or pool.problems or pool.deleting:
+        _bound_verdicts(pool, by_uid, verdicts)
+        return
+    for uid, record in sorted(pool.committed.items(), key=lambda item: by_uid[item[0]].order):
+        claim = by_uid[uid]
+        if claim.problems or claim.request == record.claims:
+            continue
+        others = [r for u, r in pool.records.items() if u != uid]
+        room = max0({k: v for k, v in sub_maps(hard, pool.claimed(others)).items() if k in hard})
+        if not set(claim.request) - set(hard) and not exceeded(claim.request, room):
+            pool.records[uid] = Record(record.namespace, record.name, uid, dict(claim.request))
+    blocked: dict[str, str] = {}
+    short: dict[str, Quantity] = {}
+    available = pool.available
+    for claim in waiting:
+        holders = sorted({blocked[key] for key in claim.request if key in blocked})
+        if holders:
+            lacking = sorted(key for key in claim.request if key in blocked)
+            verdicts[claim.key] = Verdict(
+                QUEUE_EXHAUSTED,
+                f"queued behind {', '.join(holders)} for {', '.join(lacking)} "
+                f"(pool {pool.name} serves claims in order, config.orderedQueue)",
+                pool=pool.name,
+            )
+        elif not (lacking := exceeded(claim.request, available)):
+            pool.records[claim.uid] = Record(claim.namespace, claim.name, claim.uid, dict(claim.request))
+            available = {key: value - claim.request.get(key, Quantity(0)) for key, value in available.items()}
+            continue
+        else:
+            verdicts[claim.key] = Verdict(
+                POOL_EXHAUSTED,
+                f"pool {pool.name} cannot fit the claim: {_missing(claim.request, available)}",
+                pool=pool.name,
+            )
+            if pool.spec is not None and pool.spec.config.ordered_queue:
+                for key in claim.request:
+                    blocked.setdefault(key, claim.key)
+        for key in lacking:
+            short[key] = short.get(key, Quantity(0)) + claim.request[key]
+    pool.exhaustions = {key: (available.get(key, Quantity(0)), wanted) for key, wanted in sorted(short.items())}
+    _bound_verdicts(pool, by_uid, verdicts)
+
+
+def _bound_verdicts(pool: PoolPlan, by_uid: Mapping[str, Claim], verdicts: dict[str, Verdict]) -> None:
+    hard = pool.hard
+    for uid, record in pool.records.items():
+        claim = by_uid[uid]
+        if record.claims == claim.request or claim.problems:
+            verdicts[claim.key] = Verdict(
+                BOUND,
+                f"bound to pool {pool.name}: {', '.join(f'{k}={v}' for k, v in fmt(record.claims).items())}",
+                pool=pool.name,
+                pool_uid=pool.uid,
+                allocation=record.claims,
+            )
+        else:
+            others = [r for u, r in pool.records.items() if u != uid]
+            room = max0({k: v for k, v in sub_maps(hard, pool.claimed(others)).items() if k in hard})
+            verdicts[claim.key] = Verdict(
+                RESIZE_PENDING,
+                f"bound to pool {pool.name} for {fmt(record.claims)}; the new amounts wait for room: "
+                f"{_missing(claim.request, room) or 'resource not offered by the pool'}",
+                pool=pool.name,
+                pool_uid=pool.uid,
+                allocation=record.claims,
+            )
+
+
+def namespace_hard(pool: PoolPlan, namespace: str) -> Amounts:
+    """``defaults`` (every offered resource at 0 first with ``defaultsZero``) plus the namespace's claims."""
+    spec = pool.spec
+    assert spec is not None
+    base: Amounts = {}
+    if spec.config.defaults_zero:
+        base = {key: Quantity(0) for key in pool.hard}
+    base.update(parse_map(spec.defaults or {}))
+    return add_maps(base, *(r.claims for r in pool.records.values() if r.namespace == namespace))
+
+
+def _quotas(pool: PoolPlan) -> None:
+    """The ResourceQuota spec for every selected namespace and every namespace still holding a bound claim."""
+    if pool.spec is None or pool.problems or pool.deleting:
+        return
+    wanted = set(pool.namespaces) | {r.namespace for r in pool.records.values()}
+    quota = pool.spec.quota
+    for namespace in sorted(wanted):
+        spec: JSON = {"hard": fmt(namespace_hard(pool, namespace))}
+        if quota.scopes:
+            spec["scopes"] = list(quota.scopes)
+        if quota.scope_selector is not None and quota.scope_selector.match_expressions:
+            spec["scopeSelector"] = quota.scope_selector.to_k8s()
+        pool.quotas[namespace] = spec
+
+
+def quota_body(pool: PoolPlan, namespace: str) -> JSON:
+    """The whole ResourceQuota object applied (server-side apply) into ``namespace``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": quota_name(pool.name),
+            "namespace": namespace,
+            "labels": {MANAGED_BY: MANAGER, POOL_LABEL: pool_label(pool.name)},
+            "ownerReferences": [
+                {
+                    "apiVersion": GROUP_VERSION,
+                    "kind": "ResourcePool",
+                    "name": pool.name,
+                    "uid": pool.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": pool.quotas[namespace],
+    }
+
+
+def quota_drifted(live: JSON | None, pool: PoolPlan, namespace: str) -> bool:
+    """Whether the live ResourceQuota differs from the wanted one in anything we own."""
+    if live is None:
+        return True
+    wanted = pool.quotas[namespace]
+    spec = live.get("spec") or {}
+    try:
+        if parse_map(spec.get("hard") or {}) != parse_map(wanted["hard"]):
+            return True
+    except ValueError:
+        return True
+    if list(spec.get("scopes") or []) != list(wanted.get("scopes") or []):
+        return True
+    if (spec.get("scopeSelector") or None) != (wanted.get("scopeSelector") or None):
+        return True
+    meta = live.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    owners = meta.get("ownerReferences") or []
+    return (
+        labels.get(MANAGED_BY) != MANAGER
+        or labels.get(POOL_LABEL) != pool_label(pool.name)
+        or not any(ref.get("uid") == pool.uid for ref in owners)
+    )
+
+
+def owning_pool_uid(quota: JSON) -> str:
+    for ref in (quota.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "ResourcePool":
+            return str(ref.get("uid", ""))
+    return ""
+
+
+def stale_quotas(plan: Plan, quotas: Iterable[JSON]) -> list[JSON]:
+    """Managed ResourceQuotas no live pool wants: their pool is gone, or no longer selects the namespace."""
+    wanted: dict[str, set[tuple[str, str]]] = {}
+    for pool in plan.pools.values():
+        if pool.spec is None or pool.problems:
+            # An invalid pool keeps what it provisioned: a typo must not drop every namespace's quota.
+            wanted[pool.uid] = {("*", "*")}
+            continue
+        wanted[pool.uid] = {(ns, quota_name(pool.name)) for ns in pool.quotas}
+    stale = []
+    for quota in quotas:
+        meta = quota.get("metadata") or {}
+        keep = wanted.get(owning_pool_uid(quota))
+        if keep is None:
+            # Its pool is gone (or being finalised, which deletes its quotas itself).
+            if not any(p.uid == owning_pool_uid(quota) for p in plan.pools.values()):
+                stale.append(quota)
+            continue
+        if ("*", "*") in keep:
+            continue
+        if (meta.get("namespace"), meta.get("name")) not in keep:
+            stale.append(quota)
+    return stale
+
+
+def snapshot(plan: Plan, quotas: Iterable[JSON]) -> PoolsSnapshot:
+    """What admission decides from: committed bindings only (never the ones this pass has yet to write)."""
+    by_pool: dict[str, dict[str, NamespaceQuota]] = {}
+    names = {pool.uid: pool.name for pool in plan.pools.values()}
+    for quota in quotas:
+        meta = quota.get("metadata") or {}
+        pool_name = names.get(owning_pool_uid(quota))
+        if pool_name is None or meta.get("name") != quota_name(pool_name):
+            continue
+        status = quota.get("status") or {}
+        hard = status.get("hard") or (quota.get("spec") or {}).get("hard") or {}
+        by_pool.setdefault(pool_name, {})[str(meta.get("namespace"))] = NamespaceQuota(
+            hard={str(k): str(v) for k, v in hard.items()},
+            used={str(k): str(v) for k, v in (status.get("used") or {}).items()},
+        )
+    views: list[PoolView] = []
+    bound: list[BoundClaim] = []
+    for pool in plan.pools.values():
+        hard = pool.hard
+        claimed = pool.claimed(pool.committed.values())
+        views.append(
+            PoolView(
+                name=pool.name,
+                uid=pool.uid,
+                namespaces=pool.namespaces,
+                hard=fmt(hard),
+                claimed=fmt(claimed),
+                available=fmt(max0({k: v for k, v in sub_maps(hard, claimed).items() if k in hard})),
+                quotas=by_pool.get(pool.name, {}),
+                deleting=pool.deleting,
+            )
+        )
+        bound += [
+            BoundClaim(namespace=r.namespace, name=r.name, uid=r.uid, pool=pool.name, claims=fmt(r.claims))
+            for r in pool.committed.values()
+        ]
+    bound.sort(key=lambda b: (b.namespace, b.name))
+    return PoolsSnapshot(pools=views, bound=bound)

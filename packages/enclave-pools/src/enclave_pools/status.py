@@ -1,0 +1,130 @@
+"""Pool and claim status, computed from the plan (pure: the caller passes the clock).
+
+Conditions keep their ``lastTransitionTime`` while their status holds, and a status is written only when a
+field we own changed, so a steady state costs no writes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from enclave_core.api.pools import ClaimRef, Exhaustion, PoolRef, ResourcePoolClaimStatus, ResourcePoolStatus
+from enclave_core.api.quotas import QuotaTotals
+from enclave_core.conditions import Condition, new_condition, read_conditions, set_condition
+from enclave_core.quantity import max0, sub_maps
+from enclave_pools.plan import BOUND, PoolPlan, Verdict, fmt
+
+JSON = dict[str, Any]
+MESSAGE_LIMIT = 32000
+
+
+def _previous(raw: JSON) -> list[Condition]:
+    return read_conditions(raw)
+
+
+def _generation(raw: JSON) -> int:
+    return int((raw.get("metadata") or {}).get("generation") or 0)
+
+
+def pool_status(pool: PoolPlan, *, problems: list[str], now: datetime) -> JSON:
+    """The pool's ``status``; ``claims`` is the ledger of bindings (see :mod:`enclave_pools.plan`)."""
+    generation = _generation(pool.raw)
+    hard = pool.hard
+    claimed = pool.claimed()
+    claims: dict[str, list[ClaimRef]] = {}
+    for record in sorted(pool.records.values(), key=lambda r: (r.namespace, r.name)):
+        claims.setdefault(record.namespace, []).append(
+            ClaimRef(name=record.name, namespace=record.namespace, uid=record.uid, claims=fmt(record.claims))
+        )
+    if problems:
+        ready = new_condition(
+            "Ready",
+            "False",
+            "InvalidSpec" if pool.problems else "ApplyFailed",
+            "; ".join(problems)[:MESSAGE_LIMIT],
+            now=now,
+            observed_generation=generation,
+        )
+    else:
+        over = sorted(k for k, v in sub_maps(hard, claimed).items() if k in hard and v.sign() < 0)
+        if over:
+            ready = new_condition(
+                "Ready",
+                "False",
+                "OverAllocated",
+                f"bound claims exceed spec.quota.hard for {', '.join(over)}; nothing new binds until claims are released",
+                now=now,
+                observed_generation=generation,
+            )
+        else:
+            ready = new_condition(
+                "Ready",
+                "True",
+                "Active",
+                f"{len(pool.records)} claims bound across {len(pool.namespaces)} namespaces",
+                now=now,
+                observed_generation=generation,
+            )
+    status = ResourcePoolStatus(
+        conditions=set_condition(_previous(pool.raw), ready),
+        allocation=QuotaTotals(
+            hard=fmt(hard),
+            used=fmt({k: claimed[k] for k in claimed}),
+            available=fmt(max0({k: v for k, v in sub_maps(hard, claimed).items() if k in hard})),
+        ),
+        claim_count=len(pool.records),
+        claims=claims or None,
+        exhaustions={key: Exhaustion(available=str(a), requesting=str(r)) for key, (a, r) in pool.exhaustions.items()}
+        or None,
+        namespace_count=len(pool.namespaces),
+        namespaces=pool.namespaces,
+        observed_generation=generation,
+    )
+    return status.to_k8s()
+
+
+def claim_status(raw: JSON, verdict: Verdict, *, now: datetime) -> JSON:
+    """The claim's ``status``: Bound and Ready, the deprecated ``condition`` mirroring Bound, the pool it is
+    bound to and the amounts bound (``allocation.hard``)."""
+    generation = _generation(raw)
+    bound = new_condition(
+        "Bound",
+        "True" if verdict.bound else "False",
+        verdict.reason,
+        verdict.message[:MESSAGE_LIMIT],
+        now=now,
+        observed_generation=generation,
+    )
+    fully = verdict.bound and verdict.reason == BOUND
+    ready = new_condition(
+        "Ready",
+        "True" if fully else "False",
+        verdict.reason,
+        verdict.message[:MESSAGE_LIMIT],
+        now=now,
+        observed_generation=generation,
+    )
+    conditions = set_condition(set_condition(_previous(raw), bound), ready)
+    mirrored = next(c for c in conditions if c.type == "Bound")
+    status = ResourcePoolClaimStatus(
+        conditions=conditions,
+        condition=mirrored,
+        observed_generation=generation,
+        pool=PoolRef(name=verdict.pool, uid=verdict.pool_uid) if verdict.bound else None,
+        allocation=QuotaTotals(hard=fmt(verdict.allocation)) if verdict.allocation is not None else None,
+    )
+    out = status.to_k8s()
+    # Explicit nulls: the status is written by merge patch, and an unbound claim must lose its old binding.
+    out.setdefault("pool", None)
+    out.setdefault("allocation", None)
+    return out
+
+
+def changed(raw: JSON, status: JSON, *, whole: bool = False) -> bool:
+    """Whether writing ``status`` would change the stored one: the whole status for a pool (replaced with
+    PUT), only the fields we write for a claim (merge patch, with explicit nulls)."""
+    old = raw.get("status") or {}
+    if whole:
+        return bool(old != status)
+    return any(old.get(key) != value for key, value in status.items())

@@ -1,0 +1,245 @@
+"""The binding rules of the pools plan, on hand-built caches (no control plane)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from enclave_core.quantity import Quantity
+from enclave_pools import plan as p
+from enclave_pools.status import claim_status, pool_status
+
+JSON = dict[str, Any]
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def pool(name: str, hard: dict[str, Any], *, claims: list[JSON] | None = None, **spec: Any) -> JSON:
+    status: JSON = {}
+    if claims:
+        status["claims"] = {}
+        for entry in claims:
+            status["claims"].setdefault(entry["namespace"], []).append(entry)
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "generation": 1},
+        "spec": {"quota": {"hard": hard}, "selectors": [{"matchLabels": {"team": "a"}}], **spec},
+        "status": status,
+    }
+
+
+def claim(namespace: str, name: str, amounts: dict[str, Any], *, pool_name: str = "p", second: int = 0) -> JSON:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "generation": 1,
+            "creationTimestamp": f"2026-01-01T00:00:{second:02d}Z",
+        },
+        "spec": {"pool": pool_name, "claim": amounts},
+    }
+
+
+def ns(name: str, team: str = "a") -> JSON:
+    return {"metadata": {"name": name, "labels": {"team": team}}}
+
+
+def record(c: JSON) -> JSON:
+    meta = c["metadata"]
+    return {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"], "claims": c["spec"]["claim"]}
+
+
+NAMESPACES = [ns("n1"), ns("n2"), ns("other", team="b")]
+
+
+def test_claims_bind_in_creation_order_while_they_fit() -> None:
+    claims = [
+        claim("n2", "late", {"requests.cpu": "2"}, second=3),
+        claim("n1", "first", {"requests.cpu": "2"}, second=1),
+        claim("n1", "second", {"requests.cpu": "1"}, second=2),
+    ]
+    plan = p.build_plan([pool("p", {"requests.cpu": "4"})], claims, NAMESPACES)
+    verdicts = plan.verdicts
+    assert verdicts["n1/first"].reason == p.BOUND
+    assert verdicts["n1/second"].reason == p.BOUND
+    assert verdicts["n2/late"].reason == p.POOL_EXHAUSTED
+    assert "requests.cpu requested 2, available 1" in verdicts["n2/late"].message
+    pool_plan = plan.pools["p"]
+    assert pool_plan.quotas["n1"]["hard"] == {"requests.cpu": "3"}
+    assert pool_plan.quotas["n2"]["hard"] == {}
+    assert pool_plan.exhaustions == {"requests.cpu": (Quantity.parse("1"), Quantity.parse("2"))}
+    assert "other" not in pool_plan.quotas
+
+
+def test_without_ordered_queue_a_smaller_later_claim_passes_a_waiting_one() -> None:
+    claims = [
+        claim("n1", "big", {"requests.cpu": "3"}, second=1),
+        claim("n1", "small", {"requests.cpu": "1"}, second=2),
+    ]
+    committed = claim("n2", "held", {"requests.cpu": "2"})
+    pools = [pool("p", {"requests.cpu": "4"}, claims=[record(committed)])]
+    plan = p.build_plan(pools, [*claims, committed], NAMESPACES)
+    assert plan.verdicts["n1/big"].reason == p.POOL_EXHAUSTED
+    assert plan.verdicts["n1/small"].reason == p.BOUND
+
+
+def test_ordered_queue_blocks_later_claims_for_the_same_resources_only() -> None:
+    claims = [
+        claim("n1", "big", {"requests.cpu": "3"}, second=1),
+        claim("n1", "small", {"requests.cpu": "1"}, second=2),
+        claim("n1", "pods", {"pods": "1"}, second=3),
+    ]
+    committed = claim("n2", "held", {"requests.cpu": "2"})
+    pools = [pool("p", {"requests.cpu": "4", "pods": "5"}, claims=[record(committed)], config={"orderedQueue": True})]
+    plan = p.build_plan(pools, [*claims, committed], NAMESPACES)
+    assert plan.verdicts["n1/small"].reason == p.QUEUE_EXHAUSTED
+    assert "queued behind n1/big for requests.cpu" in plan.verdicts["n1/small"].message
+    assert plan.verdicts["n1/pods"].reason == p.BOUND
+
+
+def test_a_released_claim_makes_room_for_the_next_waiting_one() -> None:
+    held = claim("n1", "held", {"requests.cpu": "4"}, second=1)
+    waiting = claim("n2", "waiting", {"requests.cpu": "3"}, second=2)
+    pools = [pool("p", {"requests.cpu": "4"}, claims=[record(held)])]
+    assert p.build_plan(pools, [held, waiting], NAMESPACES).verdicts["n2/waiting"].reason == p.POOL_EXHAUSTED
+    plan = p.build_plan(pools, [waiting], NAMESPACES)  # held was deleted
+    assert plan.verdicts["n2/waiting"].reason == p.BOUND
+    assert plan.pools["p"].quotas["n1"]["hard"] == {}
+    assert plan.pools["p"].quotas["n2"]["hard"] == {"requests.cpu": "3"}
+
+
+def test_twenty_claims_against_room_for_ten_bind_exactly_ten() -> None:
+    claims = [claim("n1", f"c{i:02d}", {"requests.cpu": "1"}, second=i) for i in range(20)]
+    plan = p.build_plan([pool("p", {"requests.cpu": "10"})], claims, NAMESPACES)
+    bound = sorted(key for key, verdict in plan.verdicts.items() if verdict.bound)
+    assert bound == [f"n1/c{i:02d}" for i in range(10)]
+
+
+def test_defaults_and_defaults_zero_shape_the_provisioned_quota() -> None:
+    c = claim("n1", "c", {"requests.cpu": "1"})
+    spec: JSON = {"defaults": {"pods": "3"}, "config": {"defaultsZero": True}}
+    plan = p.build_plan(
+        [pool("p", {"requests.cpu": "4", "requests.memory": "1Gi", "pods": "10"}, **spec)], [c], NAMESPACES
+    )
+    assert plan.pools["p"].quotas["n1"]["hard"] == {"pods": "3", "requests.cpu": "1", "requests.memory": "0"}
+    assert plan.pools["p"].quotas["n2"]["hard"] == {"pods": "3", "requests.cpu": "0", "requests.memory": "0"}
+    # defaults do not count toward the allocation
+    assert p.fmt(plan.pools["p"].claimed()) == {"requests.cpu": "1"}
+
+
+def test_scopes_are_copied_into_the_quota() -> None:
+    spec: JSON = {"quota": {"hard": {"pods": "4"}, "scopes": ["NotBestEffort"]}}
+    raw = pool("p", {})
+    raw["spec"].update(spec)
+    plan = p.build_plan([raw], [], NAMESPACES)
+    assert plan.pools["p"].quotas["n1"] == {"hard": {}, "scopes": ["NotBestEffort"]}
+
+
+def test_claims_that_cannot_bind_say_why() -> None:
+    claims = [
+        claim("other", "unselected", {"requests.cpu": "1"}),
+        claim("n1", "gpu", {"requests.nvidia.com/gpu": "1"}),
+        claim("n1", "ghost", {"requests.cpu": "1"}, pool_name="nope"),
+        claim("n1", "negative", {"requests.cpu": "-1"}),
+        claim("n1", "typo", {"cpus": "1"}),
+    ]
+    verdicts = p.build_plan([pool("p", {"requests.cpu": "4"})], claims, NAMESPACES).verdicts
+    assert verdicts["other/unselected"].reason == p.NAMESPACE_NOT_SELECTED
+    assert verdicts["n1/gpu"].reason == p.RESOURCE_NOT_OFFERED
+    assert verdicts["n1/ghost"].reason == p.POOL_NOT_FOUND
+    assert verdicts["n1/negative"].reason == p.INVALID_SPEC
+    assert "spec.claim[requests.cpu]" in verdicts["n1/negative"].message
+    assert "unknown resource name 'cpus'" in verdicts["n1/typo"].message
+
+
+def test_an_invalid_pool_binds_nothing_and_keeps_its_quotas() -> None:
+    held = claim("n1", "held", {"requests.cpu": "1"})
+    raw = pool("p", {"requests.cpu": "x1"}, claims=[record(held)])
+    plan = p.build_plan([raw], [held, claim("n2", "new", {"requests.cpu": "1"})], NAMESPACES)
+    assert plan.pools["p"].problems
+    assert plan.verdicts["n1/held"].bound
+    assert plan.verdicts["n2/new"].reason == p.POOL_INVALID
+    assert p.stale_quotas(plan, [_quota("p", "n1")]) == []
+
+
+def test_resize_applies_when_it_fits_and_waits_otherwise() -> None:
+    held = claim("n1", "held", {"requests.cpu": "3"})
+    other = claim("n2", "other", {"requests.cpu": "1"})
+    pools = [
+        pool("p", {"requests.cpu": "4"}, claims=[{**record(held), "claims": {"requests.cpu": "2"}}, record(other)])
+    ]
+    plan = p.build_plan(pools, [held, other], NAMESPACES)
+    assert plan.verdicts["n1/held"].reason == p.BOUND
+    grown = claim("n1", "held", {"requests.cpu": "4"})
+    plan = p.build_plan(pools, [grown, other], NAMESPACES)
+    assert plan.verdicts["n1/held"].reason == p.RESIZE_PENDING
+    assert plan.verdicts["n1/held"].allocation == {"requests.cpu": Quantity.parse("2")}
+
+
+def test_a_recreated_claim_of_the_same_name_is_not_the_bound_one() -> None:
+    old = claim("n1", "c", {"requests.cpu": "4"})
+    new = claim("n1", "c", {"requests.cpu": "4"})
+    new["metadata"]["uid"] = "uid-new"
+    plan = p.build_plan([pool("p", {"requests.cpu": "4"}, claims=[record(old)])], [new], NAMESPACES)
+    assert plan.verdicts["n1/c"].bound
+    assert list(plan.pools["p"].records) == ["uid-new"]
+
+
+def _quota(pool_name: str, namespace: str) -> JSON:
+    return {
+        "metadata": {
+            "name": p.quota_name(pool_name),
+            "namespace": namespace,
+            "ownerReferences": [{"kind": "ResourcePool", "uid": f"uid-{pool_name}"}],
+        },
+        "spec": {"hard": {}},
+        "status": {"hard": {"requests.cpu": "1"}, "used": {"requests.cpu": "500m"}},
+    }
+
+
+def test_quotas_of_gone_pools_and_unselected_namespaces_are_stale() -> None:
+    plan = p.build_plan([pool("p", {"requests.cpu": "4"})], [], NAMESPACES)
+    stale = p.stale_quotas(plan, [_quota("p", "n1"), _quota("p", "other"), _quota("gone", "n1")])
+    assert [(q["metadata"]["namespace"], q["metadata"]["name"]) for q in stale] == [
+        ("other", "enclave-pool-p"),
+        ("n1", "enclave-pool-gone"),
+    ]
+
+
+def test_snapshot_holds_committed_bindings_and_quota_usage() -> None:
+    held = claim("n1", "held", {"requests.cpu": "1"})
+    plan = p.build_plan(
+        [pool("p", {"requests.cpu": "4"}, claims=[record(held)])],
+        [held, claim("n2", "new", {"requests.cpu": "1"})],
+        NAMESPACES,
+    )
+    snap = p.snapshot(plan, [_quota("p", "n1")])
+    view = snap.by_name["p"]
+    assert view.claimed == {"requests.cpu": "1"}
+    assert view.available == {"requests.cpu": "3"}
+    assert view.quotas["n1"].used == {"requests.cpu": "500m"}
+    assert [b.name for b in snap.bound] == ["held"]
+    assert [v.name for v in snap.selecting["n1"]] == ["p"]
+
+
+def test_status_of_pool_and_claims() -> None:
+    held = claim("n1", "held", {"requests.cpu": "1"})
+    waiting = claim("n2", "waiting", {"requests.cpu": "9"})
+    plan = p.build_plan([pool("p", {"requests.cpu": "4"})], [held, waiting], NAMESPACES)
+    status = pool_status(plan.pools["p"], problems=[], now=NOW)
+    assert status["allocation"] == {
+        "hard": {"requests.cpu": "4"},
+        "used": {"requests.cpu": "1"},
+        "available": {"requests.cpu": "3"},
+    }
+    assert status["claimCount"] == 1
+    assert status["claims"]["n1"][0]["name"] == "held"
+    assert status["exhaustions"] == {"requests.cpu": {"available": "3", "requesting": "9"}}
+    assert status["namespaces"] == ["n1", "n2"]
+    assert status["namespaceCount"] == 2
+    bound = claim_status(held, plan.verdicts["n1/held"], now=NOW)
+    assert bound["pool"] == {"name": "p", "uid": "uid-p"}
+    assert bound["condition"]["reason"] == "Bound"
+    assert bound["condition"]["status"] == "True"
+    refused = claim_status(waiting, plan.verdicts["n2/waiting"], now=NOW)
+    assert refused["pool"] is None
+    assert refused["condition"]["reason"] == "PoolExhausted"
