@@ -315,6 +315,30 @@ def test_chart_quota_hooks_equal_the_admission_servers_defaults(helm: Path) -> N
     assert "rules" not in rendered["quotas.enclave.dev"]
 
 
+def test_chart_pool_hooks_equal_the_admission_servers_defaults(helm: Path) -> None:
+    """With enclave-pools on, the chart's pool hooks (claim assignment, claim and pool validation) are
+    defaults.webhooks(pools=True)'s."""
+    from enclave_admission.defaults import webhooks
+    from enclave_core.api.configuration import WebhookClient, WebhookService
+
+    namespace = "team-platform"
+    manifests = render(helm, namespace, sets=("pools.enabled=true",))
+    (configuration,) = by_kind(manifests, "ServiceConfiguration").values()
+    client = WebhookClient(service=WebhookService(name="enclave-webhook-service", namespace=namespace))
+    expected = webhooks(client, namespace=namespace, pools=True).to_k8s()
+    for side in ("mutating", "validating"):
+        rendered = {hook["name"]: hook for hook in configuration["spec"]["admission"][side]["webhooks"]}
+        wanted = {hook["name"]: hook for hook in expected[side]["webhooks"]}
+        assert rendered == wanted, side
+    deployments = by_kind(manifests, "Deployment")
+    assert (
+        "--pools-endpoint=enclave-pools.team-platform.svc:9090" in container(deployments["enclave-admission"])["args"]
+    )
+    from enclave_pools.__main__ import parse_args
+
+    parse_args(container(deployments["enclave-pools"])["args"])  # the chart's flags are the component's
+
+
 def test_webhooks_follow_the_components(helm: Path, tmp_path: Path) -> None:
     """Quota and replication hooks appear with their components, fail closed; none exist without admission."""
     every = _values_file(tmp_path, all_components_values())
