@@ -27,6 +27,7 @@ from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
 from enclave_core.ledger import LedgerClient
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
+from enclave_core.proto.enclave.globalquotas.v1 import globalquotas_pb2_grpc
 from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
@@ -34,6 +35,7 @@ from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import HostPort, add_common_flags, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
+from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import POOLS_KIND, PoolsSnapshot
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaTargets
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot
@@ -43,7 +45,6 @@ log = logging.getLogger(__name__)
 SNAPSHOT_REVISION = Gauge(
     "enclave_admission_snapshot_revision", "Revision of the snapshot decisions are made from", ["kind"]
 )
-QUOTAS = Gauge("enclave_admission_quotas", "Custom quotas in the QuotaTargets snapshot decisions are made from")
 BUILD = Gauge(
     "enclave_admission_build_info",
     "Always 1; compiled=true when the per-review modules run compiled by mypyc (the wheel's default build)",
@@ -76,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env_default("ENCLAVE_TLS_SECRET_NAME", ""),
         help="Secret in --namespace holding tls.crt/tls.key, watched for renewals (env ENCLAVE_TLS_SECRET_NAME)",
     )
-    grpc.add_subscription_flags(parser, "config", "tenants", "quotas", "pools")
+    grpc.add_subscription_flags(parser, "config", "tenants", "quotas", "pools", "globalquotas")
     args = parser.parse_args(argv)
     if not args.config_endpoint:
         parser.error("--config-endpoint (or ENCLAVE_CONFIG_ENDPOINT) is required")
@@ -122,6 +123,21 @@ async def body(process: component.Component) -> None:
     if args.pools_endpoint:
         # Readiness waits for this snapshot only when the pools component is configured.
         grpc.subscribe(process, args.pools_endpoint, pools_pb2_grpc.PoolServiceStub, POOLS_KIND, accept_pools)
+
+    def accept_globalquotas(snapshot: Snapshot) -> None:
+        quotas = GlobalQuotasSnapshot.model_validate_json(snapshot.payload)
+        state.set_globalquotas(quotas)
+        SNAPSHOT_REVISION.labels(GLOBALQUOTAS_KIND).set(snapshot.revision)
+        log.info("global quotas snapshot", extra={"revision": snapshot.revision, "quotas": len(quotas.quotas)})
+
+    if args.globalquotas_endpoint:
+        grpc.subscribe(
+            process,
+            args.globalquotas_endpoint,
+            globalquotas_pb2_grpc.GlobalQuotaServiceStub,
+            GLOBALQUOTAS_KIND,
+            accept_globalquotas,
+        )
     if args.tenants_endpoint:
         grpc.subscribe(process, args.tenants_endpoint, tenants_pb2_grpc.TenantServiceStub, TENANCY_KIND, accept_tenancy)
     else:
@@ -167,7 +183,6 @@ async def _follow_quotas(process: component.Component, kube: Kube, state: State)
         targets = QuotaTargets.model_validate_json(snapshot.payload)
         state.set_quotas(targets)
         SNAPSHOT_REVISION.labels(QUOTAS_KIND).set(snapshot.revision)
-        QUOTAS.set(len(targets.quotas))
         log.info("quota targets snapshot", extra={"revision": snapshot.revision, "quotas": len(targets.quotas)})
 
     def observed(key: str) -> None:

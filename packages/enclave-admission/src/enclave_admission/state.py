@@ -20,6 +20,7 @@ from enclave_admission.quotas.index import QuotaIndex
 from enclave_core.api.configuration import ForbiddenMetadata
 from enclave_core.ledger import LedgerClient
 from enclave_core.snapshots.configuration import EffectiveConfiguration
+from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
 from enclave_core.snapshots.quotas import QuotaTargets
 from enclave_core.snapshots.tenancy import (
@@ -180,6 +181,8 @@ class State:
         self.config: EffectiveConfiguration | None = None
         self.tenancy = TenancySnapshot()
         self.tenancy_received = False
+        self.globalquotas = GlobalQuotasSnapshot()
+        """Shared quotas (enclave-globalquotas); empty without ``--globalquotas-endpoint``."""
         self.reservations = Reservations()
         self.protected_namespaces: re.Pattern[str] | None = None
         self.node_labels = NO_KEYS
@@ -220,6 +223,9 @@ class State:
     def set_pools(self, pools: PoolsSnapshot) -> None:
         self.pools = pools
         self.pools_received = True
+
+    def set_globalquotas(self, quotas: GlobalQuotasSnapshot) -> None:
+        self.globalquotas = quotas
 
     def subject(self, username: str, groups: tuple[str, ...]) -> Subject:
         """Who is asking, memoised per snapshot (a handful of distinct users make most requests)."""

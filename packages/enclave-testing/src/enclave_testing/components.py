@@ -51,7 +51,12 @@ COMPONENTS: list[ComponentSpec] = [
         grpc=True,
         extra_args=lambda endpoints: [f"--config-endpoint={endpoints['config']}"] if "config" in endpoints else [],
     ),
-    ComponentSpec("quotas", "enclave_quotas", grpc=True),
+    ComponentSpec(
+        "globalquotas",
+        "enclave_globalquotas",
+        grpc=True,
+        extra_args=lambda endpoints: [f"--config-endpoint={endpoints['config']}"] if "config" in endpoints else [],
+    ),
     ComponentSpec("admission", "enclave_admission", webhook=True, extra_args=_admission_args),
 ]
 

@@ -1,0 +1,382 @@
+"""The global quotas controller: informers -> one pure plan -> snapshot on every replica, writes on the leader.
+
+Two loops share the informers, as in enclave-tenants. The *publish* loop recompiles the GlobalResourceQuotas
+snapshot on every change and publishes it at once, so admission knows a new selection or limit within
+milliseconds. The *write* loop, active only on the Lease holder, converges the cluster on the same plan: the
+GlobalResourceQuotas generated from tenant rules, one ResourceQuota per selected namespace (created, put back
+when edited by hand, recreated when the scopes change, deleted when the namespace leaves the selection or the
+quota goes), each quota's QuantityLedger, status and events. Every write is decided by comparing the plan with
+the informer caches, so a steady state costs no API call; a usage change costs one ``hard`` patch per other
+namespace of the quota, one status write and one ledger write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from enclave_core import GROUP_VERSION
+from enclave_core.api.ledger import QuantityLedgerStatus
+from enclave_core.kube.events import EventRecorder, EventType
+from enclave_core.kube.informer import Informer
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError
+from enclave_core.ledger.resources import fold_resources
+from enclave_core.runtime.loops import ControllerLoops
+from enclave_core.snapshots.configuration import EffectiveConfiguration
+from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
+from enclave_core.snapshots.hub import SnapshotHub
+from enclave_globalquotas import naming
+from enclave_globalquotas import status as st
+from enclave_globalquotas.ledger import Settlement, ledger_body, ledger_name, resource_version
+from enclave_globalquotas.plan import Plan, Problem, QuotaPlan, build_plan, drift_patch, scopes_changed
+from enclave_globalquotas.rules import build_rule_plan
+from enclave_globalquotas.rules import drifted as rule_drifted
+
+log = logging.getLogger(__name__)
+
+RECONCILES = Counter("enclave_globalquotas_reconciles_total", "Passes of the write loop", ["result"])
+PUBLISHES = Counter("enclave_globalquotas_snapshots_total", "GlobalResourceQuotas snapshots compiled", ["result"])
+WRITES = Counter("enclave_globalquotas_writes_total", "Writes to the cluster", ["kind", "operation"])
+QUOTAS = Gauge("enclave_globalquotas_quotas", "GlobalResourceQuotas observed")
+NOT_READY = Gauge("enclave_globalquotas_not_ready", "GlobalResourceQuotas whose Ready condition is False")
+RECONCILE_SECONDS = Histogram("enclave_globalquotas_reconcile_seconds", "Duration of one write-loop pass")
+
+QUOTAS_PATH = f"/apis/{GROUP_VERSION}/globalresourcequotas"
+TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
+MANAGED = f"{naming.MANAGED_BY}={naming.MANAGER}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    resync_seconds: float = 60.0
+    """Full pass without any change, a safety net for missed events."""
+    concurrency: int = 16
+    """ResourceQuotas written in parallel."""
+
+
+def _ignorable(err: KubeError) -> bool:
+    """The namespace went away or started terminating while we wrote: nothing to fix, the next pass knows."""
+    return err.not_found or (err.status == 403 and "being terminated" in err.message)
+
+
+class GlobalQuotasController:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: Settings,
+        hub: SnapshotHub,
+        events: EventRecorder,
+        *,
+        ledger_namespace: str,
+        wait_for_configuration: bool = False,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.hub = hub
+        self.events = events
+        self.ledger_namespace = ledger_namespace
+        self.events_namespace = "default"
+        self.configuration = asyncio.Event()
+        """Set once the events namespace is known (at once without a configuration endpoint)."""
+        if not wait_for_configuration:
+            self.configuration.set()
+        self._warned: dict[str, tuple[str, str]] = {}
+        self._ledgers_path = resource_path(GROUP_VERSION, "quantityledgers", namespace=ledger_namespace)
+        self.ledger_client = LedgerClient(kube, ledger_namespace)
+        self.settlement = Settlement()
+        change = self._changed
+        self.quotas = Informer(kube, QUOTAS_PATH, on_change=change, name="globalresourcequotas")
+        self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
+        self.resource_quotas = Informer(
+            kube, "/api/v1/resourcequotas", label_selector=MANAGED, on_change=change, name="resourcequotas"
+        )
+        self.ledgers = Informer(
+            kube, self._ledgers_path, label_selector=MANAGED, on_change=change, name="quantityledgers"
+        )
+        self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants")
+        self.loops = ControllerLoops(
+            "globalquotas",
+            informers=self.informers(),
+            publish=self.publish,
+            reconcile=self.reconcile,
+            resync_seconds=settings.resync_seconds,
+            passes=RECONCILES,
+            publishes=PUBLISHES,
+            duration=RECONCILE_SECONDS,
+            gate=self.configuration,
+        )
+        self.synced, self.reconciled = self.loops.synced, self.loops.reconciled
+
+    def informers(self) -> list[Informer]:
+        return [self.quotas, self.namespaces, self.resource_quotas, self.ledgers, self.tenants]
+
+    def _changed(self, _key: str = "") -> None:
+        self.loops.changed()
+
+    def set_leading(self, leading: bool) -> None:
+        self.loops.set_leading(leading)
+
+    def set_configuration(self, config: EffectiveConfiguration) -> None:
+        events = config.spec.events
+        self.events_namespace = (events.namespace if events else None) or "default"
+        self.configuration.set()
+
+    async def run(self) -> None:
+        await self.loops.run()
+
+    # -- plan and snapshot ---------------------------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        return build_plan(
+            self.quotas.values(),
+            self.namespaces.items,
+            self.resource_quotas.items,
+            ledger_namespace=self.ledger_namespace,
+        )
+
+    def publish(self) -> Plan:
+        plan = self.plan()
+        if self.hub.publish(GLOBALQUOTAS_KIND, plan.snapshot.model_dump_json().encode()) is not None:
+            log.debug("global quotas snapshot published", extra={"quotas": len(plan.snapshot.quotas)})
+        QUOTAS.set(len(plan.quotas))
+        return plan
+
+    # -- one write pass (leader only) ----------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        await self._rule_quotas()
+        plan = self.plan()
+        errors: dict[str, list[Problem]] = {name: [] for name in plan.quotas}
+        semaphore = asyncio.Semaphore(self.settings.concurrency)
+
+        async def bounded(work: Awaitable[None]) -> None:
+            async with semaphore:
+                await work
+
+        writes = [
+            bounded(self._resource_quota(quota_plan, namespace, body, errors[name]))
+            for name, quota_plan in plan.quotas.items()
+            if quota_plan.valid
+            for namespace, body in quota_plan.desired.items()
+        ]
+        await asyncio.gather(*writes, *(bounded(self._delete_stale(key)) for key in plan.stale))
+        await self._ledgers(plan, errors)
+        now = datetime.now(UTC)
+        not_ready = 0
+        for name, quota_plan in plan.quotas.items():
+            problems = quota_plan.problems + errors[name]
+            not_ready += bool(problems) or not quota_plan.initialized
+            await self._warn(quota_plan.raw, problems)
+            await self._write_status(quota_plan, st.quota_status(quota_plan, problems, now))
+        NOT_READY.set(not_ready)
+
+    async def _resource_quota(self, quota: QuotaPlan, namespace: str, desired: JSON, problems: list[Problem]) -> None:
+        name = desired["metadata"]["name"]
+        key = f"{namespace}/{name}"
+        path = resource_path("v1", "resourcequotas", namespace=namespace, name=name)
+        live = self.resource_quotas.get(key)
+        try:
+            if live is not None and scopes_changed(live, desired):
+                await self.kube.delete(path)
+                WRITES.labels("ResourceQuota", "delete").inc()
+                self.resource_quotas.items.pop(key, None)
+                live = None
+            if live is None:
+                try:
+                    stored = await self.kube.create(resource_path("v1", "resourcequotas", namespace=namespace), desired)
+                    WRITES.labels("ResourceQuota", "create").inc()
+                except KubeError as err:
+                    if err.status != 409:
+                        raise
+                    adopted = await self._adopt(path, quota, desired, problems)
+                    if adopted is None:
+                        return
+                    stored = adopted
+            else:
+                patch = drift_patch(live, desired)
+                if patch is None:
+                    return
+                stored = await self.kube.merge_patch(path, patch)
+                WRITES.labels("ResourceQuota", "patch").inc()
+            self.resource_quotas.items[key] = stored
+        except KubeError as err:
+            if not _ignorable(err):
+                problems.append(Problem("ApplyFailed", f"ResourceQuota {namespace}/{name}: {err}"))
+
+    async def _adopt(self, path: str, quota: QuotaPlan, desired: JSON, problems: list[Problem]) -> JSON | None:
+        """A ResourceQuota of our name exists but is not in the (label-filtered) cache: ours with the label
+        removed by hand is put back; anyone else's is reported, never overwritten."""
+        found = await self.kube.get_or_none(path)
+        if found is None:
+            return None  # deleted meanwhile; the next pass creates it
+        owners = found.get("metadata", {}).get("ownerReferences") or []
+        if not any(o.get("uid") == quota.uid for o in owners):
+            meta = desired["metadata"]
+            problems.append(
+                Problem(
+                    "ConflictingResourceQuota",
+                    f"ResourceQuota {meta['namespace']}/{meta['name']} exists and is not managed by Enclave; "
+                    "rename or delete it",
+                )
+            )
+            return None
+        patch = drift_patch(found, desired) or {}
+        stored = await self.kube.merge_patch(path, patch) if patch else found
+        WRITES.labels("ResourceQuota", "patch").inc()
+        return stored
+
+    async def _delete_stale(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        try:
+            await self.kube.delete(resource_path("v1", "resourcequotas", namespace=namespace, name=name))
+        except KubeError as err:
+            if not _ignorable(err):
+                log.warning("could not delete ResourceQuota", extra={"object": key, "error": str(err)})
+            return
+        self.resource_quotas.items.pop(key, None)
+        WRITES.labels("ResourceQuota", "delete").inc()
+        log.info("ResourceQuota removed", extra={"object": key})
+
+    # -- ledgers -------------------------------------------------------------------------------------------
+
+    async def _ledgers(self, plan: Plan, errors: dict[str, list[Problem]]) -> None:
+        for obj in self.ledgers.values():
+            self.ledger_client.observe(obj)
+        wanted = set()
+        for name, quota_plan in plan.quotas.items():
+            ledger = ledger_name(name)
+            wanted.add(ledger)  # kept (with its reservations) even while the spec is refused
+            if not quota_plan.valid:
+                continue
+            try:
+                await self._ledger(quota_plan, ledger)
+            except (KubeError, LedgerBusyError, LedgerMissingError) as err:
+                errors[name].append(Problem("ApplyFailed", f"QuantityLedger {ledger}: {err}"))
+        held: set[str] = set()
+        for key, obj in list(self.ledgers.items.items()):
+            name = obj["metadata"]["name"]
+            if name in wanted:
+                block = (obj.get("status") or {}).get("resourceQuota") or {}
+                held |= {str(r.get("id")) for r in block.get("reservations") or []}
+                continue
+            with contextlib.suppress(KubeError):
+                await self.ledger_client.delete(name)
+                WRITES.labels("QuantityLedger", "delete").inc()
+                self.ledgers.items.pop(key, None)
+        self.settlement.forget_except(held)
+
+    async def _ledger(self, plan: QuotaPlan, name: str) -> None:
+        key = f"{self.ledger_namespace}/{name}"
+        live = self.ledgers.get(key)
+        target = (live or {}).get("spec", {}).get("targetRef", {})
+        if live is not None and target.get("uid") and target.get("uid") != plan.uid:
+            # Left over from a deleted quota of the same name: its reservations mean nothing now.
+            await self.ledger_client.delete(name)
+            WRITES.labels("QuantityLedger", "delete").inc()
+            self.ledgers.items.pop(key, None)
+            live = None
+        if live is None:
+            try:
+                live = await self.kube.create(
+                    self._ledgers_path, ledger_body(plan.name, plan.uid, self.ledger_namespace)
+                )
+                WRITES.labels("QuantityLedger", "create").inc()
+            except KubeError as err:
+                if err.status != 409:
+                    raise
+                live = await self.kube.get(f"{self._ledgers_path}/{name}")
+            self.ledgers.items[key] = live
+            self.ledger_client.observe(live)
+        rq_name = naming.resource_quota_name(plan.name)
+
+        def version_of(namespace: str) -> int:
+            return resource_version(self.resource_quotas.get(f"{namespace}/{rq_name}"))
+
+        settled = self.settlement.predicate(version_of)
+        now = datetime.now(UTC)
+
+        def step(status: QuantityLedgerStatus | None) -> QuantityLedgerStatus:
+            return fold_resources(
+                status,
+                used=plan.used,
+                namespaces=plan.namespaces,
+                initialized=plan.initialized,
+                generation=plan.generation,
+                settled=settled,
+                now=now,
+            )
+
+        _, stored = await self.ledger_client.update(name, step)
+        if stored is not None:
+            self.ledgers.items[key] = stored
+            WRITES.labels("QuantityLedger", "status").inc()
+
+    # -- tenant rules --------------------------------------------------------------------------------------
+
+    async def _rule_quotas(self) -> None:
+        generated = {
+            name: obj
+            for name, obj in self.quotas.items.items()
+            if (obj.get("metadata", {}).get("labels") or {}).get(naming.RULE_LABEL)
+            and (obj.get("metadata", {}).get("labels") or {}).get(naming.MANAGED_BY) == naming.MANAGER
+        }
+        rule_plan = build_rule_plan(self.tenants.values(), generated)
+        for name, body in rule_plan.desired.items():
+            if not rule_drifted(self.quotas.get(name), body):
+                continue
+            try:
+                self.quotas.items[name] = await self.kube.apply(f"{QUOTAS_PATH}/{name}", body)
+                WRITES.labels("GlobalResourceQuota", "apply").inc()
+            except KubeError as err:
+                owner = body["metadata"]["ownerReferences"][0]["name"]
+                tenant = self.tenants.get(owner) or {"metadata": {"name": owner}}
+                await self._emit(
+                    tenant, "Tenant", "Warning", "RuleQuotaFailed", f"GlobalResourceQuota {name}: {err.message}"
+                )
+        for name in rule_plan.stale:
+            try:
+                await self.kube.delete(f"{QUOTAS_PATH}/{name}")
+            except KubeError as err:
+                log.warning("could not delete a rule quota", extra={"object": name, "error": str(err)})
+                continue
+            self.quotas.items.pop(name, None)
+            WRITES.labels("GlobalResourceQuota", "delete").inc()
+
+    # -- status and events ---------------------------------------------------------------------------------
+
+    async def _write_status(self, plan: QuotaPlan, status: JSON) -> None:
+        if not st.changed(plan.raw, status):
+            return
+        patch = {"status": st.replacing_patch(plan.raw.get("status") or {}, status)}
+        try:
+            stored = await self.kube.merge_patch(f"{QUOTAS_PATH}/{plan.name}/status", patch)
+        except KubeError as err:
+            if not err.not_found:
+                log.warning("status write failed", extra={"object": plan.name, "error": str(err)})
+            return
+        self.quotas.items[plan.name] = stored
+        WRITES.labels("GlobalResourceQuota", "status").inc()
+
+    async def _warn(self, raw: JSON, problems: list[Problem]) -> None:
+        """One Warning per distinct problem set (not one per pass); cleared when the quota is fine again."""
+        key = raw["metadata"]["name"]
+        if not problems:
+            self._warned.pop(key, None)
+            return
+        signature = (problems[0].reason, "; ".join(p.message for p in problems)[: st.MESSAGE_LIMIT])
+        if self._warned.get(key) == signature:
+            return
+        self._warned[key] = signature
+        log.warning("quota not ready", extra={"object": key, "reason": signature[0], "detail": signature[1]})
+        await self._emit(raw, "GlobalResourceQuota", "Warning", signature[0], signature[1])
+
+    async def _emit(self, raw: JSON, kind: str, event_type: EventType, reason: str, message: str) -> None:
+        obj = {**raw, "apiVersion": raw.get("apiVersion") or GROUP_VERSION, "kind": raw.get("kind") or kind}
+        await self.events.emit(obj, event_type, reason, message, namespace=self.events_namespace)

@@ -1,0 +1,134 @@
+"""Tenant rule quotas: each ``spec.rules[i].quota[]`` entry of a Tenant becomes a GlobalResourceQuota.
+
+The generated quota is owned by the Tenant (deleting the tenant deletes it, and with it its ResourceQuotas),
+named ``<tenant>-rule<i>-<entry>``, labelled with the tenant and the entry, and selects the namespaces the
+rule selects: the tenant's namespaces (label ``enclave.dev/tenant=<tenant>``) that match the rule's
+``namespaceSelector``. The rule's ``audience`` limits who a rule applies to at admission, but usage counts
+whoever creates the object, so it plays no part here. A Tenant that fails to parse changes nothing: its
+generated quotas stay as they are until it is fixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from enclave_core import GROUP_VERSION
+from enclave_core.api.rules import RuleQuota
+from enclave_core.api.tenancy import Tenant
+from enclave_core.quantity import Quantity
+from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_globalquotas import naming
+
+JSON = dict[str, Any]
+
+
+@dataclass
+class RulePlan:
+    desired: dict[str, JSON] = field(default_factory=dict)
+    """GlobalResourceQuota name -> body."""
+    stale: list[str] = field(default_factory=list)
+    """Generated GlobalResourceQuotas no rule wants any more."""
+    keep_tenants: set[str] = field(default_factory=set)
+    """Tenants that failed to parse or are being deleted: their generated quotas are left alone."""
+
+
+def _selector(tenant: str, rule_selector: JSON | None) -> JSON:
+    expressions = [{"key": TENANT_LABEL, "operator": "In", "values": [tenant]}]
+    selector: JSON = {}
+    if rule_selector:
+        if rule_selector.get("matchLabels"):
+            selector["matchLabels"] = dict(rule_selector["matchLabels"])
+        expressions += list(rule_selector.get("matchExpressions") or [])
+    selector["matchExpressions"] = expressions
+    return selector
+
+
+def quota_body(tenant: JSON, index: int, entry: RuleQuota, rule_selector: JSON | None) -> JSON:
+    meta = tenant["metadata"]
+    name = naming.rule_quota_name(meta["name"], index, entry.name)
+    quota: JSON = {"hard": {key: Quantity.parse(value).to_json() for key, value in sorted(entry.hard.items())}}
+    if entry.scopes:
+        quota["scopes"] = list(entry.scopes)
+    if entry.scope_selector is not None and entry.scope_selector.match_expressions:
+        quota["scopeSelector"] = entry.scope_selector.to_k8s()
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "GlobalResourceQuota",
+        "metadata": {
+            "name": name,
+            "labels": {
+                naming.MANAGED_BY: naming.MANAGER,
+                TENANT_LABEL: naming.label_value(meta["name"]),
+                naming.RULE_LABEL: entry.name,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": GROUP_VERSION,
+                    "kind": "Tenant",
+                    "name": meta["name"],
+                    "uid": meta.get("uid", ""),
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": {"quota": quota, "namespaceSelectors": [_selector(meta["name"], rule_selector)]},
+    }
+
+
+def build_rule_plan(tenants: Iterable[JSON], generated: Mapping[str, JSON]) -> RulePlan:
+    """What GlobalResourceQuotas the tenants' rules want; ``generated`` are the ones this component made."""
+    plan = RulePlan()
+    for raw in tenants:
+        meta = raw.get("metadata", {})
+        if meta.get("deletionTimestamp"):
+            plan.keep_tenants.add(meta["name"])
+            continue
+        try:
+            tenant = Tenant.model_validate(raw)
+        except ValidationError:
+            plan.keep_tenants.add(meta["name"])  # enclave-tenants reports it; nothing is revoked over a typo
+            continue
+        raw_rules = (raw.get("spec") or {}).get("rules") or []
+        for index, rule in enumerate(tenant.spec.rules or []):
+            selector = raw_rules[index].get("namespaceSelector") if index < len(raw_rules) else None
+            for entry in rule.quota or []:
+                body = quota_body(raw, index, entry, selector)
+                plan.desired[body["metadata"]["name"]] = body
+    for name, obj in generated.items():
+        owners = [o for o in obj.get("metadata", {}).get("ownerReferences") or [] if o.get("kind") == "Tenant"]
+        if name in plan.desired or any(o.get("name") in plan.keep_tenants for o in owners):
+            continue
+        plan.stale.append(name)
+    plan.stale.sort()
+    return plan
+
+
+def drifted(live: JSON | None, desired: JSON) -> bool:
+    """Whether the live generated quota differs from what the rule says (spec, labels or owner)."""
+    if live is None:
+        return True
+    meta = live.get("metadata", {})
+    labels = meta.get("labels") or {}
+    if any(labels.get(k) != v for k, v in desired["metadata"]["labels"].items()):
+        return True
+    owner = desired["metadata"]["ownerReferences"][0]
+    if not any(o.get("uid") == owner["uid"] for o in meta.get("ownerReferences") or []):
+        return True
+    return bool(_normal_spec(live.get("spec") or {}) != _normal_spec(desired["spec"]))
+
+
+def _normal_spec(spec: JSON) -> JSON:
+    quota = dict(spec.get("quota") or {})
+    hard = {}
+    for key, value in (quota.get("hard") or {}).items():
+        try:
+            hard[key] = Quantity.parse(value)
+        except ValueError:
+            hard[key] = value
+    quota["hard"] = hard
+    return {"quota": quota, "namespaceSelectors": spec.get("namespaceSelectors") or []}

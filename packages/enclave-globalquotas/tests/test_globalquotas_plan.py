@@ -1,0 +1,228 @@
+"""The pure plan: selection, hard = usage + shared headroom, drift, stale ResourceQuotas, rule quotas."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from enclave_globalquotas import naming
+from enclave_globalquotas.ledger import Settlement
+from enclave_globalquotas.plan import build_plan, drift_patch
+from enclave_globalquotas.rules import build_rule_plan, drifted
+from enclave_globalquotas.status import quota_status, replacing_patch
+
+from enclave_core.api.ledger import QuantityLedgerStatus, ResourceQuotaLedger
+from enclave_core.api.meta import ObjectRef
+from enclave_core.ledger.resources import (
+    ResourceHold,
+    ResourceRefusal,
+    fold_resources,
+    reserve_resources,
+    rollback_resources,
+)
+from enclave_core.quantity import Quantity
+from enclave_core.resourcequota import spec_problems
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def grq(name: str, hard: dict[str, Any], selectors: list[dict[str, Any]] | None = None, **quota: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "generation": 2},
+        "spec": {"quota": {"hard": hard, **quota}, "namespaceSelectors": selectors or [{"matchLabels": {"team": "a"}}]},
+    }
+
+
+def ns(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def rq(namespace: str, quota: str, hard: dict[str, str], used: dict[str, str] | None, rv: str = "10") -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "metadata": {
+            "name": naming.resource_quota_name(quota),
+            "namespace": namespace,
+            "resourceVersion": rv,
+            "labels": {naming.MANAGED_BY: naming.MANAGER, naming.QUOTA_LABEL: quota},
+        },
+        "spec": {"hard": hard},
+    }
+    if used is not None:
+        body["status"] = {"hard": hard, "used": used}
+    return body
+
+
+NAMESPACES = {"x": ns("x", team="a"), "y": ns("y", team="a"), "z": ns("z", team="b")}
+
+
+def key(namespace: str, quota: str) -> str:
+    return f"{namespace}/{naming.resource_quota_name(quota)}"
+
+
+def test_hard_is_each_namespace_usage_plus_the_shared_headroom() -> None:
+    rqs = {
+        key("x", "q"): rq("x", "q", {"pods": "10", "requests.cpu": "2"}, {"pods": "3", "requests.cpu": "500m"}),
+        key("y", "q"): rq("y", "q", {"pods": "10", "requests.cpu": "2"}, {"pods": "1", "requests.cpu": "1"}),
+    }
+    plan = build_plan([grq("q", {"pods": 10, "requests.cpu": "2"})], NAMESPACES, rqs, ledger_namespace="enclave")
+    quota = plan.quotas["q"]
+    assert quota.namespaces == ["x", "y"]
+    assert quota.initialized
+    assert quota.used == {"pods": Quantity.parse(4), "requests.cpu": Quantity.parse("1500m")}
+    assert quota.desired["x"]["spec"]["hard"] == {"pods": "9", "requests.cpu": "1"}
+    assert quota.desired["y"]["spec"]["hard"] == {"pods": "7", "requests.cpu": "1500m"}
+    view = plan.snapshot.by_namespace["x"][0]
+    assert view.ledger_name == "globalresourcequota.q"
+    assert view.used == {"pods": "4", "requests.cpu": "1500m"}
+
+
+def test_over_use_leaves_no_headroom_and_unreported_namespaces_wait() -> None:
+    rqs = {key("x", "q"): rq("x", "q", {"pods": "2"}, {"pods": "5"})}
+    quota = build_plan([grq("q", {"pods": 2})], NAMESPACES, rqs, ledger_namespace="e").quotas["q"]
+    assert quota.desired["x"]["spec"]["hard"] == {"pods": "5"}
+    assert quota.desired["y"]["spec"]["hard"] == {"pods": "0"}
+    assert not quota.initialized
+    assert quota.reported == {"x"}
+    status = quota_status(quota, [], NOW)
+    assert status["total"]["available"] == {"pods": "0"}
+    assert [c["reason"] for c in status["conditions"]] == ["WaitingForUsage"]
+
+
+def test_selectors_are_ored_and_an_absent_list_selects_nothing() -> None:
+    both = grq("q", {"pods": 1}, [{"matchLabels": {"team": "a"}}, {"matchLabels": {"team": "b"}}])
+    assert build_plan([both], NAMESPACES, {}, ledger_namespace="e").quotas["q"].namespaces == ["x", "y", "z"]
+    everything = grq("q", {"pods": 1}, [{}])
+    assert build_plan([everything], NAMESPACES, {}, ledger_namespace="e").quotas["q"].namespaces == ["x", "y", "z"]
+    none = grq("q", {"pods": 1})
+    none["spec"].pop("namespaceSelectors")
+    assert build_plan([none], NAMESPACES, {}, ledger_namespace="e").quotas["q"].namespaces == []
+
+
+def test_stale_resource_quotas_go_but_an_invalid_spec_keeps_its_own() -> None:
+    rqs = {key("z", "q"): rq("z", "q", {"pods": "1"}, {"pods": "0"}), key("x", "gone"): rq("x", "gone", {}, {})}
+    plan = build_plan([grq("q", {"pods": 1})], NAMESPACES, rqs, ledger_namespace="e")
+    assert plan.stale == sorted([key("x", "gone"), key("z", "q")])
+    bad = build_plan([grq("q", {"gpus": 1})], NAMESPACES, rqs, ledger_namespace="e")
+    assert bad.stale == [key("x", "gone")]
+    assert "spec.quota.hard[gpus]" in bad.quotas["q"].problems[0].message
+    assert bad.snapshot.quotas[0].valid is False
+
+
+def test_drift_patch_restores_hard_and_removes_added_resources() -> None:
+    quota = build_plan([grq("q", {"pods": 4})], NAMESPACES, {}, ledger_namespace="e").quotas["q"]
+    desired = quota.desired["x"]
+    assert drift_patch(desired, desired) is None
+    live = {**desired, "spec": {"hard": {"pods": "4000m", "secrets": "3"}}}
+    assert drift_patch(live, desired) == {"spec": {"hard": {"secrets": None}}}
+
+
+def test_spec_problems_name_the_field() -> None:
+    assert spec_problems({"pods": 1, "requests.cpu": "1", "count/deployments.apps": 2}, None, None) == []
+    problems = spec_problems(
+        {"pods": "1.5", "gpus": 1, "requests.cpu": "1"}, ["BestEffort", "Sometimes"], [("Terminating", "In", ["x"])]
+    )
+    text = "\n".join(problems)
+    assert "spec.quota.hard[pods]: must be a whole number" in text
+    assert "spec.quota.hard[gpus]: unknown resource name" in text
+    assert "spec.quota.scopes[0]: scope BestEffort cannot constrain requests.cpu" in text
+    assert "spec.quota.scopes[1]: unsupported scope 'Sometimes'" in text
+    assert "scopeSelector.matchExpressions[0].operator: must be Exists" in text
+
+
+def test_rule_quotas_select_the_rules_tenant_namespaces() -> None:
+    tenant = {
+        "metadata": {"name": "acme", "uid": "t-1"},
+        "spec": {
+            "rules": [
+                {"namespaceSelector": {"matchLabels": {"stage": "dev"}}, "quota": [{"name": "c", "hard": {"pods": 3}}]}
+            ]
+        },
+    }
+    plan = build_rule_plan([tenant], {"acme-rule0-old": {"metadata": {"ownerReferences": [{"kind": "Tenant"}]}}})
+    body = plan.desired["acme-rule0-c"]
+    assert body["spec"]["namespaceSelectors"] == [
+        {
+            "matchLabels": {"stage": "dev"},
+            "matchExpressions": [{"key": "enclave.dev/tenant", "operator": "In", "values": ["acme"]}],
+        }
+    ]
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "t-1"
+    assert plan.stale == ["acme-rule0-old"]
+    live = {**body, "spec": {**body["spec"], "quota": {"hard": {"pods": "3"}}}}
+    assert not drifted(live, body)
+    assert drifted({**body, "spec": {**body["spec"], "quota": {"hard": {"pods": 4}}}}, body)
+
+
+def test_replacing_patch_nulls_what_left() -> None:
+    old = {"namespaceUsage": {"a": {"used": {"pods": "1"}}, "b": {"used": {}}}, "namespaceCount": 2}
+    new = {"namespaceUsage": {"a": {"used": {"pods": "2"}}}, "namespaceCount": 1}
+    assert replacing_patch(old, new) == {
+        "namespaceUsage": {"a": {"used": {"pods": "2"}}, "b": None},
+        "namespaceCount": 1,
+    }
+
+
+def _ledger(used: dict[str, str], initialized: bool = True) -> QuantityLedgerStatus:
+    return QuantityLedgerStatus(
+        resource_quota=ResourceQuotaLedger(used=used, allocated=used, reserved={}, initialized=initialized)
+    )
+
+
+def _hold(uid: str, namespace: str, **usage: int) -> ResourceHold:
+    ref = ObjectRef(api_version="v1", kind="Service", name=uid, namespace=namespace)
+    return ResourceHold(id=uid, object_ref=ref, usage={k: Quantity.parse(v) for k, v in usage.items()})
+
+
+def test_reservations_take_the_last_units_once() -> None:
+    hard = {"services": Quantity.parse(5)}
+    status = _ledger({"services": "4"})
+    first = reserve_resources(status, _hold("r1", "a", services=1), hard, now=NOW)
+    assert isinstance(first, QuantityLedgerStatus)
+    assert first.resource_quota is not None
+    assert first.resource_quota.allocated == {"services": "5"}
+    refused = reserve_resources(first, _hold("r2", "b", services=1), hard, now=NOW)
+    assert isinstance(refused, ResourceRefusal)
+    assert "services: requested 1" in refused.describe("q")
+    assert reserve_resources(first, _hold("r1", "a", services=1), hard, now=NOW) is None  # a retry
+    assert isinstance(
+        reserve_resources(_ledger({}, False), _hold("r", "a", services=1), hard, now=NOW), ResourceRefusal
+    )
+    back = rollback_resources(first, "r1")
+    assert back is not None
+    assert back.resource_quota is not None
+    assert back.resource_quota.allocated == {"services": "4"}
+    assert not back.resource_quota.reservations
+
+
+def test_fold_drops_settled_and_lapsed_reservations() -> None:
+    hard = {"services": Quantity.parse(5)}
+    status = reserve_resources(_ledger({"services": "1"}), _hold("r1", "a", services=1), hard, now=NOW)
+    assert isinstance(status, QuantityLedgerStatus)
+    settlement = Settlement()
+    versions = {"a": 10}
+    settled = settlement.predicate(lambda namespace: versions.get(namespace, 0))
+
+    def fold(used: int, now: datetime) -> QuantityLedgerStatus:
+        return fold_resources(
+            status,
+            used={"services": Quantity.parse(used)},
+            namespaces=["a"],
+            initialized=True,
+            generation=1,
+            settled=settled,
+            now=now,
+        )
+
+    held = fold(1, NOW).resource_quota
+    assert held is not None
+    assert held.allocated == {"services": "2"}
+    assert held.reserved == {"services": "1"}
+    versions["a"] = 11  # the namespace's ResourceQuota moved after the reservation was seen: it is charged
+    charged = fold(2, NOW).resource_quota
+    assert charged is not None
+    assert charged.allocated == {"services": "2"}
+    assert not charged.reservations
+    versions["a"] = 10
+    lapsed = fold(1, NOW + timedelta(minutes=5)).resource_quota
+    assert lapsed is not None
+    assert lapsed.allocated == {"services": "1"}

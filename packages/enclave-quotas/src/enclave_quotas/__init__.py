@@ -1,1 +1,0 @@
-"""enclave-quotas: CustomQuota and GlobalCustomQuota, their QuantityLedgers, and the QuotaTargets snapshot."""
