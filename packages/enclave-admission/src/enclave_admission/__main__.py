@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 SNAPSHOT_REVISION = Gauge(
     "enclave_admission_snapshot_revision", "Revision of the snapshot decisions are made from", ["kind"]
 )
+QUOTAS = Gauge("enclave_admission_quotas", "Custom quotas in the QuotaTargets snapshot decisions are made from")
 BUILD = Gauge(
     "enclave_admission_build_info",
     "Always 1; compiled=true when the per-review modules run compiled by mypyc (the wheel's default build)",
@@ -183,6 +184,7 @@ async def _follow_quotas(process: component.Component, kube: Kube, state: State)
         targets = QuotaTargets.model_validate_json(snapshot.payload)
         state.set_quotas(targets)
         SNAPSHOT_REVISION.labels(QUOTAS_KIND).set(snapshot.revision)
+        QUOTAS.set(len(targets.quotas))
         log.info("quota targets snapshot", extra={"revision": snapshot.revision, "quotas": len(targets.quotas)})
 
     def observed(key: str) -> None:

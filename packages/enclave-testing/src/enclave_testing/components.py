@@ -51,6 +51,7 @@ COMPONENTS: list[ComponentSpec] = [
         grpc=True,
         extra_args=lambda endpoints: [f"--config-endpoint={endpoints['config']}"] if "config" in endpoints else [],
     ),
+    ComponentSpec("quotas", "enclave_quotas", grpc=True),
     ComponentSpec(
         "globalquotas",
         "enclave_globalquotas",

@@ -55,6 +55,8 @@ class ControlPlane:
     processes: list[ManagedProcess] = field(default_factory=list)
     api_port: int = 0
     ca: CertificateAuthority | None = None
+    apiserver_args: list[str] = field(default_factory=list)
+    """Extra kube-apiserver flags, e.g. ``--authentication-config`` for sign-in through an identity provider."""
 
     @property
     def pki_dir(self) -> Path:
@@ -173,6 +175,7 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )
         self._write_kubeconfig(self.kubeconfig, "admin")

@@ -65,14 +65,21 @@ def apply_samples(api: Any, directory: Path) -> list[str]:
 
 
 def configure_admission(
-    api: Any, url: str, name: str = "default", timeout: float = 60.0, *, pools: bool = False
+    api: Any,
+    url: str,
+    name: str = "default",
+    timeout: float = 60.0,
+    *,
+    pools: bool = False,
+    quotas: bool = False,
 ) -> None:
     """Patch ServiceConfiguration ``name`` (created by the config component) with the TLS reconciler on and
-    Enclave's default webhooks pointing at ``url`` (with the pool hooks when the pools component runs)."""
+    Enclave's default webhooks pointing at ``url`` (with the pool hooks when the pools component runs, the custom
+    quota hooks when enclave-quotas runs)."""
     from enclave_admission.defaults import url_client, webhooks
 
     custom = client.CustomObjectsApi(api)
-    admission = webhooks(url_client(url), namespace=ENCLAVE_NAMESPACE, pools=pools).to_k8s()
+    admission = webhooks(url_client(url), namespace=ENCLAVE_NAMESPACE, pools=pools, quotas=quotas).to_k8s()
     patch = {"spec": {"enableTLSReconciler": True, "admission": admission}}
     deadline = time.monotonic() + timeout
     while True:
@@ -126,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             if spec.webhook:
                 # The admission server needs its certificate (written by the config component once the TLS
                 # reconciler is on) before it is ready; kube-apiserver needs the webhooks to reach it.
-                configure_admission(api, component.webhook_url, pools="pools" in endpoints)
+                configure_admission(
+                    api, component.webhook_url, pools="pools" in endpoints, quotas="quotas" in endpoints
+                )
                 _say(f"ServiceConfiguration default: TLS reconciler on, webhooks at {component.webhook_url}")
                 component.wait_ready()
             if component.grpc_port:

@@ -164,22 +164,43 @@ def render_reference() -> str:
         ]
     lines += ["### Types", ""]
     seen: set[type[BaseModel]] = set()
-    queue: list[type[BaseModel]] = [
-        m for info in KINDS for f in ("spec", "status") for m in _models_in(info.model.model_fields[f].annotation)
-    ]
-    ordered: list[type[BaseModel]] = []
+    roots = [m for info in KINDS for f in ("spec", "status") for m in _models_in(info.model.model_fields[f].annotation)]
+    for cls in _reachable(roots, seen):
+        lines += _table(cls)
+    lines += _v1beta1_section(seen)
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def _reachable(roots: list[type[BaseModel]], seen: set[type[BaseModel]]) -> list[type[BaseModel]]:
+    """Models reachable from ``roots`` and not in ``seen`` (which grows), sorted by name."""
+    queue, found = list(roots), list[type[BaseModel]]()
     while queue:
         cls = queue.pop(0)
         if cls in seen:
             continue
         seen.add(cls)
-        ordered.append(cls)
+        found.append(cls)
         for field in cls.model_fields.values():
             queue.extend(_models_in(field.annotation))
-    for cls in sorted(ordered, key=lambda c: c.__name__):
+    return sorted(found, key=lambda c: c.__name__)
+
+
+def _v1beta1_section(documented: set[type[BaseModel]]) -> list[str]:
+    """The v1beta1 shapes that differ from v1beta2; their shared types are the v1beta2 tables above."""
+    from enclave_core.api.v1beta1 import MODELS
+
+    lines = [
+        "### v1beta1 types",
+        "",
+        "Kinds whose `enclave.dev/v1beta1` shape differs from v1beta2 (the others are identical but for "
+        "`apiVersion`; docs/versions.md maps every field). Types not listed here are the v1beta2 ones above.",
+        "",
+    ]
+    roots = [m for model in MODELS.values() for m in _models_in(model.model_fields["spec"].annotation)]
+    for cls in _reachable(roots, documented):
         lines += _table(cls)
-    lines.append(END)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def splice(document: str) -> str:

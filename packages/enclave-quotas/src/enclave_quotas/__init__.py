@@ -1,0 +1,1 @@
+"""enclave-quotas: CustomQuota and GlobalCustomQuota, their QuantityLedgers, and the QuotaTargets snapshot."""

@@ -1,0 +1,81 @@
+"""``python -m enclave_quotas`` / ``enclave-quotas``: the custom quota component's process.
+
+Every replica watches, counts and serves ``QuotaService`` (kind ``QuotaTargets``); the Lease holder also
+writes: ledgers, quota status, Events, and the rules of the generic quota hook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from enclave_core.durations import parse_duration
+from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.rest import Kube
+from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
+from enclave_core.runtime import component, grpc
+from enclave_core.runtime.options import add_common_flags, env_default
+from enclave_core.snapshots.hub import SnapshotHub
+from enclave_quotas.controller import MANAGER, QuotasController, Settings
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="enclave-quotas", description=__doc__)
+    add_common_flags(parser, probe_port=8083)
+    grpc.add_server_flags(parser, default_port=9092)
+    parser.add_argument(
+        "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full pass without changes"
+    )
+    parser.add_argument(
+        "--webhook-configuration",
+        default=env_default("ENCLAVE_WEBHOOK_CONFIGURATION", "enclave-validating-webhook-configuration"),
+        help="ValidatingWebhookConfiguration holding the quota hook (env ENCLAVE_WEBHOOK_CONFIGURATION)",
+    )
+    parser.add_argument(
+        "--webhook-name",
+        default=env_default("ENCLAVE_WEBHOOK_NAME", "quotas.enclave.dev"),
+        help="the generic quota hook whose rules this component sets (env ENCLAVE_WEBHOOK_NAME)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        parse_duration(args.resync)
+    except ValueError as err:
+        parser.error(f"--resync: {err}")
+    return args
+
+
+async def body(process: component.Component) -> None:
+    args = process.args
+    assert process.api is not None
+    kube = Kube(process.api, field_manager=MANAGER)
+    hub = SnapshotHub(args.identity)
+    settings = Settings(
+        namespace=args.namespace,
+        webhook_configuration=args.webhook_configuration,
+        webhook_name=args.webhook_name,
+        resync_seconds=parse_duration(args.resync).total_seconds(),
+    )
+    controller = QuotasController(kube, settings, hub, EventRecorder(kube, MANAGER))
+    process.state["controller"] = controller
+    process.started.set()
+    process.readiness.add("informers-synced")
+    process.readiness.add("reconciled")
+    register = quotas_pb2_grpc.add_QuotaServiceServicer_to_server
+    async with grpc.serve_snapshots(process, kube, hub, register, "QuotaService"):
+
+        async def open_gates() -> None:
+            await controller.synced.wait()
+            process.readiness.set("informers-synced")
+            await controller.reconciled.wait()
+            process.readiness.set("reconciled")
+
+        process.spawn(open_gates(), "readiness")
+        await controller.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.run("quotas", parse_args(argv), body, component.lead_controller)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Enclave's tenancy core (enclave-config, enclave-tenants, enclave-admission) as processes on a control plane.
+
+For tests that need the whole fence on a control plane of their own (one started with extra kube-apiserver
+flags, such as sign-in through an identity provider): the components run as children, the ServiceConfiguration
+names the users and the webhook configurations pointing kube-apiserver at this admission server, and
+``close()`` takes all of it down again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from enclave_testing.components import COMPONENTS, RunningComponent, start_component
+from enclave_testing.controlplane import ControlPlane
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
+
+GROUP, VERSION = "enclave.dev", "v1beta2"
+_SPECS = {spec.name: spec for spec in COMPONENTS}
+
+
+@dataclass
+class TenancyStack:
+    """The running processes and the cluster objects that wire them together."""
+
+    plane: ControlPlane
+    namespace: str
+    config_name: str
+    processes: list[RunningComponent] = field(default_factory=list)
+    tenants: list[str] = field(default_factory=list)
+
+    @property
+    def kube(self) -> Any:
+        return self.plane.admin_client()
+
+    def tenant(self, name: str, owners: list[dict[str, str]], **spec: Any) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Tenant",
+            "metadata": {"name": name},
+            "spec": {"owners": owners, **spec},
+        }
+        client.CustomObjectsApi(self.kube).create_cluster_custom_object(GROUP, VERSION, "tenants", body)
+        self.tenants.append(name)
+
+    def tenant_status(self, name: str) -> dict[str, Any]:
+        obj = client.CustomObjectsApi(self.kube).get_cluster_custom_object(GROUP, VERSION, "tenants", name)
+        return dict(obj.get("status") or {})
+
+    def set_users(self, users: list[dict[str, str]]) -> None:
+        """Replace ``spec.users`` (who is a tenant user) of this stack's ServiceConfiguration."""
+        client.CustomObjectsApi(self.kube).patch_cluster_custom_object(
+            GROUP, VERSION, "serviceconfigurations", self.config_name, {"spec": {"users": users}}
+        )
+
+    def close(self) -> None:
+        for running in reversed(self.processes):
+            running.process.stop()
+        kube = self.kube
+        registrations = client.AdmissionregistrationV1Api(kube)
+        for kind in ("validating", "mutating"):
+            with contextlib.suppress(ApiException):
+                getattr(registrations, f"delete_{kind}_webhook_configuration")(f"{self.config_name}-{kind}")
+        custom = client.CustomObjectsApi(kube)
+        for tenant in self.tenants:
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", self.config_name)
+
+
+def create_namespace(api: Any, name: str) -> None:
+    """Create namespace ``name`` as ``api``'s caller, retrying only while admission's snapshots are on their way."""
+
+    def attempt() -> bool:
+        try:
+            client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+        except ApiException as err:
+            if "not ready" in str(err.body) or "no tenant" in str(err.body):
+                return False
+            raise
+        return True
+
+    poll(attempt, timeout=30, what=f"create namespace {name}")
+
+
+def start_tenancy(plane: ControlPlane, users: list[dict[str, str]]) -> TenancyStack:
+    """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
+
+    The CRDs must be installed. Admission's hooks are the defaults of ``enclave_admission.defaults`` behind
+    a ``url`` client (the only route from a local kube-apiserver to a local process).
+    """
+    from enclave_admission.defaults import url_client, webhooks
+
+    kube = plane.admin_client()
+    stack = TenancyStack(plane, unique("enclave-stack"), unique("stack"))
+    with contextlib.suppress(ApiException):
+        client.CoreV1Api(kube).create_namespace({"metadata": {"name": stack.namespace}})
+
+    def start(name: str, endpoints: dict[str, str], **kwargs: Any) -> RunningComponent:
+        running = start_component(
+            _SPECS[name],
+            kubeconfig=plane.kubeconfig,
+            log_dir=plane.log_dir,
+            namespace=stack.namespace,
+            endpoints=endpoints,
+            identity=unique(name),
+            **kwargs,
+        )
+        stack.processes.append(running)
+        return running
+
+    try:
+        config = start("config", {}, args=[f"--service-configuration-name={stack.config_name}", "--resync=5s"])
+        endpoints = {"config": config.grpc_target}
+        endpoints["tenants"] = start("tenants", endpoints).grpc_target
+        admission = start("admission", endpoints, wait_ready=False)
+        rendered = webhooks(url_client(admission.webhook_url), namespace=stack.namespace)
+        assert rendered.mutating is not None
+        assert rendered.validating is not None
+        rendered.mutating.name = f"{stack.config_name}-mutating"
+        rendered.validating.name = f"{stack.config_name}-validating"
+        spec = {
+            "enableTLSReconciler": True,
+            "users": users,
+            "events": {"namespace": stack.namespace},
+            "rbac": {"provisioner": f"{stack.config_name}-prov", "deleter": "enclave-namespace-deleter"},
+            "admission": rendered.to_k8s(),
+        }
+        custom = client.CustomObjectsApi(kube)
+        poll(lambda: custom.get_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", stack.config_name))
+        custom.patch_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", stack.config_name, {"spec": spec})
+        admission.wait_ready(60)
+        registrations = client.AdmissionregistrationV1Api(kube)
+        poll(lambda: registrations.read_validating_webhook_configuration(f"{stack.config_name}-validating"))
+    except BaseException:
+        stack.close()
+        raise
+    return stack
