@@ -252,8 +252,9 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
         assert hook["timeoutSeconds"] <= 5, hook["name"]
         assert hook["sideEffects"] == "None", hook["name"]
         assert hook["admissionReviewVersions"] == ["v1"], hook["name"]
-        if hook["name"].startswith("namespaces."):
-            # Guards kube-system's namespace object too; the control plane is skipped by a matchCondition.
+        if hook["name"].startswith("namespaces.") or hook["name"] == "tenants.enclave.dev":
+            # Guards kube-system's namespace object too (Tenants are cluster-scoped); the control plane is
+            # skipped by a matchCondition instead.
             assert "namespaceSelector" not in hook, hook["name"]
             condition = {c["name"]: c["expression"] for c in hook["matchConditions"]}["enclave.dev/skip-control-plane"]
             assert "system:serviceaccount:enclave-system:" in condition

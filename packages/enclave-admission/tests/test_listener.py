@@ -226,3 +226,63 @@ async def test_stop_closes_idle_connections_and_refuses_new_ones() -> None:
     assert await closed(reader)
     with pytest.raises(ConnectionRefusedError):
         await connect(listener)
+
+
+async def test_connections_past_the_cap_are_closed_at_once() -> None:
+    async with listening(Limits(max_connections=3)) as listener:
+        before = closed_by_server("over-capacity")
+        kept = [await connect(listener) for _ in range(3)]
+        extra = [await connect(listener) for _ in range(2)]
+        for reader, _ in extra:
+            assert await closed(reader)
+        assert closed_by_server("over-capacity") == before + 2
+        for reader, writer in kept:  # the first three still answer
+            writer.write(post("/namespaces", b"x"))
+            assert (await read_answer(reader))[0] == 200
+            writer.close()
+
+
+async def test_bytes_in_flight_stay_under_the_cap_with_many_large_bodies() -> None:
+    """Twelve 1 MiB reviews arrive at once, each stalled half-way; the replica holds at most 4 MiB of them,
+    refuses the rest with 503 (the apiserver's failure policy decides), and serves the held ones."""
+    cap, body = 4 * 1024 * 1024, 1024 * 1024
+    async with listening(Limits(max_buffered=cap)) as listener:
+        before = closed_by_server("over-capacity")
+        streams = [await connect(listener) for _ in range(12)]
+        peak = 0
+        for _reader, writer in streams:
+            writer.write(
+                post("/namespaces", b"")[:-4].replace(b"Content-Length: 0", f"Content-Length: {body}".encode())
+            )
+            writer.write(b"\r\n\r\n" + b"a" * (body // 2))
+            await writer.drain()
+        for _ in range(100):  # until every half body arrived or was refused
+            await asyncio.sleep(0.02)
+            peak = max(peak, listener.buffered)
+        assert peak <= cap
+        assert REGISTRY.get_sample_value("enclave_admission_buffered_request_bytes") == listener.buffered
+        refused, served = 0, 0
+        for reader, writer in streams:
+            try:
+                writer.write(b"a" * (body // 2))
+                await writer.drain()
+                status, _, _ = await read_answer(reader)
+            except (
+                ConnectionError,
+                RuntimeError,
+                asyncio.IncompleteReadError,
+            ):  # RuntimeError: uvloop's closed transport
+                status = 503  # closed with the 503 still unread: the client's late bytes made it a reset
+            peak = max(peak, listener.buffered)
+            if status == 503:
+                refused += 1
+            else:
+                assert status == 200
+                served += 1
+            writer.close()
+        assert peak <= cap
+        assert served >= 2
+        assert refused >= 4  # 12 half bodies are 6 MiB: a third cannot be held
+        assert served + refused == len(streams)
+        assert closed_by_server("over-capacity") >= before + refused
+        assert listener.buffered == 0

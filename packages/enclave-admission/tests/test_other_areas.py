@@ -121,7 +121,7 @@ def test_tenant_deletion_prevented() -> None:
                 who,
                 "DELETE",
                 None,
-                {"metadata": {"name": "solar"}},
+                {"metadata": {"name": "solar"}, "spec": {"preventDeletion": True}},
                 resource="tenants",
                 group="enclave.dev",
                 kind="Tenant",

@@ -96,6 +96,9 @@ class Enclave:
     publisher: TenancyPublisher
     views: dict[str, TenantView] = field(default_factory=dict)
     created_tenants: list[str] = field(default_factory=list)
+    client_cert: tuple[Path, Path] | None = None
+    """kube-apiserver's webhook client certificate, which admission requires (None: it requires none)."""
+    admission_args: list[str] = field(default_factory=list)
 
     # -- tenants (the test plays the tenants controller) -----------------------------------------------------
 
@@ -165,8 +168,13 @@ class Enclave:
         secret = client.CoreV1Api(self.kube).read_namespaced_secret("enclave-tls", self.namespace)
         return base64.b64decode(secret.data["ca.crt"])
 
-    def ssl_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cadata=self.ca_pem().decode())
+    def ssl_context(self, *, client_certificate: bool = True) -> ssl.SSLContext:
+        """Verifies admission's serving certificate and, unless told otherwise, presents kube-apiserver's webhook
+        client certificate: a direct call is then what the apiserver's own call would be."""
+        context = ssl.create_default_context(cadata=self.ca_pem().decode())
+        if client_certificate and self.client_cert is not None:
+            context.load_cert_chain(*self.client_cert)
+        return context
 
     def admission_replica(self, control_plane: ControlPlane, env: dict[str, str] | None = None) -> RunningComponent:
         """Another admission replica subscribed to the same snapshot services, ready when it returns; the
@@ -179,6 +187,7 @@ class Enclave:
             endpoints={"config": self.config.grpc_target, "tenants": self.publisher.target},
             identity=unique("admission"),
             env=env,
+            args=self.admission_args,
         )
 
 
@@ -236,9 +245,11 @@ def start_enclave(
     config_args: list[str] | None = None,
     spec: dict[str, Any] | None = None,
     admission_filter: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    client_auth: bool = True,
 ) -> Enclave:
     """Config and admission processes in a namespace of their own, owning ServiceConfiguration ``adm-<hex>``
-    with Enclave's default webhooks (renamed after it) pointing at the admission server."""
+    with Enclave's default webhooks (renamed after it) pointing at the admission server. With ``client_auth``
+    admission accepts only kube-apiserver's webhook client certificate, as in production."""
     namespace = unique("enclave-adm")
     config_name = unique("adm")
     core = client.CoreV1Api(kube)
@@ -255,6 +266,7 @@ def start_enclave(
         args=[f"--service-configuration-name={config_name}", "--resync=5s", *(config_args or [])],
         identity=unique("config"),
     )
+    admission_args = control_plane.webhook_client_args() if client_auth else []
     admission = start_component(
         ADMISSION,
         kubeconfig=control_plane.kubeconfig,
@@ -263,6 +275,7 @@ def start_enclave(
         endpoints={"config": config.grpc_target, "tenants": target},
         identity=unique("admission"),
         wait_ready=False,
+        args=admission_args,
     )
     admission_spec = webhooks(url_client(admission.webhook_url), namespace=namespace)
     assert admission_spec.mutating is not None
@@ -285,7 +298,17 @@ def start_enclave(
     admission.wait_ready(60)
     registrations = client.AdmissionregistrationV1Api(kube)
     poll(lambda: registrations.read_validating_webhook_configuration(f"{config_name}-validating"), what="webhooks")
-    return Enclave(kube, impersonate, namespace, config_name, config, admission, publisher)
+    return Enclave(
+        kube,
+        impersonate,
+        namespace,
+        config_name,
+        config,
+        admission,
+        publisher,
+        client_cert=control_plane.webhook_client_cert if client_auth else None,
+        admission_args=admission_args,
+    )
 
 
 def stop_enclave(enclave: Enclave) -> None:

@@ -103,7 +103,7 @@ def stack(
     endpoints = {"config": config.grpc_target}
     tenants = start("tenants", endpoints)
     endpoints["tenants"] = tenants.grpc_target
-    admission = start("admission", endpoints, wait_ready=False)
+    admission = start("admission", endpoints, wait_ready=False, args=control_plane.webhook_client_args())
     rendered = webhooks(url_client(admission.webhook_url), namespace=namespace, nodes=True)
     assert rendered.mutating is not None
     assert rendered.validating is not None

@@ -20,6 +20,7 @@ from prometheus_client import Gauge
 from enclave_admission import server as server_module
 from enclave_admission.certificates import ServingCertificate
 from enclave_admission.events import DenyEvents
+from enclave_admission.limits import add_limit_flags, limits_from
 from enclave_admission.server import AdmissionServer
 from enclave_admission.state import State
 from enclave_core.kube.events import EventRecorder
@@ -78,8 +79,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env_default("ENCLAVE_TLS_SECRET_NAME", ""),
         help="Secret in --namespace holding tls.crt/tls.key, watched for renewals (env ENCLAVE_TLS_SECRET_NAME)",
     )
+    parser.add_argument(
+        "--client-ca-file",
+        default=env_default("ENCLAVE_CLIENT_CA_FILE", ""),
+        help="PEM CA bundle: every webhook connection must present a client certificate it signed, as "
+        "kube-apiserver does when configured for webhook client authentication (docs/architecture.md); empty "
+        "accepts any caller (then a NetworkPolicy must keep everyone but kube-apiserver out) "
+        "(env ENCLAVE_CLIENT_CA_FILE)",
+    )
+    parser.add_argument(
+        "--client-allowed-names",
+        default=env_default("ENCLAVE_CLIENT_ALLOWED_NAMES", ""),
+        help="comma-separated common names or DNS names, one of which the client certificate must carry; "
+        "empty accepts any certificate --client-ca-file signed (env ENCLAVE_CLIENT_ALLOWED_NAMES)",
+    )
+    add_limit_flags(parser)
     grpc.add_subscription_flags(parser, "config", "tenants", "quotas", "pools", "globalquotas")
     args = parser.parse_args(argv)
+    if args.client_allowed_names and not args.client_ca_file:
+        parser.error("--client-allowed-names needs --client-ca-file: names are read from a verified certificate")
     if not args.config_endpoint:
         parser.error("--config-endpoint (or ENCLAVE_CONFIG_ENDPOINT) is required")
     if bool(args.tls_cert_file) != bool(args.tls_key_file):
@@ -98,6 +116,7 @@ async def body(process: component.Component) -> None:
         expect_tenancy=bool(args.tenants_endpoint),
         expect_quotas=bool(args.quotas_endpoint),
         expect_pools=bool(args.pools_endpoint),
+        namespace=args.namespace,
     )
     kube = Kube(process.api, field_manager="enclave-admission")
     events = DenyEvents(EventRecorder(kube, "enclave-admission"))
@@ -153,11 +172,13 @@ async def body(process: component.Component) -> None:
     else:
         watch = certificate.watch_secret(kube, args.namespace, args.tls_secret_name)
     tasks.append(asyncio.create_task(watch, name="serving-certificate"))
+    if args.client_ca_file:
+        certificate.require_clients(args.client_ca_file)
     server = AdmissionServer(state, events)
     try:
         await certificate.loaded.wait()
         address = HostPort.parse(args.webhook_address)
-        await server.start(address.host, address.port, certificate.context)
+        await server.start(address.host, address.port, certificate.context, limits_from(args))
         BUILD.labels(str(compiled()).lower()).set(1)
         log.info(
             "serving admission webhooks",

@@ -50,6 +50,14 @@ class ServingCertificate:
         self.loaded = asyncio.Event()
         self.fingerprint = ""
 
+    def require_clients(self, ca_file: str) -> None:
+        """Make every handshake require a client certificate signed by a CA of ``ca_file`` (kube-apiserver's
+        webhook client certificate): a caller without one never gets an HTTP exchange. Read once; to rotate the
+        CA, put the old and the new one in the bundle, then restart with the new one alone."""
+        self.context.load_verify_locations(cafile=ca_file)
+        self.context.verify_mode = ssl.CERT_REQUIRED
+        log.info("webhook clients must present a certificate", extra={"ca_file": ca_file})
+
     def load(self, cert_pem: bytes, key_pem: bytes) -> bool:
         """Make (cert_pem, key_pem) the certificate of new handshakes; False when it is unchanged or invalid."""
         fingerprint = hashlib.sha256(cert_pem + b"\0" + key_pem).hexdigest()

@@ -23,8 +23,10 @@ Every choice scopes a hook as tightly as its rule allows:
 * **Promotion** only sees service accounts in tenant namespaces that carry the promotion label before or after
   the change (objectSelector matches the old or the new object): other accounts never reach Enclave.
   Fail-closed, since a promoted account can create namespaces.
-* **Tenant deletion** is fail-closed: an outage must not let an accidental delete of a ``preventDeletion``
-  tenant cascade to its namespaces.
+* **Tenants** are fail-closed: an outage must not let an accidental delete of a ``preventDeletion`` tenant
+  cascade to its namespaces, nor a Tenant or TenantOwner name an owner the namespace hooks skip (a ``system:``
+  user, a kube-system service account). Cluster-scoped, so the namespace exclusion would mean nothing; the
+  control plane's own updates (the garbage collector's finalizers) are skipped by the same matchCondition.
 * **ServiceConfiguration** fails open: the config component validates again and refuses to apply a bad
   configuration, and a fail-closed hook would keep you from repairing the configuration during an outage.
 * **Nodes** is off unless asked for, fails open (node labels are scheduling hints, not the tenant fence) and is
@@ -206,7 +208,11 @@ def webhooks(
             path=routes.TENANTS,
             failure_policy="Fail",
             timeout_seconds=5,
-            rules=[_rule(API_GROUP, ["tenants"], ["DELETE"], "Cluster")],
+            match_conditions=[skip],
+            rules=[
+                _rule(API_GROUP, ["tenants"], ["CREATE", "UPDATE", "DELETE"], "Cluster"),
+                _rule(API_GROUP, ["tenantowners"], ["CREATE", "UPDATE"], "Cluster"),
+            ],
             admission_review_versions=["v1"],
             side_effects="None",
             match_policy="Equivalent",
@@ -238,8 +244,9 @@ def webhooks(
         )
     if quotas:
         validating += _quota_hooks()
-    for webhook in validating[1:]:  # every hook but the two namespace hooks
-        _exclude_system_namespaces(webhook, namespace)
+    for webhook in validating:  # every hook but those that skip the control plane by user instead
+        if skip not in (webhook.match_conditions or []):
+            _exclude_system_namespaces(webhook, namespace)
     if pools:
         mutating.append(
             MutatingWebhook(

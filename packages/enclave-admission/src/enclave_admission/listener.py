@@ -12,6 +12,12 @@ the limit get ``413``, request lines and headers over theirs ``431`` (before the
 and malformed requests ``400``, each closing the connection; ``Expect: 100-continue``
 is answered; a client that stops reading stops being read (flow control). Connections idle longer than
 kube-apiserver keeps them (90 s) are closed, and so are requests that do not arrive whole in time.
+
+What one replica holds is bounded, so a flood (forged or not) costs a refusal, not the process: past
+``max_connections`` a new connection is closed at once, and a body chunk that would take the request bytes
+buffered by all connections past ``max_buffered`` is answered ``503`` and its connection closed (kube-apiserver
+then applies the hook's failure policy, as for any other failed call). With a client CA, connections whose
+certificate names none of ``client_names`` are closed before a byte is read.
 """
 
 from __future__ import annotations
@@ -37,8 +43,13 @@ log = logging.getLogger(__name__)
 CONNECTIONS = Gauge("enclave_admission_connections", "Open webhook connections (kube-apiserver keeps them alive)")
 CLOSED = Counter(
     "enclave_admission_connections_closed_by_server_total",
-    "Connections the server closed, by reason (idle, slow-request, malformed, too-large, shutdown)",
+    "Connections the server closed, by reason (idle, slow-request, malformed, too-large, over-capacity, "
+    "unauthenticated, shutdown)",
     ["reason"],
+)
+BUFFERED = Gauge(
+    "enclave_admission_buffered_request_bytes",
+    "Request body bytes held by all webhook connections (bounded by --max-buffered-bytes)",
 )
 
 Answer = tuple[int, bytes]
@@ -73,6 +84,14 @@ class Limits:
     """A request whose first byte arrived must be whole within this."""
     sweep_interval: float = 5.0
     handshake_timeout: float = 10.0
+    max_connections: int = 1000
+    """Open connections per replica; kube-apiserver needs about one per review in flight."""
+    max_buffered: int = 64 * 1024 * 1024
+    """Request body bytes all connections together may hold: about twenty 3 MiB reviews at once, well inside
+    the chart's memory limit however many connections send large bodies."""
+    client_names: frozenset[str] = frozenset()
+    """Common or DNS names one of which a verified client certificate must carry; empty: any (or no client
+    authentication at all, when the TLS context does not ask for certificates)."""
 
 
 _INTERNAL: Final[Answer] = (500, b'{"error":"internal error; see the admission server\'s log"}')
@@ -109,6 +128,8 @@ class _Connection(asyncio.Protocol):
         """Request target and header fields of the request in progress, as parsed."""
         self.started: float | None = None
         """When the request in progress began; None between requests."""
+        self.held = 0
+        """Body bytes of the request in progress counted in :attr:`Listener.buffered`."""
         self.last = 0.0
         """When the last answer was written (or the connection made)."""
         self.closing = False
@@ -125,11 +146,24 @@ class _Connection(asyncio.Protocol):
         self.last = self.time()
         self.listener.connections.add(self)
         CONNECTIONS.inc()
+        limits = self.listener.limits
+        if len(self.listener.connections) > limits.max_connections:
+            self.abort("over-capacity")
+        elif limits.client_names and not _names(transport.get_extra_info("peercert")) & limits.client_names:
+            log.warning("webhook client certificate names no allowed client; connection closed")
+            self.abort("unauthenticated")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self.release()
         CONNECTIONS.dec()
         self.listener.forget(self)
+
+    def release(self) -> None:
+        """Stop counting this request's body bytes (answered, refused or gone)."""
+        if self.held:
+            self.listener.buffered -= self.held
+            self.held = 0
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -159,6 +193,7 @@ class _Connection(asyncio.Protocol):
     # -- parser callbacks --------------------------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self.release()
         self.url = b""
         self.body = []
         self.size = 0
@@ -194,10 +229,17 @@ class _Connection(asyncio.Protocol):
     def on_body(self, chunk: bytes) -> None:
         if self.closing:
             return
-        self.size += len(chunk)
+        size = len(chunk)
+        self.size += size
         if self.size > self.max_body:
             self.fail(413, f"request body over {self.max_body} bytes", "too-large")
             return
+        listener = self.listener
+        if listener.buffered + size > listener.limits.max_buffered:
+            self.fail(503, "the admission server holds as many request bytes as it may; try again", "over-capacity")
+            return
+        listener.buffered += size
+        self.held += size
         self.body.append(chunk)
 
     def on_message_complete(self) -> None:
@@ -222,6 +264,7 @@ class _Connection(asyncio.Protocol):
             log.exception("answering failed", extra={"path": path})
             answer = _INTERNAL
         keep = self.parser.should_keep_alive() and not self.listener.stopping
+        self.release()
         self.body = []
         self.head = 0
         self.started = None
@@ -284,6 +327,8 @@ class _Connection(asyncio.Protocol):
         if self.closing:
             return
         CLOSED.labels(reason).inc()
+        self.release()
+        self.body = []
         self.write(status, orjson.dumps({"error": message}), keep=False)
         self.close()
 
@@ -309,6 +354,8 @@ class Listener:
         self.respond = respond
         self.limits = limits or Limits()
         self.connections: set[_Connection] = set()
+        self.buffered = 0
+        """Request body bytes held by all connections together."""
         self.date = _Date()
         self.stopping = False
         self.port = 0
@@ -325,6 +372,7 @@ class Listener:
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> None:
         """Listen on ``host:port`` (0: any free port, read back from :attr:`port`)."""
         self._loop = asyncio.get_running_loop()
+        BUFFERED.set_function(lambda: float(self.buffered))
         self._server = await self._loop.create_server(
             lambda: _Connection(self),
             host,
@@ -374,3 +422,18 @@ class Listener:
                         connection.abort("slow-request")
                 elif now - connection.last > self.limits.idle_timeout:
                     connection.close("idle")
+
+
+def _names(peercert: Any) -> frozenset[str]:
+    """Common names and DNS names of a verified peer certificate (``SSLSocket.getpeercert()`` form)."""
+    if not isinstance(peercert, dict):
+        return frozenset()
+    names: set[str] = set()
+    for rdn in peercert.get("subject") or ():
+        for key, value in rdn:
+            if key == "commonName":
+                names.add(str(value))
+    for key, value in peercert.get("subjectAltName") or ():
+        if key == "DNS":
+            names.add(str(value))
+    return frozenset(names)

@@ -166,8 +166,17 @@ class Reservations:
 class State:
     """The in-memory world of one admission replica."""
 
-    def __init__(self, *, expect_tenancy: bool = True, expect_quotas: bool = False, expect_pools: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        expect_tenancy: bool = True,
+        expect_quotas: bool = False,
+        expect_pools: bool = False,
+        namespace: str = "",
+    ) -> None:
         self.expect_tenancy = expect_tenancy
+        self.namespace = namespace
+        """Enclave's own namespace (``--namespace``): its service accounts are skipped by the namespace hooks."""
         self.expect_quotas = expect_quotas
         """True when ``--quotas-endpoint`` is given: no decision before the first QuotaTargets snapshot."""
         self.quotas: QuotaIndex | None = None

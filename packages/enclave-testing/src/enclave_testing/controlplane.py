@@ -45,6 +45,9 @@ CONTROLLERS = [
 
 SERVICE_CIDR = "10.0.0.0/24"
 ADMIN_USER = "enclave-admin"
+WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
+"""Common name of the client certificate kube-apiserver presents to admission webhooks (see
+``--admission-control-config-file``); webhook servers verify it against :attr:`ControlPlane.ca_file`."""
 
 
 @dataclass
@@ -77,6 +80,16 @@ class ControlPlane:
     @property
     def ca_file(self) -> Path:
         return self.pki_dir / "ca.crt"
+
+    @property
+    def webhook_client_cert(self) -> tuple[Path, Path]:
+        """(certificate, key) kube-apiserver presents to webhooks; tests that call a webhook directly as the
+        apiserver would use it too."""
+        return self.pki_dir / "webhook-client.crt", self.pki_dir / "webhook-client.key"
+
+    def webhook_client_args(self) -> list[str]:
+        """The admission server's flags that accept exactly kube-apiserver's webhook client certificate."""
+        return [f"--client-ca-file={self.ca_file}", f"--client-allowed-names={WEBHOOK_CLIENT}"]
 
     # -- start ---------------------------------------------------------------------------------------------
 
@@ -115,9 +128,47 @@ class ControlPlane:
         self._write_pair("admin", admin)
         kcm = self.ca.issue("system:kube-controller-manager", server=False, client=True)
         self._write_pair("kube-controller-manager", kcm)
+        webhook_client = self.ca.issue(WEBHOOK_CLIENT, server=False, client=True)
+        self._write_pair("webhook-client", webhook_client)
+        self._write_admission_configuration()
         sa_key, sa_pub = signing_key_pair()
         (self.pki_dir / "sa.key").write_bytes(sa_key)
         (self.pki_dir / "sa.pub").write_bytes(sa_pub)
+
+    @property
+    def admission_configuration(self) -> Path:
+        return self.workdir / "admission-configuration.yaml"
+
+    def _write_admission_configuration(self) -> None:
+        """kube-apiserver presents a client certificate to every webhook that asks for one, as a production
+        apiserver configured for webhook client authentication does (docs/architecture.md, "Who may call
+        admission"): the webhook plugins' kubeconfig names the certificate for any webhook host (``*``)."""
+        cert, key = self.webhook_client_cert
+        kubeconfig = self.workdir / "webhook-client.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "users": [{"name": "*", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+                },
+                sort_keys=False,
+            )
+        )
+        webhook = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(kubeconfig),
+        }
+        configuration = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AdmissionConfiguration",
+            "plugins": [
+                {"name": "ValidatingAdmissionWebhook", "configuration": webhook},
+                {"name": "MutatingAdmissionWebhook", "configuration": webhook},
+            ],
+        }
+        self.admission_configuration.write_text(yaml.safe_dump(configuration, sort_keys=False))
 
     def _write_pair(self, name: str, pair: KeyPair) -> None:
         (self.pki_dir / f"{name}.crt").write_bytes(pair.cert_pem)
@@ -170,6 +221,7 @@ class ControlPlane:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--authorization-mode=RBAC",
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
+                f"--admission-control-config-file={self.admission_configuration}",
                 "--allow-privileged=true",
                 # Loopback cannot be an Endpoints address; nothing here routes to the kubernetes Service anyway.
                 "--endpoint-reconciler-type=none",

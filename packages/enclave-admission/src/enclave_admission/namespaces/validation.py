@@ -20,13 +20,15 @@ from enclave_admission.metadata import changed_keys, owner_references, reference
 from enclave_admission.namespaces.assignment import Refusal, choose_tenant
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import NO_KEYS, Role, State, Subject
-from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, TENANT_LABEL, TenantView
+from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, SERVICE_ACCOUNT_PREFIX, TENANT_LABEL, TenantView
 
 
 def validate(request: AdmissionRequest, state: State) -> Decision:
     subject = state.subject(request.username, request.groups)
     if subject.role is Role.ADMINISTRATOR:
         return _administrator(request, state)
+    if subject.role is Role.OTHER:
+        subject = _own_namespace_account(request, subject)
     if not subject.tenant_subject:
         return Decision.allow("NotATenantUser")
     if request.operation == "CREATE" and not request.sub_resource:
@@ -35,7 +37,25 @@ def validate(request: AdmissionRequest, state: State) -> Decision:
         return _update(request, state, subject)
     if request.operation == "DELETE":
         return _delete(request, state, subject)
-    return Decision.allow()
+    # The hook registers CREATE, UPDATE and DELETE only: anything else is a forged or future review, and a tenant
+    # user's request Enclave cannot reason about is refused rather than waved through.
+    return Decision.deny(
+        "UnknownOperation",
+        f"operation {request.operation!r} on namespace {request.name!r} is not one Enclave decides for tenant users",
+    )
+
+
+def _own_namespace_account(request: AdmissionRequest, subject: Subject) -> Subject:
+    """A service account acting on its own namespace, which the review shows in a tenant although the snapshot
+    does not yet (the namespace was just created): it is that tenant's service account, decided from the review.
+    Without this, the moments before the snapshot catches up would let it rewrite its namespace's ownership."""
+    if not subject.is_service_account:
+        return subject
+    home_namespace = subject.username[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")[0]
+    home = request.old_labels.get(TENANT_LABEL, "") if home_namespace == request.name else ""
+    if not home:
+        return subject
+    return Subject(subject.username, subject.groups, Role.TENANT_SERVICE_ACCOUNT, (), home)
 
 
 # -- tenant users ------------------------------------------------------------------------------------------

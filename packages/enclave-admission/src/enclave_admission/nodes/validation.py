@@ -13,11 +13,14 @@ from enclave_admission.state import Role, State
 
 
 def validate(request: AdmissionRequest, state: State) -> Decision:
-    if request.operation != "UPDATE" or request.obj is None:
-        return Decision.allow()
     subject = state.subject(request.username, request.groups)
     if subject.role is not Role.TENANT_USER:
         return Decision.allow("NotATenantUser")
+    if request.operation != "UPDATE" or request.obj is None:
+        # The hook registers UPDATE of nodes and nodes/status only: anything else is forged or new.
+        return Decision.deny(
+            "UnknownOperation", f"operation {request.operation!r} on node {request.name!r} is not one Enclave decides"
+        )
     for what, old, new, forbidden in (
         ("label", request.old_labels, request.labels, state.node_labels),
         ("annotation", request.old_annotations, request.annotations, state.node_annotations),

@@ -12,17 +12,25 @@ from __future__ import annotations
 
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL, entity_matches
+from enclave_core.snapshots.tenancy import PROMOTED_LABEL, SERVICE_ACCOUNT_PREFIX, entity_matches
 
 
 def validate(request: AdmissionRequest, state: State) -> Decision:
-    if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
+    if request.sub_resource:
+        return Decision.allow()
+    subject = state.subject(request.username, request.groups)
+    if request.operation not in ("CREATE", "UPDATE"):
+        if subject.tenant_subject:  # the hook registers CREATE and UPDATE only: a forged or new operation
+            return Decision.deny(
+                "UnknownOperation",
+                f"operation {request.operation!r} on service account {request.namespace}/{request.name} is not "
+                "one Enclave decides for tenant users",
+            )
         return Decision.allow()
     before, after = request.old_labels.get(PROMOTED_LABEL), request.labels.get(PROMOTED_LABEL)
     if before == after:
         return Decision.allow("PromotionUnchanged")
-    subject = state.subject(request.username, request.groups)
-    if not subject.tenant_subject:
+    if not subject.tenant_subject and not _same_namespace_account(request):
         return Decision.allow("NotATenantUser")
     account = f"{request.namespace}/{request.name}"
     tenant = state.tenancy.namespace_owner.get(request.namespace, "")
@@ -59,3 +67,12 @@ def validate(request: AdmissionRequest, state: State) -> Decision:
             "InvalidPromotion", f"label {PROMOTED_LABEL} must be 'true' (got {after!r})", tenant=tenant
         )
     return Decision.allow("Promoted" if after else "Demoted", tenant=tenant)
+
+
+def _same_namespace_account(request: AdmissionRequest) -> bool:
+    """A service account changing an account of its own namespace. The hook's namespaceSelector only sends
+    tenant namespaces, so the requester is a tenant service account even while the snapshot does not show its
+    namespace yet (just created): it is checked as one (and refused until the snapshot knows the tenant)
+    instead of passing as an unknown user."""
+    prefix = f"{SERVICE_ACCOUNT_PREFIX}{request.namespace}:"
+    return bool(request.namespace) and request.username.startswith(prefix)

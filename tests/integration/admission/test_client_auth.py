@@ -1,0 +1,96 @@
+"""Who may call admission: only kube-apiserver, by its webhook client certificate.
+
+The control plane runs kube-apiserver with ``--admission-control-config-file`` whose webhook kubeconfig gives it
+a client certificate (``enclave_testing.controlplane``), and the harness starts admission with
+``--client-ca-file`` and ``--client-allowed-names``: every test in this directory therefore proves the apiserver
+gets through. These prove nobody else does: a forged AdmissionReview from a pod that can reach the port reserves
+nothing, posts no Event and is never even parsed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any
+
+import pytest
+
+from enclave_core.api.meta import Entity
+from enclave_testing.controlplane import ControlPlane
+from enclave_testing.names import unique
+
+from .harness import Enclave, metric_value
+
+REFUSED = (ssl.SSLError, ConnectionError, urllib.error.URLError, http.client.HTTPException, OSError)
+
+
+def forged_creation(owner: str, name: str) -> dict[str, Any]:
+    """What kube-apiserver would send when ``owner`` creates namespace ``name``, already assigned."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": name,
+            "operation": "CREATE",
+            "userInfo": {"username": owner, "groups": ["enclave.dev"]},
+            "object": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        },
+    }
+
+
+def post(enclave: Enclave, context: ssl.SSLContext, review: dict[str, Any]) -> int:
+    request = urllib.request.Request(
+        f"{enclave.admission.webhook_url}/namespaces",
+        data=json.dumps(review).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, context=context, timeout=5) as answer:
+        return int(answer.status)
+
+
+def requests_seen(enclave: Enclave) -> float:
+    return metric_value(enclave.admission.probe_url, "enclave_admission_requests_total", 'path="/namespaces"') or 0.0
+
+
+def test_a_caller_without_the_client_certificate_is_refused_at_the_handshake(enclave: Enclave) -> None:
+    alice = unique("alice")
+    solar = enclave.tenant(unique("solar"), owners=[Entity(kind="User", name=alice)], namespace_quota=1)
+    before = requests_seen(enclave)
+    for _ in range(3):  # three forged creations would fill a quota of one three times over
+        with pytest.raises(REFUSED):
+            post(enclave, enclave.ssl_context(client_certificate=False), forged_creation(alice, unique(solar.name)))
+    assert requests_seen(enclave) == before, "a forged review reached the decision code"
+    # Nothing was reserved: the tenant's one namespace is still there to take, through the real apiserver.
+    enclave.owner(alice).create_namespace({"metadata": {"name": f"{solar.name}-real"}})
+
+
+def test_a_certificate_of_the_same_ca_with_another_name_is_refused(
+    enclave: Enclave, control_plane: ControlPlane
+) -> None:
+    """The cluster CA signs every user's client certificate; only the apiserver's webhook name is accepted."""
+    context = enclave.ssl_context(client_certificate=False)
+    context.load_cert_chain(control_plane.pki_dir / "admin.crt", control_plane.pki_dir / "admin.key")
+    before = requests_seen(enclave)
+    closed = metric_value(
+        enclave.admission.probe_url, "enclave_admission_connections_closed_by_server_total", 'reason="unauthenticated"'
+    )
+    with pytest.raises(REFUSED):
+        post(enclave, context, forged_creation(unique("alice"), unique("ns")))
+    assert requests_seen(enclave) == before
+    after = metric_value(
+        enclave.admission.probe_url, "enclave_admission_connections_closed_by_server_total", 'reason="unauthenticated"'
+    )
+    assert (after or 0.0) == (closed or 0.0) + 1
+
+
+def test_the_apiservers_certificate_is_answered(enclave: Enclave) -> None:
+    alice = unique("alice")
+    solar = enclave.tenant(unique("solar"), owners=[Entity(kind="User", name=alice)])
+    assert post(enclave, enclave.ssl_context(), forged_creation(alice, f"{solar.name}-x")) == 200
