@@ -9,7 +9,6 @@ from datetime import timedelta
 from enclave_config.controller import ConfigController, Settings
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
-from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, env_default
@@ -54,7 +53,7 @@ def grpc_service_names(namespace: str) -> tuple[str, ...]:
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
-    kube = Kube(process.api, field_manager="enclave-config")
+    kube = process.kube("enclave-config")
     hub = SnapshotHub(args.identity)
     settings = Settings(
         name=args.service_configuration_name,

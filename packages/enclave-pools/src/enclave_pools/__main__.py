@@ -13,7 +13,6 @@ import sys
 
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
-from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
@@ -52,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
-    kube = Kube(process.api, field_manager=MANAGER)
+    kube = process.kube(MANAGER)
     hub = SnapshotHub(args.identity)
     settings = Settings(resync_seconds=parse_duration(args.resync).total_seconds(), concurrency=args.concurrency)
     controller = PoolsController(kube, settings, hub, EventRecorder(kube, MANAGER))

@@ -11,7 +11,6 @@ import argparse
 import sys
 
 from enclave_core.kube.events import EventRecorder
-from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
 from enclave_core.runtime import component, grpc
@@ -48,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
-    kube = Kube(process.api, field_manager=COMPONENT)
+    kube = process.kube(COMPONENT)
     hub = SnapshotHub(args.identity)
     controller = ReplicationController(
         kube,

@@ -15,7 +15,7 @@ import socket
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.kube.rest import JSON, FencedWriteError, Kube, KubeError, resource_path
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,8 @@ class EventRecorder:
         }
         try:
             await self.kube.create(resource_path("v1", "events", namespace=target), event)
+        except FencedWriteError:
+            log.info("event not posted: this replica no longer leads", extra={"reason": reason})
         except KubeError as err:
             log.warning("could not post event", extra={"reason": reason, "error": str(err)})
         except Exception:

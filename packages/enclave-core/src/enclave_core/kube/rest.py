@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 from kubernetes.aio import client
+from prometheus_client import Counter
 
 JSON = dict[str, Any]
+
+FENCED_WRITES = Counter(
+    "enclave_kube_fenced_writes_total",
+    "Writes of a Lease-fenced client (a controller's): sent to the API, or refused because this replica "
+    "does not hold its Lease",
+    ["result"],
+)
 
 
 class KubeError(Exception):
@@ -56,12 +64,36 @@ def resource_path(
     return path
 
 
-class Kube:
-    """JSON-in, JSON-out calls against kube-apiserver."""
+_REVIEW_APIS = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
+"""Token and access reviews are POSTed but store nothing: questions, not writes."""
 
-    def __init__(self, api: client.ApiClient, field_manager: str) -> None:
+
+def _writes(method: str, path: str, query: Mapping[str, str | int | bool] | None) -> bool:
+    """Whether a request can change stored state (what a Lease fence must stop)."""
+    if method in ("GET", "HEAD", "OPTIONS"):
+        return False
+    if path.startswith(_REVIEW_APIS):
+        return False
+    return not (query and query.get("dryRun") == "All")
+
+
+class FencedWriteError(Exception):
+    """A write refused before it left the process: this replica does not hold its Lease (or its renew
+    deadline passed). Not a ``KubeError``: nothing reached the API, and no handler should answer it with
+    another write."""
+
+
+class Kube:
+    """JSON-in, JSON-out calls against kube-apiserver.
+
+    ``fence``, when given, is asked before every write (anything but GET): a controller replica's writes go
+    through it so they stop the moment its Lease is no longer safely held (``LeaderElector.may_write``).
+    """
+
+    def __init__(self, api: client.ApiClient, field_manager: str, *, fence: Callable[[], bool] | None = None) -> None:
         self.api = api
         self.field_manager = field_manager
+        self.fence = fence
 
     async def request(
         self,
@@ -77,6 +109,11 @@ class Kube:
         if query:
             url += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
         headers = await self._headers(method, path, body, {"Accept": "application/json", "Content-Type": content_type})
+        if self.fence is not None and _writes(method, path, query):
+            if not self.fence():
+                FENCED_WRITES.labels("refused").inc()
+                raise FencedWriteError(f"{method} {path}: this replica does not hold its Lease")
+            FENCED_WRITES.labels("sent").inc()
         response = await self.api.call_api(
             method, url, header_params=headers, body=body, _request_timeout=request_timeout
         )

@@ -36,12 +36,26 @@ class Component:
         self.started = asyncio.Event()
         """Set by the body once ``state`` holds what the leader work needs."""
         self.state: dict[str, Any] = {}
-        self._background: set[asyncio.Task[Any]] = set()
         """Objects the body shares with the leader work (e.g. the controller whose writes it enables)."""
+        self._background: set[asyncio.Task[Any]] = set()
+        self.elector: LeaderElector | None = None
+        """The Lease this replica stands for (None without leader election)."""
 
     @property
     def namespace(self) -> str:
         return str(self.args.namespace)
+
+    def may_write(self) -> bool:
+        """Whether this replica may write now: always without leader election, else only while it holds the
+        Lease within its renew deadline."""
+        return self.elector is None or self.elector.may_write()
+
+    def kube(self, field_manager: str) -> Kube:
+        """The component's API client: its writes are fenced by the Lease (``FencedWriteError`` once this
+        replica may no longer write), so a replica that lost or overran its lease writes nothing even before
+        its controller hears of it."""
+        assert self.api is not None
+        return Kube(self.api, field_manager=field_manager, fence=self.may_write)
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """A background task of the body: a failure is logged (the process keeps serving), and shutdown
@@ -101,16 +115,23 @@ async def _serve(component: Component, body: Body, leader_work: Body | None) -> 
     assert main is not None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, main.cancel)
+    elector: LeaderElector | None = None
+    if leader_work is not None and getattr(component.args, "leader_elect", False):
+        args = component.args
+        elector = LeaderElector(
+            Kube(component.api, field_manager=f"enclave-{component.name}"),
+            name=f"enclave-{component.name}",
+            namespace=component.namespace,
+            identity=args.identity,
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        )
+        component.elector = elector
     tasks: list[asyncio.Task[None]] = [asyncio.create_task(body(component), name=f"{component.name}-body")]
     if leader_work is not None:
-        if getattr(component.args, "leader_elect", False):
+        if elector is not None:
             component.readiness.add("leader-election", ready=True)
-            elector = LeaderElector(
-                Kube(component.api, field_manager=f"enclave-{component.name}"),
-                name=f"enclave-{component.name}",
-                namespace=component.namespace,
-                identity=component.args.identity,
-            )
 
             async def work() -> None:
                 await leader_work(component)

@@ -49,6 +49,19 @@ def add_common_flags(parser: argparse.ArgumentParser, *, probe_port: int, leader
             default=env_flag("ENCLAVE_LEADER_ELECT", True),
             help="run as one active replica behind a Lease; off only for single-replica development",
         )
+        timings = {
+            "lease-duration": ("15", "seconds a standby waits after the Lease last changed before taking it"),
+            "renew-deadline": (
+                "10",
+                "seconds the leader keeps writing without a successful renewal (< lease duration)",
+            ),
+            "retry-period": ("2", "seconds between Lease attempts (< renew deadline)"),
+        }
+        for flag, (default, what) in timings.items():
+            env = "ENCLAVE_" + flag.upper().replace("-", "_")
+            parser.add_argument(
+                f"--{flag}", type=float, default=float(env_default(env, default)), help=f"{what} (env {env})"
+            )
         parser.add_argument(
             "--identity",
             default=env_default("ENCLAVE_IDENTITY", f"{socket.gethostname()}-{os.getpid()}"),
