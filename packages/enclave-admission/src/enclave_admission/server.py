@@ -112,7 +112,7 @@ class AdmissionServer:
             log.exception("decision failed", extra={"path": path, "uid": request.uid})
             metrics.decided("error")
             return _error(500, "internal error while deciding; see the admission server's log")
-        if isinstance(decided, tuple):
+        if isinstance(decided, Decision):  # mypy narrows a NamedTuple by its class, not by ``tuple``
             return self._finish(path, metrics, request, decided, started)
         return self._later(path, metrics, request, decided, started)
 
