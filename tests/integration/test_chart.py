@@ -200,6 +200,8 @@ def test_defaults_render_the_built_components(helm: Path) -> None:
     assert "--tls-cert-file=/etc/enclave/tls/tls.crt" in args
     assert "--tls-key-file=/etc/enclave/tls/tls.key" in args
     assert "--grpc-ca-file=/etc/enclave/tls/ca.crt" in args
+    assert "--grpc-client-cert=/etc/enclave/tls/tls.crt" in args
+    assert "--grpc-client-key=/etc/enclave/tls/tls.key" in args
     assert "--config-endpoint=enclave-config.enclave-system.svc:9090" in args
     assert "--tenants-endpoint=enclave-tenants.enclave-system.svc:9090" in args
     volumes = {volume["name"]: volume for volume in admission["spec"]["template"]["spec"]["volumes"]}

@@ -28,7 +28,11 @@ Context: (dict "root" $ "name" "<component>").
 - --service-configuration-name={{ $root.Values.serviceConfiguration.name }}
 {{- else if $root.Values.config.enabled }}
 - --config-endpoint={{ include "enclave.grpcTarget" (dict "root" $root "name" "config") }}
+{{- /* Mutual TLS on the snapshot streams: verify publishers (and, serving, clients) with the service CA, and
+present the Secret's certificate, which carries clientAuth, to publishers. */}}
 - --grpc-ca-file={{ $tls }}/ca.crt
+- --grpc-client-cert={{ $tls }}/tls.crt
+- --grpc-client-key={{ $tls }}/tls.key
 {{- end }}
 {{- if eq $name "admission" }}
 - --webhook-address=0.0.0.0:{{ $v.webhookPort }}

@@ -144,3 +144,24 @@ def test_short_validity_is_not_renewed_at_once() -> None:
     again = tls.plan(first.data, dns_names=names, ip_addresses=[], validity=timedelta(seconds=6))
     assert again.reason == ""
     assert 3.0 < tls.next_check(first.data) <= 6.0
+
+
+def test_tls_leaf_serves_and_authenticates_clients() -> None:
+    """The Secret's tls.crt is also the client certificate of gRPC subscribers (mutual TLS), so it carries
+    clientAuth; one issued before that is re-issued, under the same CA."""
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    from enclave_core.pki import CertificateAuthority
+
+    names = tls.service_names("svc", "ns")
+    first = tls.plan({}, dns_names=names, ip_addresses=[], validity=timedelta(hours=3))
+    cert = x509.load_pem_x509_certificate(first.data[tls.TLS_CERT])
+    usages = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    assert {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= usages
+    ca = CertificateAuthority.from_pem(first.data[tls.CA_CERT], first.data[tls.CA_KEY])
+    server_only = ca.issue(names[0], dns_names=names, validity=timedelta(hours=3))
+    old = {**first.data, tls.TLS_CERT: server_only.cert_pem, tls.TLS_KEY: server_only.key_pem}
+    upgraded = tls.plan(old, dns_names=names, ip_addresses=[], validity=timedelta(hours=3))
+    assert upgraded.reason == "ServingCertificateUsageChanged"
+    assert upgraded.data[tls.CA_CERT] == first.data[tls.CA_CERT]

@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
-from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
+from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot, WatchRequest
 from enclave_core.snapshots.subscriber import SnapshotSubscriber
 from enclave_testing.components import RunningComponent
 from enclave_testing.names import unique
@@ -473,11 +473,24 @@ async def test_subscriber_sees_changes_within_a_second_and_survives_restart(
 async def test_config_service_over_tls_with_the_generated_certificate(
     start_config: Start, cluster: Cluster, tmp_path: Path
 ) -> None:
+    """Mutual TLS end to end: the real enclave-config serves from the Secret it maintains; a client without a
+    certificate is refused, and one presenting the Secret's own tls.crt (clientAuth) streams."""
+    import grpc
+
     name, home = unique("cfg"), unique("ns")
     cluster.create_config(name, {"enableTLSReconciler": True, "rbac": _rbac(name)})
     config = start_config(name, home, args=["--grpc-tls-secret=enclave-tls"])
     secret = cluster.core.read_namespaced_secret("enclave-tls", home)
-    (tmp_path / "ca.crt").write_bytes(base64.b64decode(secret.data["ca.crt"]))
+    for key in ("ca.crt", "tls.crt", "tls.key"):
+        (tmp_path / key).write_bytes(base64.b64decode(secret.data[key]))
+    anonymous = grpc.ssl_channel_credentials(root_certificates=(tmp_path / "ca.crt").read_bytes())
+    async with grpc.aio.secure_channel(config.grpc_target, anonymous) as channel:
+        stub: Any = config_pb2_grpc.ConfigServiceStub(channel)  # type: ignore[no-untyped-call]
+        stream = stub.Watch(WatchRequest(subscriber="anonymous"), timeout=5)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stream.read()
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
     seen: list[Snapshot] = []
     arrived = asyncio.Event()
 
@@ -492,6 +505,8 @@ async def test_config_service_over_tls_with_the_generated_certificate(
         on_snapshot=accept,
         subscriber="tls-test",
         ca_file=str(tmp_path / "ca.crt"),
+        client_cert_file=str(tmp_path / "tls.crt"),
+        client_key_file=str(tmp_path / "tls.key"),
     )
     task = asyncio.create_task(subscriber.run())
     try:

@@ -4,6 +4,10 @@ The CA outlives serving certificates so the caBundle in webhook configurations r
 certificate is re-issued when a third of its validity is left, when it no longer covers the service's names,
 or when it was not signed by the current CA. Admission replicas re-read the mounted files, so a renewal
 reaches them without a restart.
+
+The one leaf serves both ends of Enclave's own connections: serverAuth for the webhook and gRPC listeners,
+clientAuth for the certificate a subscriber presents to a gRPC publisher (mutual TLS). A certificate issued
+before it carried clientAuth is re-issued (``ServingCertificateUsageChanged``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from enclave_core.pki import CertificateAuthority, KeyPair
 
@@ -64,6 +69,12 @@ def _serving_ok(data: dict[str, bytes], ca: CertificateAuthority, hosts: list[st
     if pair.remaining_fraction(now) < RENEW_WHEN_LEFT:
         return "ServingCertificateExpiring"
     try:
+        usages = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        usages = set()
+    if not {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= usages:
+        return "ServingCertificateUsageChanged"
+    try:
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return "ServingCertificateNamesChanged"
@@ -92,7 +103,7 @@ def plan(
         reason = "CertificateAuthorityCreated"
     why = _serving_ok(data, ca, dns_names + ip_addresses, now)
     if why or reason:
-        leaf = ca.issue(dns_names[0], dns_names=dns_names, ip_addresses=ip_addresses, validity=validity)
+        leaf = ca.issue(dns_names[0], dns_names=dns_names, ip_addresses=ip_addresses, validity=validity, client=True)
         data[TLS_CERT], data[TLS_KEY] = leaf.cert_pem, leaf.key_pem
         reason = reason or why
     return TlsPlan(data, reason)

@@ -12,7 +12,6 @@ import sys
 
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
-from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.globalquotas.v1 import globalquotas_pb2_grpc
 from enclave_core.runtime import component, grpc
@@ -50,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
-    kube = Kube(process.api, field_manager=MANAGER)
+    kube = process.kube(MANAGER)
     hub = SnapshotHub(args.identity)
     settings = Settings(resync_seconds=parse_duration(args.resync).total_seconds(), concurrency=args.concurrency)
     controller = GlobalQuotasController(

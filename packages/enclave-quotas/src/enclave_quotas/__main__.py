@@ -11,7 +11,6 @@ import sys
 
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
-from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, env_default
@@ -47,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
-    kube = Kube(process.api, field_manager=MANAGER)
+    kube = process.kube(MANAGER)
     hub = SnapshotHub(args.identity)
     settings = Settings(
         namespace=args.namespace,

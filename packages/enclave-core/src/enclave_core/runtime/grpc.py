@@ -1,8 +1,13 @@
 """The gRPC side of a component: its snapshot service and its subscriptions, configured the same way everywhere.
 
-Flags: ``--grpc-address`` and a TLS source for the server (``--grpc-tls-cert``/``--grpc-tls-key`` files, or
-``--grpc-tls-secret`` read through a watch); ``--<publisher>-endpoint`` per subscription and one
-``--grpc-ca-file`` to verify publishers (all serve certificates of the same service CA).
+Every stream off loopback is mutual TLS with the one service CA of the ``enclave-tls`` Secret: publishers
+present its certificate and require a client certificate it signed; subscribers verify the publisher and
+present one (the same ``tls.crt``, which carries both serverAuth and clientAuth; see docs/architecture.md).
+
+Flags: ``--grpc-address`` and a TLS source for the server (``--grpc-tls-cert``/``--grpc-tls-key`` files with
+``--grpc-ca-file`` to verify clients, or ``--grpc-tls-secret`` read through a watch, whose ``ca.crt`` verifies
+clients); ``--<publisher>-endpoint`` per subscription, ``--grpc-ca-file`` to verify publishers and
+``--grpc-client-cert``/``--grpc-client-key`` to present to them.
 """
 
 from __future__ import annotations
@@ -26,6 +31,18 @@ from enclave_core.snapshots.server import SnapshotServer
 from enclave_core.snapshots.subscriber import SnapshotSubscriber
 
 
+def _add_ca_flag(parser: argparse.ArgumentParser) -> None:
+    """``--grpc-ca-file`` serves both sides (publishers verify clients, subscribers verify publishers)."""
+    if any("--grpc-ca-file" in action.option_strings for action in parser._actions):
+        return
+    parser.add_argument(
+        "--grpc-ca-file",
+        default=env_default("ENCLAVE_GRPC_CA_FILE", ""),
+        help="the service CA bundle: verifies publishers when subscribing and client certificates when serving "
+        "TLS from files; empty means plaintext subscriptions, loopback only (env ENCLAVE_GRPC_CA_FILE)",
+    )
+
+
 def add_server_flags(parser: argparse.ArgumentParser, default_port: int = 9090) -> None:
     parser.add_argument(
         "--grpc-address",
@@ -38,8 +55,9 @@ def add_server_flags(parser: argparse.ArgumentParser, default_port: int = 9090) 
         "--grpc-tls-secret",
         default=env_default("ENCLAVE_GRPC_TLS_SECRET", ""),
         help="serve with the certificate of this kubernetes.io/tls Secret of --namespace, read through a watch "
-        "so renewals apply live (env ENCLAVE_GRPC_TLS_SECRET)",
+        "so renewals apply live; its ca.crt verifies clients (env ENCLAVE_GRPC_TLS_SECRET)",
     )
+    _add_ca_flag(parser)
 
 
 def add_subscription_flags(parser: argparse.ArgumentParser, *publishers: str) -> None:
@@ -49,10 +67,17 @@ def add_subscription_flags(parser: argparse.ArgumentParser, *publishers: str) ->
             default=env_default(f"ENCLAVE_{name.upper()}_ENDPOINT", ""),
             help=f"host:port of enclave-{name}'s snapshot service (env ENCLAVE_{name.upper()}_ENDPOINT)",
         )
+    _add_ca_flag(parser)
     parser.add_argument(
-        "--grpc-ca-file",
-        default=env_default("ENCLAVE_GRPC_CA_FILE", ""),
-        help="CA bundle that verifies the publishers; empty means plaintext, loopback only (env ENCLAVE_GRPC_CA_FILE)",
+        "--grpc-client-cert",
+        default=env_default("ENCLAVE_GRPC_CLIENT_CERT", ""),
+        help="PEM certificate presented to publishers, signed by the service CA for client auth; needed with "
+        "--grpc-ca-file (env ENCLAVE_GRPC_CLIENT_CERT)",
+    )
+    parser.add_argument(
+        "--grpc-client-key",
+        default=env_default("ENCLAVE_GRPC_CLIENT_KEY", ""),
+        help="PEM key of --grpc-client-cert (env ENCLAVE_GRPC_CLIENT_KEY)",
     )
     parser.add_argument(
         "--grpc-server-name",
@@ -71,6 +96,11 @@ def subscribe(
     """Subscribe to ``kind`` at ``endpoint`` for the life of the process; readiness gate ``snapshot:<kind>``
     stays closed until the first snapshot has arrived (then the last good one serves through outages)."""
     args = process.args
+    if args.grpc_ca_file and not (args.grpc_client_cert and args.grpc_client_key):
+        raise ValueError(
+            "--grpc-ca-file needs --grpc-client-cert and --grpc-client-key: publishers accept only clients "
+            "with a certificate of the service CA"
+        )
     subscriber = SnapshotSubscriber(
         endpoint,
         stub,
@@ -79,6 +109,8 @@ def subscribe(
         subscriber=f"{process.name}/{args.identity}",
         ca_file=args.grpc_ca_file,
         server_name=args.grpc_server_name,
+        client_cert_file=args.grpc_client_cert,
+        client_key_file=args.grpc_client_key,
     )
     process.readiness.add_check(f"snapshot:{kind}", lambda: subscriber.ready)
     process.spawn(subscriber.run(), f"subscriber-{kind}")
@@ -113,6 +145,8 @@ async def serve_snapshots(
         tls_cert_file=args.grpc_tls_cert,
         tls_key_file=args.grpc_tls_key,
         tls_source=secret.current if secret else None,
+        client_ca_file="" if secret else args.grpc_ca_file,
+        client_ca=secret.ca if secret else None,
     )
     server.add(register, hub, service)
     process.readiness.add("grpc")
@@ -122,7 +156,7 @@ async def serve_snapshots(
             await secret.wait_ready()
         if args.grpc_tls_cert:
             # A mounted Secret that enclave-config has not created yet: wait (not ready) instead of crash-looping.
-            await _wait_for_files(args.grpc_tls_cert, args.grpc_tls_key)
+            await _wait_for_files(args.grpc_tls_cert, args.grpc_tls_key, args.grpc_ca_file)
 
         await server.start()
         process.readiness.set("grpc")

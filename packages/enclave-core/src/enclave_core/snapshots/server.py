@@ -2,7 +2,9 @@
 
 Every snapshot service in protos/ has the same ``Watch`` method, so one servicer class serves them all;
 ``register`` is the generated ``add_<Service>Servicer_to_server`` function of the service being offered.
-Plaintext is allowed only on loopback: in a cluster the stream carries tenant data and must be TLS.
+Plaintext is allowed only on loopback: in a cluster the stream carries tenant data, so it is mutual TLS: the
+server presents the service certificate and accepts only clients whose certificate the service CA signed
+(for client authentication), so a pod that can merely reach the port reads nothing.
 """
 
 from __future__ import annotations
@@ -56,10 +58,22 @@ TlsSource = Callable[[], "tuple[bytes, bytes] | None"]
 """Returns the current (certificate chain PEM, private key PEM); consulted on every handshake cycle."""
 
 
+CaSource = Callable[[], "bytes | None"]
+"""Returns the current CA bundle (PEM) that client certificates must chain to."""
+
+
 def file_tls_source(cert_file: str, key_file: str) -> TlsSource:
     def read() -> tuple[bytes, bytes]:
         with open(cert_file, "rb") as cert, open(key_file, "rb") as key:
             return cert.read(), key.read()
+
+    return read
+
+
+def file_ca_source(ca_file: str) -> CaSource:
+    def read() -> bytes:
+        with open(ca_file, "rb") as handle:
+            return handle.read()
 
     return read
 
@@ -74,16 +88,26 @@ class SnapshotServer:
         tls_cert_file: str = "",
         tls_key_file: str = "",
         tls_source: TlsSource | None = None,
+        client_ca_file: str = "",
+        client_ca: CaSource | None = None,
     ) -> None:
         if tls_source is None and tls_cert_file:
             tls_source = file_tls_source(tls_cert_file, tls_key_file)
+        if client_ca is None and client_ca_file:
+            client_ca = file_ca_source(client_ca_file)
         if tls_source is None and not _is_loopback(address):
             raise ValueError(
                 f"refusing plaintext gRPC on {address}: give --grpc-tls-cert/--grpc-tls-key "
                 "(or --grpc-tls-secret), or bind to loopback"
             )
+        if tls_source is not None and client_ca is None:
+            raise ValueError(
+                f"refusing gRPC TLS on {address} without client authentication: give --grpc-ca-file "
+                "(the service CA that signs subscribers' certificates) or serve from --grpc-tls-secret"
+            )
         self.address = address
         self.tls_source = tls_source
+        self.client_ca = client_ca
         self.server = grpc.aio.server()
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -97,19 +121,25 @@ class SnapshotServer:
         if source is None:
             self.port = self.server.add_insecure_port(self.address)
         else:
-            initial = source()
-            if initial is None:
-                raise RuntimeError("no TLS certificate available for the gRPC listener yet")
-            last = [initial]
+            ca_source = self.client_ca
+            assert ca_source is not None
+            initial, initial_ca = source(), ca_source()
+            if initial is None or not initial_ca:
+                raise RuntimeError("no TLS certificate or client CA available for the gRPC listener yet")
+            last: list[tuple[tuple[bytes, bytes], bytes]] = [(initial, initial_ca)]
 
             def fetch() -> grpc.ServerCertificateConfiguration:
-                # Consulted on every handshake cycle: a renewed certificate is used without a restart.
-                pair = source() or last[0]
-                last[0] = pair
+                # Consulted on every handshake cycle: a renewed certificate (or CA) is used without a restart;
+                # a source that fails or is empty for a moment keeps the last good one.
+                try:
+                    pair, ca = source() or last[0][0], ca_source() or last[0][1]
+                except OSError:
+                    pair, ca = last[0]
+                last[0] = (pair, ca)
                 cert, key = pair
-                return grpc.ssl_server_certificate_configuration([(key, cert)])
+                return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
 
-            credentials = grpc.dynamic_ssl_server_credentials(fetch(), fetch)
+            credentials = grpc.dynamic_ssl_server_credentials(fetch(), fetch, require_client_authentication=True)
             self.port = self.server.add_secure_port(self.address, credentials)
         await self.server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)

@@ -43,6 +43,8 @@ class SnapshotSubscriber:
         subscriber: str,
         ca_file: str = "",
         server_name: str = "",
+        client_cert_file: str = "",
+        client_key_file: str = "",
         initial_backoff: float = 0.2,
         max_backoff: float = 5.0,
     ) -> None:
@@ -53,6 +55,8 @@ class SnapshotSubscriber:
         self.subscriber = subscriber
         self.ca_file = ca_file
         self.server_name = server_name
+        self.client_cert_file = client_cert_file
+        self.client_key_file = client_key_file
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.state = SubscriberState()
@@ -65,8 +69,14 @@ class SnapshotSubscriber:
     def _channel(self) -> grpc.aio.Channel:
         if not self.ca_file:
             return grpc.aio.insecure_channel(self.target)
+        # Read on every connection: a renewed CA or client certificate is used from the next reconnect on.
         with open(self.ca_file, "rb") as handle:
-            credentials = grpc.ssl_channel_credentials(root_certificates=handle.read())
+            ca = handle.read()
+        cert = key = None
+        if self.client_cert_file:
+            with open(self.client_cert_file, "rb") as cert_handle, open(self.client_key_file, "rb") as key_handle:
+                cert, key = cert_handle.read(), key_handle.read()
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
         options = [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
         return grpc.aio.secure_channel(self.target, credentials, options=options)
 
