@@ -26,6 +26,9 @@ Context: (dict "root" $ "name" "<component>").
 {{- end }}
 {{- if eq $name "config" }}
 - --service-configuration-name={{ $root.Values.serviceConfiguration.name }}
+{{- /* Generated webhook configurations and RBAC are owned by config's own ClusterRole: `helm uninstall` removes
+them, deleting the ServiceConfiguration does not (the fence must survive that). */}}
+- --owner-cluster-role={{ include "enclave.componentName" . }}
 {{- else if $root.Values.config.enabled }}
 - --config-endpoint={{ include "enclave.grpcTarget" (dict "root" $root "name" "config") }}
 {{- /* Mutual TLS on the snapshot streams: verify publishers (and, serving, clients) with the service CA, and

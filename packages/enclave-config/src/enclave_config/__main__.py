@@ -32,6 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full reconcile without changes"
     )
+    parser.add_argument(
+        "--owner-cluster-role",
+        default=env_default("ENCLAVE_OWNER_CLUSTER_ROLE", ""),
+        help="ClusterRole that owns the generated webhook configurations and RBAC, so that deleting it (helm "
+        "uninstall) garbage-collects them; deleting the ServiceConfiguration never does (env ENCLAVE_OWNER_CLUSTER_ROLE)",
+    )
     args = parser.parse_args(argv)
     for flag in ("tls_validity", "resync"):
         try:
@@ -61,6 +67,7 @@ async def body(process: component.Component) -> None:
         extra_tls_names=grpc_service_names(args.namespace),
         tls_validity=timedelta(seconds=parse_duration(args.tls_validity).total_seconds()),
         resync_seconds=parse_duration(args.resync).total_seconds(),
+        owner_cluster_role=args.owner_cluster_role,
     )
     controller = ConfigController(kube, settings, hub, EventRecorder(kube, "enclave-config"))
     process.state["controller"] = controller

@@ -57,6 +57,9 @@ class Settings:
     extra_tls_ips: tuple[str, ...] = ("127.0.0.1",)
     extra_tls_names: tuple[str, ...] = ("localhost",)
     resync_seconds: float = 60.0
+    owner_cluster_role: str = ""
+    """ClusterRole whose deletion garbage-collects what this controller generates (the chart passes its own
+    ClusterRole, which ``helm uninstall`` deletes); empty: generated objects have no owner."""
 
 
 class ApplyError(Exception):
@@ -78,7 +81,7 @@ class ConfigController:
         self.reconciled = asyncio.Event()
         self._trigger = asyncio.Event()
         self._last_event: tuple[str, str] | None = None
-        self._owner: JSON = {}
+        self._owner: list[JSON] | None = None
         base = f"/apis/{GROUP_VERSION}"
         change = self._changed
         self.configs = Informer(kube, f"{base}/serviceconfigurations", on_change=change, name="configs")
@@ -154,14 +157,9 @@ class ConfigController:
         self._publish(current)
         if not self.leading:
             return self.settings.resync_seconds
-        self._owner = {
-            "apiVersion": GROUP_VERSION,
-            "kind": CONFIG_KIND,
-            "name": self.settings.name,
-            "uid": raw["metadata"]["uid"],
-            "controller": True,
-        }
         try:
+            if self._owner is None:
+                self._owner = await self._anchor()
             ca_pem, next_tls = await self._reconcile_tls(config.spec)
             await self._apply_admission(current, ca_pem)
             await self._apply_rbac(current)
@@ -177,23 +175,48 @@ class ConfigController:
         return next_tls
 
     def _own(self, body: JSON) -> JSON:
-        """Mark a generated object as ours: the labels find it for pruning, the owner reference lets the
-        garbage collector remove it with its ServiceConfiguration."""
+        """Mark a generated object as ours: the labels find it for pruning.
+
+        Deliberately *not* owned by the ServiceConfiguration: deleting that object (a ``kubectl delete`` of the
+        wrong thing, a GitOps tool pruning it) would let the garbage collector take the webhook configurations,
+        and the tenant fence, down with it. Generated objects are owned by the anchor ClusterRole instead when
+        one is configured (``--owner-cluster-role``: the chart's own ClusterRole, gone only on uninstall)."""
         meta = body["metadata"]
         meta["labels"] = {**meta.get("labels", {}), OWNER_LABEL: self.settings.name}
-        meta["ownerReferences"] = [self._owner]
+        if self._owner:
+            meta["ownerReferences"] = self._owner
         return body
+
+    async def _anchor(self) -> list[JSON]:
+        """The ownerReferences generated objects carry: to ``--owner-cluster-role``, read once (its uid)."""
+        name = self.settings.owner_cluster_role
+        if not name:
+            return []
+        role = await self.kube.get_or_none(f"{RBAC_PATHS['ClusterRole']}/{name}")
+        if role is None:
+            raise ApplyError("OwnerNotFound", f"ClusterRole {name} (--owner-cluster-role) does not exist")
+        return [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "name": name,
+                "uid": role["metadata"]["uid"],
+            }
+        ]
 
     def _publish(self, current: EffectiveConfiguration) -> None:
         self.last_good = current
         self.hub.publish(CONFIG_KIND, current.model_dump_json(by_alias=True).encode())
 
     async def _create_default(self) -> None:
+        """Recreate the object: with the last spec this replica applied when it has one (a deleted configuration
+        comes back as it was, webhooks and all), else with the spec's defaults."""
+        spec = self.last_good.spec if self.last_good is not None else ServiceConfigurationSpec()
         body = {
             "apiVersion": GROUP_VERSION,
             "kind": CONFIG_KIND,
             "metadata": {"name": self.settings.name},
-            "spec": ServiceConfigurationSpec().to_k8s(),
+            "spec": spec.to_k8s(),
         }
         with contextlib.suppress(KubeError):
             created = await self.kube.create(f"/apis/{GROUP_VERSION}/serviceconfigurations", body)
@@ -236,6 +259,11 @@ class ConfigController:
         return planned.ca_pem, tls.next_check(planned.data)
 
     async def _apply_admission(self, current: EffectiveConfiguration, ca_pem: bytes | None) -> None:
+        if current.spec.admission is None:
+            # No admission section (a default recreated by a replica that never saw the old spec): leave the
+            # generated configurations as they are rather than take the fence down. Removing a side
+            # (admission.mutating: null) or renaming one is how configurations are deleted.
+            return
         desired = webhooks.render(current, ca_pem)
         for kind, body in desired.items():
             name = body["metadata"]["name"]

@@ -37,7 +37,8 @@ class EventRecorder:
 
     async def emit(
         self, obj: JSON, event_type: EventType, reason: str, message: str, *, namespace: str | None = None
-    ) -> None:
+    ) -> JSON | None:
+        """Post the Event; the stored object (to bump its ``count`` later), or None when it could not be posted."""
         meta: dict[str, Any] = obj.get("metadata", {})
         object_namespace = meta.get("namespace")
         target = object_namespace or namespace or self.default_namespace
@@ -73,10 +74,23 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            await self.kube.create(resource_path("v1", "events", namespace=target), event)
+            return await self.kube.create(resource_path("v1", "events", namespace=target), event)
         except FencedWriteError:
             log.info("event not posted: this replica no longer leads", extra={"reason": reason})
         except KubeError as err:
             log.warning("could not post event", extra={"reason": reason, "error": str(err)})
         except Exception:
             log.exception("could not post event", extra={"reason": reason})
+        return None
+
+    async def bump(self, event: JSON, count: int) -> bool:
+        """Record that ``event`` (as :meth:`emit` returned it) happened ``count`` times in all, as kube's event
+        recorder does for a repeat: one object whose ``count`` and ``lastTimestamp`` move. False on failure."""
+        meta = event.get("metadata") or {}
+        path = resource_path("v1", "events", namespace=meta.get("namespace"), name=meta.get("name"))
+        try:
+            await self.kube.merge_patch(path, {"count": count, "lastTimestamp": _now()})
+        except KubeError as err:
+            log.warning("could not update event", extra={"reason": event.get("reason"), "error": str(err)})
+            return False
+        return True
