@@ -342,6 +342,27 @@ def test_chart_pool_hooks_equal_the_admission_servers_defaults(helm: Path) -> No
     parse_args(container(deployments["enclave-pools"])["args"])  # the chart's flags are the component's
 
 
+def test_chart_replication_hooks_equal_the_admission_servers_defaults(helm: Path) -> None:
+    """With enclave-replication on, the chart's hooks are defaults.webhooks(replication=True)'s: protection
+    (validating, fail-closed, managed objects only) and the deprecated-settings conversion (mutating)."""
+    from enclave_admission.defaults import webhooks
+    from enclave_core.api.configuration import WebhookClient, WebhookService
+
+    namespace = "team-platform"
+    manifests = render(helm, namespace, sets=("replication.enabled=true",))
+    (configuration,) = by_kind(manifests, "ServiceConfiguration").values()
+    client = WebhookClient(service=WebhookService(name="enclave-webhook-service", namespace=namespace))
+    expected = webhooks(client, namespace=namespace, replication=True).to_k8s()
+    for side in ("mutating", "validating"):
+        rendered = {hook["name"]: hook for hook in configuration["spec"]["admission"][side]["webhooks"]}
+        wanted = {hook["name"]: hook for hook in expected[side]["webhooks"]}
+        assert rendered == wanted, side
+    validating = {hook["name"]: hook for hook in expected["validating"]["webhooks"]}
+    assert validating["replication.enclave.dev"]["objectSelector"]["matchExpressions"][0]["key"] == (
+        "enclave.dev/managed-by"
+    )
+
+
 def test_webhooks_follow_the_components(helm: Path, tmp_path: Path) -> None:
     """Quota and replication hooks appear with their components, fail closed; none exist without admission."""
     every = _values_file(tmp_path, all_components_values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -27,10 +28,20 @@ REPLICATION = ComponentSpec("replication", "enclave_replication", grpc=True)
 CONFIG = ComponentSpec("config", "enclave_config", grpc=True)
 
 
+@dataclass
+class Stack:
+    """The module's processes: enclave-replication, and enclave-config when the module has a CONFIGURATION."""
+
+    replication: RunningComponent
+    config: RunningComponent | None
+    config_name: str
+    home: str
+
+
 @pytest.fixture(scope="module")
 def replication(
     request: pytest.FixtureRequest, control_plane: ControlPlane, kube: Any, enclave_crds: list[str]
-) -> Iterator[RunningComponent]:
+) -> Iterator[Stack]:
     """enclave-replication for the module; with a module-level ``CONFIGURATION`` (a ServiceConfiguration spec)
     enclave-config runs beside it with that configuration and replication follows its ConfigService."""
     suffix = secrets.token_hex(3)
@@ -41,6 +52,7 @@ def replication(
     configuration: dict[str, Any] | None = getattr(request.module, "CONFIGURATION", None)
     started: list[RunningComponent] = []
     config_name = f"rcfg-{suffix}"
+    config: RunningComponent | None = None
     try:
         endpoints: dict[str, str] = {}
         args: list[str] = []
@@ -74,7 +86,7 @@ def replication(
             identity=f"replication-{suffix}",
         )
         started.append(running)
-        yield running
+        yield Stack(running, config, config_name, home)
     finally:
         for process in reversed(started):
             process.process.stop()
@@ -225,7 +237,7 @@ def _gone(cluster: Cluster, plural: str, name: str, namespace: str) -> Callable[
 
 
 @pytest.fixture
-def cluster(kube: Any, replication: RunningComponent) -> Iterator[Cluster]:
+def cluster(kube: Any, replication: Stack) -> Iterator[Cluster]:
     made = Cluster(kube)
     try:
         yield made

@@ -17,9 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from enclave_testing.components import RunningComponent
-
-from .conftest import Cluster
+from .conftest import Cluster, Stack
 
 SECRET_VALUE = "victim-secret-value"
 
@@ -142,7 +140,7 @@ class Fence:
 
 
 @pytest.fixture(scope="module")
-def fence(kube: Any, replication: RunningComponent) -> Iterator[Fence]:
+def fence(kube: Any, replication: Stack) -> Iterator[Fence]:
     cluster = Cluster(kube)
     suffix = secrets.token_hex(3)
     tenant, victim_tenant = f"tfence-{suffix}", f"tvictim-{suffix}"

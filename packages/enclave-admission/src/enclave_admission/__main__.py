@@ -31,6 +31,7 @@ from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.globalquotas.v1 import globalquotas_pb2_grpc
 from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
+from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
@@ -39,6 +40,7 @@ from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfigura
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import POOLS_KIND, PoolsSnapshot
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaTargets
+from enclave_core.snapshots.replication import REPLICATION_KIND, ReplicationSnapshot
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot
 
 log = logging.getLogger(__name__)
@@ -94,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "empty accepts any certificate --client-ca-file signed (env ENCLAVE_CLIENT_ALLOWED_NAMES)",
     )
     add_limit_flags(parser)
-    grpc.add_subscription_flags(parser, "config", "tenants", "quotas", "pools", "globalquotas")
+    grpc.add_subscription_flags(parser, "config", "tenants", "quotas", "pools", "globalquotas", "replication")
     args = parser.parse_args(argv)
     if args.client_allowed_names and not args.client_ca_file:
         parser.error("--client-allowed-names needs --client-ca-file: names are read from a verified certificate")
@@ -117,6 +119,7 @@ async def body(process: component.Component) -> None:
         expect_quotas=bool(args.quotas_endpoint),
         expect_pools=bool(args.pools_endpoint),
         namespace=args.namespace,
+        expect_replication=bool(args.replication_endpoint),
     )
     kube = Kube(process.api, field_manager="enclave-admission")
     events = DenyEvents(EventRecorder(kube, "enclave-admission"))
@@ -139,7 +142,22 @@ async def body(process: component.Component) -> None:
         SNAPSHOT_REVISION.labels(POOLS_KIND).set(snapshot.revision)
         log.info("pools snapshot", extra={"revision": snapshot.revision, "pools": len(pools.pools)})
 
+    def accept_replication(snapshot: Snapshot) -> None:
+        replication = ReplicationSnapshot.model_validate_json(snapshot.payload)
+        state.set_replication(replication)
+        SNAPSHOT_REVISION.labels(REPLICATION_KIND).set(snapshot.revision)
+        log.info("replication snapshot", extra={"revision": snapshot.revision, "objects": len(replication.objects)})
+
     grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
+    if args.replication_endpoint:
+        # Readiness waits for this snapshot only when the replication component is configured.
+        grpc.subscribe(
+            process,
+            args.replication_endpoint,
+            replication_pb2_grpc.ReplicationServiceStub,
+            REPLICATION_KIND,
+            accept_replication,
+        )
     if args.pools_endpoint:
         # Readiness waits for this snapshot only when the pools component is configured.
         grpc.subscribe(process, args.pools_endpoint, pools_pb2_grpc.PoolServiceStub, POOLS_KIND, accept_pools)

@@ -37,6 +37,11 @@ Every choice scopes a hook as tightly as its rule allows:
   outage is no quota), ``NoneOnDryRun`` (it writes ledger reservations, never for a dry run), and it never
   sees Events, Leases or the ledgers themselves. CustomQuota/GlobalCustomQuota validation fails open, for the
   ServiceConfiguration's reason: the controller validates again and reports.
+* **Replication** (``replication=True``, with enclave-replication): protection of replicated objects is
+  fail-closed on UPDATE and DELETE of objects carrying ``enclave.dev/managed-by`` only (an objectSelector, so
+  no other write waits on Enclave), excludes the system namespaces, and skips the cluster's controllers by a
+  matchCondition, so the garbage collector and the namespace controller always clean tenant namespaces. The deprecated-settings conversion on
+  GlobalTenantResources and TenantResources fails open: the controller converts the same way.
 * **Pools** (``pools=True``, with the pools component): claim assignment (mutating, CREATE), claim and pool
   validation, all fail-closed: a claim admitted while Enclave is down could be moved out from under its usage
   or name a pool that does not select its namespace. Like the namespace hooks they skip the control plane with
@@ -146,6 +151,62 @@ def _quota_hooks() -> list[ValidatingWebhook]:
     ]
 
 
+def _replication_settings_hook(namespace: str) -> MutatingWebhook:
+    """Deprecated settings -> per-block policy. Ignore: the controller applies the same conversion."""
+    hook = MutatingWebhook(
+        name="replication.mutate.enclave.dev",
+        path=routes.REPLICATION_MUTATE,
+        failure_policy="Ignore",
+        timeout_seconds=5,
+        reinvocation_policy="Never",
+        rules=[
+            WebhookRule(
+                api_groups=[API_GROUP],
+                api_versions=["*"],
+                operations=["CREATE", "UPDATE"],
+                resources=["globaltenantresources", "tenantresources"],
+                scope="*",
+            )
+        ],
+        admission_review_versions=["v1"],
+        side_effects="None",
+        match_policy="Equivalent",
+    )
+    _exclude_system_namespaces(hook, namespace)
+    return hook
+
+
+CLUSTER_CONTROLLERS = MatchCondition(
+    name="enclave.dev/skip-cluster-controllers",
+    expression="!(request.userInfo.username.startsWith('system:') && "
+    "!request.userInfo.username.startsWith('system:serviceaccount:')) && "
+    "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:') && "
+    "!('system:masters' in request.userInfo.groups)",
+)
+"""The cluster's own controllers (``system:`` users, kube-system's service accounts, ``system:masters``):
+the garbage collector and the namespace controller clean tenant namespaces and must never wait on Enclave."""
+
+
+def _replication_protection_hook() -> ValidatingWebhook:
+    """Managed objects (label ``enclave.dev/managed-by``, old or new object), UPDATE and DELETE, fail-closed:
+    replicated objects are often the fence itself (NetworkPolicies, LimitRanges). System namespaces are
+    excluded like every hook's, and the cluster's controllers are skipped wherever they clean up."""
+    return ValidatingWebhook(
+        name="replication.enclave.dev",
+        path=routes.REPLICATION,
+        failure_policy="Fail",
+        timeout_seconds=5,
+        match_conditions=[CLUSTER_CONTROLLERS],
+        object_selector=LabelSelector(
+            match_expressions=[LabelSelectorRequirement(key="enclave.dev/managed-by", operator="Exists")]
+        ),
+        rules=[_rule("*", ["*"], ["UPDATE", "DELETE"], "Namespaced")],
+        admission_review_versions=["v1"],
+        side_effects="None",
+        match_policy="Equivalent",
+    )
+
+
 def webhooks(
     client: WebhookClient,
     *,
@@ -153,12 +214,14 @@ def webhooks(
     nodes: bool = False,
     quotas: bool = False,
     pools: bool = False,
+    replication: bool = False,
 ) -> Admission:
     """The default ``spec.admission`` for an admission server reached through ``client``.
 
     ``namespace`` is where Enclave runs (its service accounts are skipped); ``nodes`` adds the node-metadata
     hook, off by default; ``quotas`` the custom quota hooks (with enclave-quotas); ``pools`` the ResourcePool
-    and ResourcePoolClaim hooks (the chart renders them with the pools component).
+    and ResourcePoolClaim hooks (the chart renders them with the pools component); ``replication`` the
+    replication protection and deprecated-settings hooks (with enclave-replication).
     """
     skip = skip_control_plane(namespace)
     mutating = [
@@ -244,6 +307,9 @@ def webhooks(
         )
     if quotas:
         validating += _quota_hooks()
+    if replication:
+        mutating.append(_replication_settings_hook(namespace))
+        validating.append(_replication_protection_hook())
     for webhook in validating:  # every hook but those that skip the control plane by user instead
         if skip not in (webhook.match_conditions or []):
             _exclude_system_namespaces(webhook, namespace)

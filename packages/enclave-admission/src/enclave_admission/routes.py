@@ -18,6 +18,8 @@ from enclave_admission.nodes import validation as nodes
 from enclave_admission.pools import mutation as pool_mutation
 from enclave_admission.pools import validation as pools
 from enclave_admission.quotas import validation as quotas
+from enclave_admission.replication import mutation as replication_mutation
+from enclave_admission.replication import validation as replication
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.serviceaccounts import validation as serviceaccounts
 from enclave_admission.state import State
@@ -34,6 +36,8 @@ TENANTS: Final = "/tenants"
 SERVICE_CONFIGURATIONS: Final = "/serviceconfigurations"
 QUOTAS: Final = "/quotas"
 CUSTOM_QUOTAS: Final = "/customquotas"
+REPLICATION: Final = "/replication"
+REPLICATION_MUTATE: Final = "/replication/mutate"
 RESOURCE_POOLS: Final = "/resourcepools"
 RESOURCE_POOL_CLAIMS: Final = "/resourcepoolclaims"
 RESOURCE_POOL_CLAIMS_MUTATE: Final = "/resourcepoolclaims/mutate"
@@ -47,9 +51,11 @@ ROUTES: Final[dict[str, Handler]] = {
     SERVICE_CONFIGURATIONS: configuration.validate,
     QUOTAS: quotas.validate,
     CUSTOM_QUOTAS: quotas.validate_quota,
+    REPLICATION: replication.validate,
+    REPLICATION_MUTATE: replication_mutation.mutate,
     RESOURCE_POOLS: pools.validate_pool,
     RESOURCE_POOL_CLAIMS: pools.validate_claim,
     RESOURCE_POOL_CLAIMS_MUTATE: pool_mutation.mutate,
 }
-"""Path -> decision. ``/namespaces/mutate`` and ``/resourcepoolclaims/mutate`` mutate; every other path only
-validates."""
+"""Path -> decision. ``/namespaces/mutate``, ``/resourcepoolclaims/mutate`` and ``/replication/mutate``
+mutate; every other path only validates."""

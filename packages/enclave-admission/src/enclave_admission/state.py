@@ -23,6 +23,7 @@ from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
 from enclave_core.snapshots.quotas import QuotaTargets
+from enclave_core.snapshots.replication import ReplicationSnapshot
 from enclave_core.snapshots.tenancy import (
     SERVICE_ACCOUNT_PREFIX,
     Forbidden,
@@ -173,7 +174,12 @@ class State:
         expect_quotas: bool = False,
         expect_pools: bool = False,
         namespace: str = "",
+        expect_replication: bool = False,
     ) -> None:
+        self.expect_replication = expect_replication
+        """True when ``--replication-endpoint`` is given: no decision before the first Replication snapshot."""
+        self.replication = ReplicationSnapshot()
+        self.replication_received = False
         self.expect_tenancy = expect_tenancy
         self.namespace = namespace
         """Enclave's own namespace (``--namespace``): its service accounts are skipped by the namespace hooks."""
@@ -206,6 +212,7 @@ class State:
             self.config is not None
             and (self.tenancy_received or not self.expect_tenancy)
             and (self.quotas is not None or not self.expect_quotas)
+            and (self.replication_received or not self.expect_replication)
             and (self.pools_received or not self.expect_pools)
         )
 
@@ -221,6 +228,10 @@ class State:
     def set_quotas(self, targets: QuotaTargets) -> None:
         """Compile the quota targets once per snapshot (selectors, paths, CEL)."""
         self.quotas = QuotaIndex(targets)
+
+    def set_replication(self, replication: ReplicationSnapshot) -> None:
+        self.replication = replication
+        self.replication_received = True
 
     def set_tenancy(self, tenancy: TenancySnapshot) -> None:
         self.tenancy = tenancy

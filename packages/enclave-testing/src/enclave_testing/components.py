@@ -58,6 +58,12 @@ COMPONENTS: list[ComponentSpec] = [
         grpc=True,
         extra_args=lambda endpoints: [f"--config-endpoint={endpoints['config']}"] if "config" in endpoints else [],
     ),
+    ComponentSpec(
+        "replication",
+        "enclave_replication",
+        grpc=True,
+        extra_args=lambda endpoints: [f"--config-endpoint={endpoints['config']}"] if "config" in endpoints else [],
+    ),
     ComponentSpec("admission", "enclave_admission", webhook=True, extra_args=_admission_args),
 ]
 

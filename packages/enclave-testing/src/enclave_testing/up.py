@@ -72,14 +72,17 @@ def configure_admission(
     *,
     pools: bool = False,
     quotas: bool = False,
+    replication: bool = False,
 ) -> None:
     """Patch ServiceConfiguration ``name`` (created by the config component) with the TLS reconciler on and
     Enclave's default webhooks pointing at ``url`` (with the pool hooks when the pools component runs, the custom
-    quota hooks when enclave-quotas runs)."""
+    quota hooks when enclave-quotas runs, the replication hooks when enclave-replication runs)."""
     from enclave_admission.defaults import url_client, webhooks
 
     custom = client.CustomObjectsApi(api)
-    admission = webhooks(url_client(url), namespace=ENCLAVE_NAMESPACE, pools=pools, quotas=quotas).to_k8s()
+    admission = webhooks(
+        url_client(url), namespace=ENCLAVE_NAMESPACE, pools=pools, quotas=quotas, replication=replication
+    ).to_k8s()
     patch = {"spec": {"enableTLSReconciler": True, "admission": admission}}
     deadline = time.monotonic() + timeout
     while True:
@@ -134,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
                 # The admission server needs its certificate (written by the config component once the TLS
                 # reconciler is on) before it is ready; kube-apiserver needs the webhooks to reach it.
                 configure_admission(
-                    api, component.webhook_url, pools="pools" in endpoints, quotas="quotas" in endpoints
+                    api,
+                    component.webhook_url,
+                    pools="pools" in endpoints,
+                    quotas="quotas" in endpoints,
+                    replication="replication" in endpoints,
                 )
                 _say(f"ServiceConfiguration default: TLS reconciler on, webhooks at {component.webhook_url}")
                 component.wait_ready()
