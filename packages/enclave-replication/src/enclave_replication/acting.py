@@ -12,8 +12,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes.aio import client
-
 from enclave_core import selectors
 from enclave_core.kube.rest import JSON, Kube, KubeError
 from enclave_replication.discovery import Discovery
@@ -21,10 +19,11 @@ from enclave_replication.plan import ReadError
 
 
 class ActingKube(Kube):
-    """A :class:`Kube` that impersonates ``user`` (None: the controller itself)."""
+    """A :class:`Kube` that impersonates ``user`` (None: the controller itself); its writes are fenced by the
+    Lease like the controller's own."""
 
-    def __init__(self, api: client.ApiClient, field_manager: str, user: str | None) -> None:
-        super().__init__(api, field_manager)
+    def __init__(self, base: Kube, field_manager: str, user: str | None) -> None:
+        super().__init__(base.api, field_manager, fence=base.fence)
         self.user = user
 
     async def _headers(self, method: str, path: str, body: Any, headers: dict[str, str]) -> dict[str, str]:

@@ -461,7 +461,7 @@ class ReplicationController:
             items, _ = self._keep_all(owner, raw)
             await self._finish(owner, raw, items, tenants, identity.account, (False, "NotInTenant", problem))
             return
-        acting = ActingKube(self.kube.api, owner.field_manager, identity.user)
+        acting = ActingKube(self.kube, owner.field_manager, identity.user)
         reader = ClusterReader(self.discovery, acting)
         built = await planning.build(owner, spec, targets, reader, fence)
         self._watch_sources(key, reader.interest)
@@ -810,7 +810,7 @@ class ReplicationController:
             await self._finish(owner, raw, items, tenants, None, (False, "Cordoned", "deletion paused: cordoned"))
             return
         identity = self._identity(owner, spec)
-        acting = ActingKube(self.kube.api, owner.field_manager, identity.user)
+        acting = ActingKube(self.kube, owner.field_manager, identity.user)
         errors: list[str] = []
         previous = st.previous_items(raw)
         for _informer, obj in self._managed_by(owner):
