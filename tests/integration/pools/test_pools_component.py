@@ -4,6 +4,7 @@ ResourceQuotas kube-apiserver enforces, and admission fences the claims."""
 from __future__ import annotations
 
 import threading
+import urllib.request
 from typing import Any
 
 import pytest
@@ -284,3 +285,30 @@ def test_pool_deletion_releases_or_deletes_bound_claims(pools: Pools, delete_bou
         assert status["condition"]["reason"] == "PoolDeleted"
         assert status["condition"]["status"] == "False"
         assert status.get("pool") is None
+
+
+def _metric_sum(pools: Pools, name: str) -> float:
+    with urllib.request.urlopen(f"{pools.pools.probe_url}/metrics", timeout=5) as answer:
+        lines = answer.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
+
+
+def test_a_settled_cluster_costs_no_writes(pools: Pools) -> None:
+    """Level-based with nothing to do: a pass triggered by an unrelated change writes nothing."""
+    token, (ns,) = pools.namespaces(1)
+    pool = unique("quiet")
+    pools.pool(pool, token, {"requests.cpu": "1"})
+    pools.claim(ns, "settled", {"requests.cpu": "1"}, pool=pool)
+    pools.wait_reason(ns, "settled", "Bound")
+    pools.claim(ns, "waiting", {"requests.cpu": "1"}, pool=pool)
+    pools.wait_reason(ns, "waiting", "PoolExhausted")
+
+    def quiet() -> float | None:
+        writes = _metric_sum(pools, "enclave_pools_writes_total")
+        passes = _metric_sum(pools, "enclave_pools_reconciles_total")
+        core = client.CoreV1Api(pools.kube)
+        core.patch_namespace(ns, {"metadata": {"labels": {"touched": unique("t")}}})  # triggers a pass
+        poll(lambda: _metric_sum(pools, "enclave_pools_reconciles_total") >= passes + 2, what="two more passes")
+        return writes if _metric_sum(pools, "enclave_pools_writes_total") == writes else None
+
+    poll(quiet, timeout=30, what="a pass without writes")

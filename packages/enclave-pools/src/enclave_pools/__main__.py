@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--concurrency",
         type=int,
-        default=int(env_default("ENCLAVE_CONCURRENCY", "8")),
+        default=int(env_default("ENCLAVE_CONCURRENCY", "16")),
         help="quota and claim writes in flight at once (env ENCLAVE_CONCURRENCY)",
     )
     args = parser.parse_args(argv)

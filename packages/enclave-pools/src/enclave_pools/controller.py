@@ -42,6 +42,7 @@ CONFLICTS = Counter("enclave_pools_ledger_conflicts_total", "Pool status writes 
 POOLS = Gauge("enclave_pools_pools", "Pools observed")
 BOUND_CLAIMS = Gauge("enclave_pools_bound_claims", "Claims bound to a pool")
 WAITING_CLAIMS = Gauge("enclave_pools_waiting_claims", "Claims not bound (exhausted, queued or refused)")
+EVENTS_DROPPED = Counter("enclave_pools_events_dropped_total", "Claim Events dropped because the queue was full")
 RECONCILE_SECONDS = Histogram("enclave_pools_reconcile_seconds", "Duration of one write-loop pass")
 
 POOLS_PATH = f"/apis/{GROUP_VERSION}/resourcepools"
@@ -53,7 +54,7 @@ QUOTAS_PATH = "/api/v1/resourcequotas"
 class Settings:
     resync_seconds: float = 60.0
     """Full pass without any change, a safety net for missed events."""
-    concurrency: int = 8
+    concurrency: int = 16
     """Quota and claim writes in flight at once."""
 
 
@@ -80,6 +81,7 @@ class PoolsController:
         self._publish_trigger = asyncio.Event()
         self._write_trigger = asyncio.Event()
         self._warned: dict[str, tuple[str, str]] = {}
+        self._events: asyncio.Queue[tuple[JSON, EventType, str, str]] = asyncio.Queue(maxsize=1000)
         change = self._changed
         self.pools = Informer(kube, POOLS_PATH, on_change=change, name="resourcepools")
         self.claims = Informer(kube, CLAIMS_PATH, on_change=change, name="resourcepoolclaims")
@@ -109,7 +111,7 @@ class PoolsController:
         try:
             await asyncio.gather(*(informer.synced.wait() for informer in self.informers()))
             self.synced.set()
-            await asyncio.gather(self._publish_loop(), self._write_loop())
+            await asyncio.gather(self._publish_loop(), self._write_loop(), self._post_events())
         finally:
             for task in tasks:
                 task.cancel()
@@ -136,7 +138,7 @@ class PoolsController:
                     RECONCILES.labels("ok").inc()
                     backoff = 0.5
                     if retry:
-                        wait = 0.05  # a ledger conflict: replan as soon as the fresh pool is in the cache
+                        wait = 0.2  # a ledger conflict or a failed write: replan soon, not at the next resync
                 except Exception:
                     log.exception("reconcile failed")
                     RECONCILES.labels("error").inc()
@@ -148,25 +150,26 @@ class PoolsController:
 
     # -- plan and snapshot ---------------------------------------------------------------------------------
 
-    def plan(self) -> pl.Plan:
-        return pl.build_plan(self.pools.values(), self.claims.values(), self.namespaces.values())
+    def plan(self, *, bind: bool = True) -> pl.Plan:
+        return pl.build_plan(self.pools.values(), self.claims.values(), self.namespaces.values(), bind=bind)
 
     def publish(self) -> pl.Plan:
-        plan = self.plan()
+        plan = self.plan(bind=False)
         snapshot = pl.snapshot(plan, self.quotas.values())
         if self.hub.publish(POOLS_KIND, snapshot.model_dump_json().encode()) is not None:
             log.debug("pools snapshot published", extra={"pools": len(snapshot.pools)})
         PUBLISHES.labels("ok").inc()
         POOLS.set(len(plan.pools))
         BOUND_CLAIMS.set(len(snapshot.bound))
-        WAITING_CLAIMS.set(sum(1 for v in plan.verdicts.values() if not v.bound))
+        WAITING_CLAIMS.set(len(plan.claims) - len(snapshot.bound))
         self.published.set()
         return plan
 
     # -- one write pass (leader only) ----------------------------------------------------------------------
 
     async def reconcile(self) -> bool:
-        """One pass; True when a pool's ledger write met a conflict and the pass should run again soon."""
+        """One pass; True when a pool's ledger write met a conflict (or a write failed) and the pass should run
+        again soon."""
         plan = self.plan()
         now = datetime.now(UTC)
         semaphore = asyncio.Semaphore(self.settings.concurrency)
@@ -199,15 +202,18 @@ class PoolsController:
             if pool.name not in conflicted and not pool.deleting and quota_errors.get(pool.name):
                 await self._commit(pool, now, quota_errors[pool.name])
         claim_writes = []
+        failed: list[str] = []
         for key, verdict in plan.verdicts.items():
             if verdict.pool in conflicted:
                 continue  # its binding is being replanned; say nothing until it is committed
             pool_plan = plan.pools.get(verdict.pool)
             if pool_plan is not None and pool_plan.deleting and verdict.bound:
                 continue  # _finalize releases or deletes it
-            claim_writes.append(bounded(self._claim(plan.claims[key], verdict, now)))
+            if st.claim_current(plan.claims[key].raw, verdict):
+                continue
+            claim_writes.append(bounded(self._claim(plan.claims[key], verdict, now, failed)))
         await asyncio.gather(*claim_writes)
-        return bool(conflicted)
+        return bool(conflicted or failed)
 
     async def _ensure_finalizer(self, pool: pl.PoolPlan) -> bool:
         meta = pool.raw["metadata"]
@@ -278,7 +284,7 @@ class PoolsController:
         self.quotas.items.pop(f"{meta['namespace']}/{meta['name']}", None)
         WRITES.labels("ResourceQuota", "delete").inc()
 
-    async def _claim(self, claim: pl.Claim, verdict: pl.Verdict, now: datetime) -> None:
+    async def _claim(self, claim: pl.Claim, verdict: pl.Verdict, now: datetime, failed: list[str]) -> None:
         status = st.claim_status(claim.raw, verdict, now=now)
         if not st.changed(claim.raw, status):
             return
@@ -286,17 +292,32 @@ class PoolsController:
         try:
             stored = await self.kube.merge_patch(f"{path}/status", {"metadata": {"uid": claim.uid}, "status": status})
         except KubeError as err:
+            # 409: the uid precondition failed (the claim was deleted and created again); the watch says so.
             if not _ignorable(err) and not err.conflict:
                 log.warning("claim status write failed", extra={"claim": claim.key, "error": str(err)})
+                failed.append(claim.key)
             return
         WRITES.labels("ResourcePoolClaim", "status").inc()
         self.claims.items[claim.key] = stored
         previous = (claim.raw.get("status") or {}).get("condition") or {}
-        if previous.get("reason") != verdict.reason or previous.get("status") != status["condition"]["status"]:
-            kind: EventType = (
-                "Normal" if verdict.bound or verdict.reason in (pl.POOL_EXHAUSTED, pl.QUEUE_EXHAUSTED) else "Warning"
-            )
-            await self.events.emit(_with_kind(stored, "ResourcePoolClaim"), kind, verdict.reason, verdict.message)
+        if not verdict.bound and previous.get("reason") != verdict.reason:
+            # Binding is said by the status alone (as a PVC's is); a claim that waits or is refused, or loses its
+            # binding, also gets an Event, once per reason.
+            waiting = verdict.reason in (pl.POOL_EXHAUSTED, pl.QUEUE_EXHAUSTED, pl.POOL_DELETED)
+            self._event(_with_kind(stored, "ResourcePoolClaim"), "Normal" if waiting else "Warning", verdict)
+
+    def _event(self, obj: JSON, kind: EventType, verdict: pl.Verdict) -> None:
+        """Queue a claim's Event: posted off the pass, so a burst of bindings is not slowed by as many Event
+        writes; when the queue is full the Event is dropped (the status already says it) and counted."""
+        try:
+            self._events.put_nowait((obj, kind, verdict.reason, verdict.message))
+        except asyncio.QueueFull:
+            EVENTS_DROPPED.inc()
+
+    async def _post_events(self) -> None:
+        while True:
+            obj, kind, reason, message = await self._events.get()
+            await self.events.emit(obj, kind, reason, message)
             WRITES.labels("Event", "create").inc()
 
     async def _finalize(self, pool: pl.PoolPlan) -> None:

@@ -92,12 +92,7 @@ class Claim:
         meta = raw.get("metadata") or {}
         spec = raw.get("spec") or {}
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        raw_claim = spec.get("claim")
-        wanted: dict[str, Any] = raw_claim if isinstance(raw_claim, dict) else {}
-        problems = resource_list_problems(wanted, "spec.claim")
-        if not wanted:
-            problems.append("spec.claim: must name at least one resource")
-        request = {} if problems else parse_map(wanted)
+        request, problems = _parse_claim(spec, str(meta.get("uid", "")), meta.get("resourceVersion"))
         return cls(
             raw=raw,
             key=f"{namespace}/{name}",
@@ -106,10 +101,39 @@ class Claim:
             uid=str(meta.get("uid", "")),
             pool=str(spec.get("pool") or ""),
             request=request,
-            problems=tuple(problems),
+            problems=problems,
             order=(str(meta.get("creationTimestamp", "")), namespace, name),
             deleting=bool(meta.get("deletionTimestamp")),
         )
+
+
+_PARSED: dict[tuple[str, str], tuple[Amounts, tuple[str, ...]]] = {}
+"""Parsed ``spec.claim`` by (uid, resourceVersion): a pass re-reads every claim, but a claim's amounts are
+parsed once per version of the object instead of once per pass (quantity parsing dominated a pass)."""
+_RECORDS: dict[tuple[str, str], dict[str, Record]] = {}
+"""Parsed ``status.claims`` by (pool uid, resourceVersion), for the same reason."""
+_CACHE_LIMIT = 50_000
+
+
+def _remember(cache: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()  # old versions are never asked for again; starting over is cheaper than tracking them
+    cache[key] = value
+
+
+def _parse_claim(spec: JSON, uid: str, version: object) -> tuple[Amounts, tuple[str, ...]]:
+    key = (uid, str(version)) if version else None
+    if key is not None and key in _PARSED:
+        return _PARSED[key]
+    raw_claim = spec.get("claim")
+    wanted: dict[str, Any] = raw_claim if isinstance(raw_claim, dict) else {}
+    problems = resource_list_problems(wanted, "spec.claim")
+    if not wanted:
+        problems.append("spec.claim: must name at least one resource")
+    parsed = ({} if problems else parse_map(wanted)), tuple(problems)
+    if key is not None:
+        _remember(_PARSED, key, parsed)
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -183,8 +207,19 @@ class Plan:
 
 
 def read_records(raw: JSON) -> dict[str, Record]:
-    """The bindings in a pool's ``status.claims``; an entry we cannot read is dropped (logged by the caller's
-    Ready message, never fatal)."""
+    """The bindings in a pool's ``status.claims``; an entry we cannot read is dropped (the pool's next status
+    write no longer lists it, so a hand-edited entry never crashes a pass)."""
+    meta = raw.get("metadata") or {}
+    key = (str(meta.get("uid", "")), str(meta["resourceVersion"])) if meta.get("resourceVersion") else None
+    if key is not None and key in _RECORDS:
+        return dict(_RECORDS[key])
+    records = _read_records(raw)
+    if key is not None:
+        _remember(_RECORDS, key, records)
+    return dict(records)
+
+
+def _read_records(raw: JSON) -> dict[str, Record]:
     records: dict[str, Record] = {}
     claims = (raw.get("status") or {}).get("claims") or {}
     if not isinstance(claims, dict):
@@ -238,8 +273,9 @@ def _previous_reason(claim: Claim) -> str:
     return ""
 
 
-def build_plan(pools: Iterable[JSON], claims: Iterable[JSON], namespaces: Iterable[JSON]) -> Plan:
-    """Bindings, verdicts and wanted quotas for every pool and claim."""
+def build_plan(pools: Iterable[JSON], claims: Iterable[JSON], namespaces: Iterable[JSON], *, bind: bool = True) -> Plan:
+    """Bindings, verdicts and wanted quotas for every pool and claim; with ``bind=False`` only what the
+    snapshot needs (committed bindings and selected namespaces), for the publish loop."""
     namespace_list = list(namespaces)
     by_key = {c.key: c for c in map(Claim.read, claims)}
     by_uid = {c.uid: c for c in by_key.values()}
@@ -293,6 +329,8 @@ def build_plan(pools: Iterable[JSON], claims: Iterable[JSON], namespaces: Iterab
             )
         else:
             waiting.setdefault(pool.name, []).append(claim)
+    if not bind:
+        return Plan(pools=plans, verdicts=verdicts, claims=by_key)
     for pool in plans.values():
         _bind(pool, by_uid, waiting.get(pool.name, []), verdicts)
         _quotas(pool)
@@ -370,7 +408,7 @@ def _bound_verdicts(pool: PoolPlan, by_uid: Mapping[str, Claim], verdicts: dict[
             )
 
 
-def namespace_hard(pool: PoolPlan, namespace: str) -> Amounts:
+def namespace_hard(pool: PoolPlan, namespace: str, records: Iterable[Record] | None = None) -> Amounts:
     """``defaults`` (every offered resource at 0 first with ``defaultsZero``) plus the namespace's claims."""
     spec = pool.spec
     assert spec is not None
@@ -378,17 +416,21 @@ def namespace_hard(pool: PoolPlan, namespace: str) -> Amounts:
     if spec.config.defaults_zero:
         base = {key: Quantity(0) for key in pool.hard}
     base.update(parse_map(spec.defaults or {}))
-    return add_maps(base, *(r.claims for r in pool.records.values() if r.namespace == namespace))
+    if records is None:
+        records = [r for r in pool.records.values() if r.namespace == namespace]
+    return add_maps(base, *(r.claims for r in records))
 
 
 def _quotas(pool: PoolPlan) -> None:
     """The ResourceQuota spec for every selected namespace and every namespace still holding a bound claim."""
     if pool.spec is None or pool.problems or pool.deleting:
         return
-    wanted = set(pool.namespaces) | {r.namespace for r in pool.records.values()}
+    per_namespace: dict[str, list[Record]] = {namespace: [] for namespace in pool.namespaces}
+    for record in pool.records.values():
+        per_namespace.setdefault(record.namespace, []).append(record)
     quota = pool.spec.quota
-    for namespace in sorted(wanted):
-        spec: JSON = {"hard": fmt(namespace_hard(pool, namespace))}
+    for namespace in sorted(per_namespace):
+        spec: JSON = {"hard": fmt(namespace_hard(pool, namespace, per_namespace[namespace]))}
         if quota.scopes:
             spec["scopes"] = list(quota.scopes)
         if quota.scope_selector is not None and quota.scope_selector.match_expressions:

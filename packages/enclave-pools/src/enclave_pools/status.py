@@ -121,6 +121,23 @@ def claim_status(raw: JSON, verdict: Verdict, *, now: datetime) -> JSON:
     return out
 
 
+def claim_current(raw: JSON, verdict: Verdict) -> bool:
+    """Whether the claim's stored status already says what ``verdict`` says: a cheap test that spares building
+    the status (pydantic models, conditions) for every claim on every pass."""
+    status = raw.get("status") or {}
+    condition = status.get("condition") or {}
+    allocation = (status.get("allocation") or {}).get("hard")
+    return (
+        status.get("observedGeneration") == _generation(raw)
+        and condition.get("reason") == verdict.reason
+        and condition.get("message") == verdict.message[:MESSAGE_LIMIT]
+        and condition.get("status") == ("True" if verdict.bound else "False")
+        and ((status.get("pool") or {}).get("name") or "") == (verdict.pool if verdict.bound else "")
+        and allocation == (fmt(verdict.allocation) if verdict.allocation is not None else None)
+        and len(status.get("conditions") or []) == 2
+    )
+
+
 def changed(raw: JSON, status: JSON, *, whole: bool = False) -> bool:
     """Whether writing ``status`` would change the stored one: the whole status for a pool (replaced with
     PUT), only the fields we write for a claim (merge patch, with explicit nulls)."""
