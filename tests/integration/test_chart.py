@@ -126,6 +126,12 @@ def all_components_values() -> dict[str, Any]:
     values["tenants"]["rbac"] = {"bindableClusterRoles": ["edit", "view"]}
     values["admission"]["autoscaling"] = {"enabled": True, "minReplicas": 3, "maxReplicas": 9}
     values["admission"]["podDisruptionBudget"] = {"enabled": True, "minAvailable": "50%"}
+    values["admission"]["clientAuthentication"] = {
+        "caConfigMap": "apiserver-webhook-client-ca",
+        "allowedNames": ["kube-apiserver-webhook-client", "apiserver.example.com"],
+    }
+    values["admission"]["networkPolicy"] = {"enabled": True, "apiServerCIDRs": ["10.0.0.0/28", "fd00::/64"]}
+    values["admission"]["limits"] = {"maxConnections": 300, "maxBufferedBytes": 32 * 1024 * 1024}
     values["metrics"] = {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}
     values["global"] = {"image": {"tag": "v9.9.9"}, "priorityClassName": "system-cluster-critical"}
     values["serviceConfiguration"] = {
@@ -205,7 +211,20 @@ def test_defaults_render_the_built_components(helm: Path) -> None:
     assert "--config-endpoint=enclave-config.enclave-system.svc:9090" in args
     assert "--tenants-endpoint=enclave-tenants.enclave-system.svc:9090" in args
     volumes = {volume["name"]: volume for volume in admission["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["tls"]["secret"] == {"secretName": "enclave-tls", "optional": True, "defaultMode": 0o440}
+    assert volumes["tls"]["secret"] == {
+        "secretName": "enclave-tls",
+        "optional": True,
+        "defaultMode": 0o440,
+        "items": [{"key": key, "path": key} for key in ("tls.crt", "tls.key", "ca.crt")],
+    }
+    # No pod mounts the CA's private key: only the config component reads it, through the API.
+    for deployment in deployments.values():
+        for volume in deployment["spec"]["template"]["spec"]["volumes"]:
+            if "secret" in volume:
+                assert [item["key"] for item in volume["secret"].get("items", [])] != [], deployment["metadata"]
+                assert "ca.key" not in json.dumps(volume), deployment["metadata"]["name"]
+    assert "--client-ca-file" not in " ".join(args), "no client CA configured: no client authentication"
+    assert not by_kind(manifests, "NetworkPolicy")
 
     services = by_kind(manifests, "Service")
     webhook = services["enclave-webhook-service"]
@@ -394,8 +413,23 @@ def test_every_component_renders(helm: Path, tmp_path: Path) -> None:
     admission = deployments["enclave-admission"]
     assert "replicas" not in admission["spec"], "the HPA owns the replica count"
     args = container(admission)["args"]
-    for name in CONTROLLERS:
-        assert f"--{name}-endpoint=enclave-{name}.enclave-system.svc:9090" in args
+    from enclave_admission.__main__ import parse_args
+
+    subscribed = vars(parse_args(args))
+    for name in CONTROLLERS:  # exactly the publishers admission knows, every one of them
+        expected = f"--{name}-endpoint=enclave-{name}.enclave-system.svc:9090"
+        assert (expected in args) == (f"{name}_endpoint" in subscribed), name
+    assert "--client-ca-file=/etc/enclave/client-ca/ca.crt" in args
+    assert "--client-allowed-names=kube-apiserver-webhook-client,apiserver.example.com" in args
+    assert "--max-connections=300" in args
+    assert f"--max-buffered-bytes={32 * 1024 * 1024}" in args
+    mounts = {mount["name"]: mount["mountPath"] for mount in container(admission)["volumeMounts"]}
+    assert mounts["client-ca"] == "/etc/enclave/client-ca"
+    (policy,) = by_kind(manifests, "NetworkPolicy").values()
+    webhook_rule, probe_rule = policy["spec"]["ingress"]
+    assert webhook_rule["from"] == [{"ipBlock": {"cidr": "10.0.0.0/28"}}, {"ipBlock": {"cidr": "fd00::/64"}}]
+    assert webhook_rule["ports"] == [{"port": "https", "protocol": "TCP"}]
+    assert probe_rule == {"ports": [{"port": "metrics", "protocol": "TCP"}]}
     (hpa,) = by_kind(manifests, "HorizontalPodAutoscaler").values()
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 9)
     assert by_kind(manifests, "PodDisruptionBudget")["enclave-admission"]["spec"]["minAvailable"] == "50%"
@@ -632,22 +666,33 @@ def test_dry_run_catches_what_a_template_typo_would_produce(helm: Path, kube: An
         dry_run(kube, [deployment], namespace)
 
 
-def test_rendered_arguments_are_accepted_by_each_component(helm: Path) -> None:
+def test_rendered_arguments_are_accepted_by_each_component(helm: Path, tmp_path: Path) -> None:
     """Every built component parses the command line the chart gives it (a misspelt flag would crash-loop)."""
     import importlib
     import importlib.util
 
-    deployments = by_kind(render(helm, "enclave-system"), "Deployment")
-    checked = []
-    for deployment in deployments.values():
-        spec = container(deployment)
-        module = spec["command"][-1]
-        if importlib.util.find_spec(module) is None:
-            continue
-        main = importlib.import_module(f"{module}.__main__")
-        main.parse_args(spec["args"])  # argparse exits with status 2 on an unknown or bad flag
-        checked.append(module)
-    assert sorted(checked) == ["enclave_admission", "enclave_config", "enclave_tenants"]
+    for profile in ("defaults", "every-component"):
+        files = [_values_file(tmp_path, all_components_values())] if profile == "every-component" else []
+        deployments = by_kind(render(helm, "enclave-system", *files), "Deployment")
+        checked = []
+        for deployment in deployments.values():
+            spec = container(deployment)
+            module = spec["command"][-1]
+            if importlib.util.find_spec(module) is None:
+                continue
+            if profile == "every-component" and module not in (
+                "enclave_admission",
+                "enclave_config",
+                "enclave_tenants",
+            ):
+                continue  # the quota, pool and replication components' own arguments are their blocks' business
+            main = importlib.import_module(f"{module}.__main__")
+            try:  # argparse exits with status 2 on an unknown or bad flag
+                main.parse_args(spec["args"])
+            except SystemExit:
+                pytest.fail(f"{module} refuses the arguments the chart gives it ({profile}): {spec['args']}")
+            checked.append(module)
+        assert {"enclave_admission", "enclave_config", "enclave_tenants"} <= set(checked), profile
 
 
 # -- the real components under the chart's RBAC ------------------------------------------------------------

@@ -41,9 +41,27 @@ present the Secret's certificate, which carries clientAuth, to publishers. */}}
 - --webhook-address=0.0.0.0:{{ $v.webhookPort }}
 - --tls-cert-file={{ $tls }}/tls.crt
 - --tls-key-file={{ $tls }}/tls.key
+{{- /* Only publishers admission subscribes to (`admissionEndpoint` in enclave.components): a flag admission
+does not know would crash-loop it behind fail-closed hooks. */}}
 {{- range $other, $otherMeta := include "enclave.components" $root | fromYaml }}
-{{- if and $otherMeta.controller (ne $other "config") (index $root.Values $other).enabled }}
+{{- if and $otherMeta.admissionEndpoint (index $root.Values $other).enabled }}
 - --{{ $other }}-endpoint={{ include "enclave.grpcTarget" (dict "root" $root "name" $other) }}
+{{- end }}
+{{- end }}
+{{- with $v.clientAuthentication }}
+{{- if .caConfigMap }}
+- --client-ca-file={{ include "enclave.clientCADir" $ }}/ca.crt
+{{- with .allowedNames }}
+- --client-allowed-names={{ join "," . }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $v.limits }}
+{{- with .maxConnections }}
+- --max-connections={{ int . }}
+{{- end }}
+{{- with .maxBufferedBytes }}
+- --max-buffered-bytes={{ int64 . }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -177,6 +195,11 @@ spec:
             - name: tls
               mountPath: {{ include "enclave.tlsDir" . }}
               readOnly: true
+            {{- if and (eq $name "admission") $v.clientAuthentication $v.clientAuthentication.caConfigMap }}
+            - name: client-ca
+              mountPath: {{ include "enclave.clientCADir" . }}
+              readOnly: true
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir:
@@ -189,6 +212,24 @@ spec:
             secretName: {{ $root.Values.tls.secretName }}
             optional: true
             defaultMode: 0440
+            # The CA's private key (ca.key) stays in the Secret, read only by the config component through the
+            # API: no pod can sign a certificate the others would trust.
+            items:
+              - key: tls.crt
+                path: tls.crt
+              - key: tls.key
+                path: tls.key
+              - key: ca.crt
+                path: ca.crt
+        {{- if and (eq $name "admission") $v.clientAuthentication $v.clientAuthentication.caConfigMap }}
+        # The CA of kube-apiserver's webhook client certificate (not optional: without it no call is accepted).
+        - name: client-ca
+          configMap:
+            name: {{ $v.clientAuthentication.caConfigMap }}
+            items:
+              - key: ca.crt
+                path: ca.crt
+        {{- end }}
       {{- with $v.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}

@@ -11,18 +11,26 @@ config:
 tenants:
   module: enclave_tenants
   controller: true
+  # admission subscribes to its snapshots: `--tenants-endpoint`
+  admissionEndpoint: true
 admission:
   module: enclave_admission
   controller: false
 quotas:
   module: enclave_quotas
   controller: true
+  # admission subscribes to its snapshots: `--quotas-endpoint`
+  admissionEndpoint: true
 globalquotas:
   module: enclave_globalquotas
   controller: true
+  # admission subscribes to its snapshots: `--globalquotas-endpoint`
+  admissionEndpoint: true
 pools:
   module: enclave_pools
   controller: true
+  # admission subscribes to its snapshots: `--pools-endpoint`
+  admissionEndpoint: true
 replication:
   module: enclave_replication
   controller: true
@@ -100,6 +108,9 @@ app.kubernetes.io/component: {{ .name }}
 
 {{/* Where the TLS Secret (ca.crt, tls.crt, tls.key) is mounted in every pod. */}}
 {{- define "enclave.tlsDir" -}}/etc/enclave/tls{{- end -}}
+
+{{/* Where admission mounts the CA of kube-apiserver's webhook client certificate. */}}
+{{- define "enclave.clientCADir" -}}/etc/enclave/client-ca{{- end -}}
 
 {{/* The cluster role names of serviceConfiguration.spec.rbac, with the CRD defaults filled in. */}}
 {{- define "enclave.rbacSpec" -}}
