@@ -28,6 +28,10 @@ GROUP, VERSION = "enclave.dev", "v1beta2"
 SPECS = {spec.name: spec for spec in COMPONENTS}
 
 
+def QUOTAS_ARGS(config_name: str) -> list[str]:  # noqa: N802 - reads as the constant it stands for
+    return [f"--webhook-configuration={config_name}-validating", "--resync=5s"]
+
+
 def metric(probe_url: str, name: str) -> float | None:
     with urllib.request.urlopen(f"{probe_url}/metrics", timeout=2) as answer:
         for line in answer.read().decode().splitlines():
@@ -77,6 +81,27 @@ class QuotaEnclave:
         ledger = self.ledger_name(namespace, name)
         poll(lambda: (self.ledger(ledger).get("status") or {}).get("allocated") is not None, what="ledger initialised")
         return dict(created)
+
+    def restart_quotas(self) -> None:
+        """Start enclave-quotas again on the same gRPC port (the admission replicas reconnect to it)."""
+        old = self.quotas
+        self.quotas = start_component(
+            SPECS["quotas"],
+            kubeconfig=self.control_plane.kubeconfig,
+            log_dir=self.control_plane.log_dir,
+            namespace=self.namespace,
+            endpoints={},
+            args=QUOTAS_ARGS(self.config_name),
+            identity=unique("quotas"),
+            grpc_port=old.grpc_port,
+        )
+        self.extra.append(self.quotas)
+
+    def events(self, namespace: str | None, name: str, reason: str) -> list[str]:
+        """Messages of the Warning Events ``reason`` about quota ``name``."""
+        where = namespace or self.namespace
+        listed = client.CoreV1Api(self.kube).list_namespaced_event(where, field_selector=f"involvedObject.name={name}")
+        return [str(e.message) for e in listed.items if e.reason == reason]
 
     def delete_quota(self, namespace: str | None, name: str) -> None:
         if namespace:
@@ -140,6 +165,14 @@ class QuotaEnclave:
             return list(pool.map(one, range(count)))
 
 
+def _hook_resources(enclave: QuotaEnclave) -> set[str]:
+    configuration = client.AdmissionregistrationV1Api(enclave.kube).read_validating_webhook_configuration(
+        f"{enclave.config_name}-validating"
+    )
+    hook = next(w for w in configuration.webhooks if w.name == "quotas.enclave.dev")
+    return {resource for rule in hook.rules or [] for resource in rule.resources or []}
+
+
 def _ready(status: dict[str, Any]) -> dict[str, Any] | None:
     return next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
 
@@ -158,6 +191,7 @@ def start_admission(plane: ControlPlane, namespace: str, endpoints: dict[str, st
         endpoints=endpoints,
         identity=unique("admission"),
         wait_ready=wait,
+        args=["--reservation-ttl=5s"],  # a reservation whose object never came frees its quota within a test
     )
 
 
@@ -185,7 +219,7 @@ def quota_enclave(control_plane: ControlPlane, kube: Any, replicas: int = 3) -> 
             log_dir=control_plane.log_dir,
             namespace=namespace,
             endpoints={},
-            args=[f"--webhook-configuration={config_name}-validating"],
+            args=QUOTAS_ARGS(config_name),
             identity=unique("quotas"),
         )
         running.append(quotas)
@@ -209,6 +243,15 @@ def quota_enclave(control_plane: ControlPlane, kube: Any, replicas: int = 3) -> 
                 control_plane, kube, namespace, config_name, config_process, quotas, admissions, balancer
             )
             enclave.wide = wide_client(control_plane)
+            # An anchor quota on ConfigMaps and Pods keeps both in the quota hook's rules for the whole module:
+            # rules follow the quotas, and kube-apiserver sees a rule change a moment after it is written, so
+            # tests that create and delete quotas would otherwise race that propagation.
+            anchor = {
+                "limit": 1_000_000,
+                "sources": [{"kind": "ConfigMap", "op": "count"}, {"kind": "Pod", "op": "count"}],
+            }
+            enclave.create_quota(namespace, "anchor", anchor)
+            poll(lambda: _hook_resources(enclave) >= {"configmaps", "pods"}, what="quota hook scoped")
             try:
                 yield enclave
             finally:

@@ -23,6 +23,7 @@ from enclave_admission.events import DenyEvents
 from enclave_admission.limits import add_limit_flags, limits_from
 from enclave_admission.server import AdmissionServer
 from enclave_admission.state import State
+from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
@@ -97,6 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     add_limit_flags(parser)
     grpc.add_subscription_flags(parser, "config", "tenants", "quotas", "pools", "globalquotas", "replication")
+    parser.add_argument(
+        "--reservation-ttl",
+        default=env_default("ENCLAVE_RESERVATION_TTL", "60s"),
+        help="how long a quota reservation holds unconfirmed before the quota controller drops it "
+        "(env ENCLAVE_RESERVATION_TTL)",
+    )
     args = parser.parse_args(argv)
     if args.client_allowed_names and not args.client_ca_file:
         parser.error("--client-allowed-names needs --client-ca-file: names are read from a verified certificate")
@@ -106,6 +113,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--tls-cert-file and --tls-key-file go together")
     if not (args.tls_cert_file or args.tls_secret_name):
         parser.error("give --tls-cert-file/--tls-key-file or --tls-secret-name: the webhook is served over HTTPS")
+    try:
+        args.reservation_ttl = parse_duration(args.reservation_ttl)
+    except ValueError as err:
+        parser.error(f"--reservation-ttl: {err}")
     if not args.identity:
         args.identity = f"{socket.gethostname()}-{os.getpid()}"
     return args
@@ -218,6 +229,7 @@ async def _follow_quotas(process: component.Component, kube: Kube, state: State)
     """Subscribe to QuotaTargets and keep the ledgers of Enclave's namespace in memory (a watch), so a
     reservation starts from a fresh copy and only a conflict costs a read."""
     ledgers = state.ledgers = LedgerClient(kube, process.namespace)
+    state.reservation_ttl = process.args.reservation_ttl
 
     def accept_quotas(snapshot: Snapshot) -> None:
         targets = QuotaTargets.model_validate_json(snapshot.payload)

@@ -14,11 +14,12 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import lru_cache
 
 from enclave_admission.quotas.index import QuotaIndex
 from enclave_core.api.configuration import ForbiddenMetadata
-from enclave_core.ledger import LedgerClient
+from enclave_core.ledger import DEFAULT_TTL, LedgerClient
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
@@ -188,6 +189,8 @@ class State:
         self.quotas: QuotaIndex | None = None
         self.ledgers: LedgerClient | None = None
         """Writes quota reservations (set by the process; None in unit tests that write nothing)."""
+        self.reservation_ttl: timedelta = DEFAULT_TTL
+        """How long a quota reservation holds before the quota controller drops it unconfirmed."""
         """False when no tenants component is configured: decide with no tenants instead of waiting."""
         self.expect_pools = expect_pools
         """True when the pools component is configured: wait for its snapshot, then decide claims from it."""

@@ -359,7 +359,11 @@ class QuotasController:
         self._warned[view.key] = state
         if view.problems:
             await self.events.emit(
-                {**view.raw, "apiVersion": GROUP_VERSION, "kind": view.kind}, "Warning", state[0], state[1][:1024]
+                {**view.raw, "apiVersion": GROUP_VERSION, "kind": view.kind},
+                "Warning",
+                state[0],
+                state[1][:1024],
+                namespace=self.settings.namespace,  # a cluster-scoped quota's Events: Enclave's namespace
             )
 
     async def _prune_ledgers(self, views: list[QuotaView]) -> None:

@@ -29,6 +29,7 @@ class Balancer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="balancer", daemon=True)
         self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
 
     def __enter__(self) -> Balancer:
         self._thread.start()
@@ -51,10 +52,10 @@ class Balancer:
     async def _stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        for writer in list(self._writers):  # ends every pipe: each sees end-of-stream and closes its other side
+            writer.close()
         pipes = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in pipes:
-            task.cancel()
-        await asyncio.gather(*pipes, return_exceptions=True)
+        await asyncio.wait(pipes, timeout=2) if pipes else None
 
     async def _backend(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         for _ in self.ports:
@@ -73,6 +74,7 @@ class Balancer:
             writer.close()
             return
         upstream_reader, upstream_writer = backend
+        self._writers |= {writer, upstream_writer}
 
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
             try:
@@ -86,3 +88,4 @@ class Balancer:
                     sink.close()
 
         await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+        self._writers -= {writer, upstream_writer}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
@@ -158,8 +158,8 @@ def _refused(quota: QuotaEntry, refusal: Refusal) -> Decision:
     return Decision.deny(reason, refusal.describe(quota.display))
 
 
-def _reserving(need: Need, now: datetime) -> Callable[[QuantityLedgerStatus | None], object]:
-    return lambda status: reserve(status, need.hold, need.limit, now=now)
+def _reserving(need: Need, now: datetime, ttl: timedelta) -> Callable[[QuantityLedgerStatus | None], object]:
+    return lambda status: reserve(status, need.hold, need.limit, now=now, ttl=ttl)
 
 
 def _undoing(request_id: str) -> Callable[[QuantityLedgerStatus | None], object]:
@@ -175,7 +175,7 @@ async def _reserve(state: State, needs: list[Need]) -> Decision:
     for need in needs:
         now = datetime.now(UTC)
         try:
-            outcome, _ = await ledgers.update(need.quota.ledger, _reserving(need, now))
+            outcome, _ = await ledgers.update(need.quota.ledger, _reserving(need, now, state.reservation_ttl))
         except LedgerMissingError:
             decision = _missing(need)
         except LedgerBusyError as err:
