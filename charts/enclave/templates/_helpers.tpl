@@ -34,6 +34,8 @@ pools:
 replication:
   module: enclave_replication
   controller: true
+  # admission subscribes to its snapshots: `--replication-endpoint`
+  admissionEndpoint: true
 {{- end -}}
 
 {{/* Facts about one component (module, controller) as a dict. */}}
