@@ -150,7 +150,8 @@ def _pool_request(operation: str, hard: dict[str, Any], defaults: dict[str, Any]
     [
         ({"requests.cpu": "2"}, None, "spec.quota.hard[requests.cpu]: 2 is below the 3 bound claims hold"),
         ({"pods": "2"}, None, "spec.quota.hard[requests.cpu]: removed"),
-        ({"requests.cpu": "-4"}, None, "spec.quota.hard[requests.cpu]: quantity must not be negative"),
+        ({"requests.cpu": "-4"}, None, "spec.quota.hard[requests.cpu]: must be greater than or equal to 0"),
+        ({"pods": "1500m", "requests.cpu": "4"}, None, "spec.quota.hard[pods]: must be a whole number"),
         ({"requests.cpu": "4"}, {"memory.requests": "1"}, "spec.defaults[memory.requests]: unknown resource name"),
     ],
 )

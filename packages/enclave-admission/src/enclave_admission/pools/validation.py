@@ -12,8 +12,9 @@ Claims:
   it: otherwise a tenant could claim everything in namespace A, start workloads, delete the claim and claim
   again in namespace B, using the pool twice (Capsule's #1662).
 
-Pools: ``spec.quota.hard`` and ``spec.defaults`` are quota resource names with non-negative quantities, and
-``hard`` never drops below what bound claims hold (nor loses a resource they hold).
+Pools: ``spec.quota`` is one kube-apiserver accepts for a ResourceQuota (``enclave_core.resourcequota``: names,
+non-negative and whole-unit quantities, scopes), ``spec.defaults`` holds quota resource names with non-negative
+quantities, and ``hard`` never drops below what bound claims hold (nor loses a resource they hold).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.quantity import Quantity, parse_map
 from enclave_core.resourcenames import resource_list_problems
+from enclave_core.resourcequota import spec_problems
 from enclave_core.snapshots.pools import BoundClaim, PoolView
 
 ZERO = Quantity(0)
@@ -157,7 +159,15 @@ def validate_pool(request: AdmissionRequest, state: State) -> Decision:
     defaults = spec.get("defaults") if isinstance(spec.get("defaults"), dict) else {}
     assert isinstance(hard, dict)
     assert isinstance(defaults, dict)
-    problems = resource_list_problems(hard, "spec.quota.hard") + resource_list_problems(defaults, "spec.defaults")
+    scopes = quota.get("scopes") if isinstance(quota.get("scopes"), list) else None
+    selector = quota.get("scopeSelector") if isinstance(quota.get("scopeSelector"), dict) else {}
+    assert isinstance(selector, dict)
+    requirements = [
+        (str(r.get("scopeName", "")), str(r.get("operator", "")), list(r.get("values") or []))
+        for r in selector.get("matchExpressions") or []
+        if isinstance(r, dict)
+    ]
+    problems = spec_problems(hard, scopes, requirements or None) + resource_list_problems(defaults, "spec.defaults")
     if problems:
         return Decision.deny("InvalidPool", "; ".join(problems))
     if request.operation != "UPDATE" or not state.expect_pools:

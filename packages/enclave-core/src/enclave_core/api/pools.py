@@ -1,4 +1,9 @@
-"""ResourcePool (cluster-scoped) and ResourcePoolClaim (namespaced)."""
+"""ResourcePool (cluster-scoped) and ResourcePoolClaim (namespaced), served by the enclave-pools component.
+
+A pool provisions one ResourceQuota, ``enclave-pool-<pool>``, into every namespace its ``selectors`` match, with
+``hard`` = ``defaults`` plus the claims of that namespace it has bound. Claims bind oldest first (creation time,
+then namespace, then name) while the pool has room; the pool's ``status.claims`` is the record of bindings.
+"""
 
 from __future__ import annotations
 
@@ -39,24 +44,29 @@ class PoolConfig(ApiModel):
     """How a pool provisions quota and serves claims."""
 
     defaults_zero: bool = False
-    """Every allocatable resource is 0 in the provisioned quota unless `defaults` says otherwise."""
+    """Every resource of `quota.hard` is 0 in each provisioned quota unless `defaults` says otherwise, so a
+    namespace can use only what its claims (and the defaults) give it."""
     delete_bound_resources: bool = False
-    """Bound claims are deleted with the pool; otherwise they are only disassociated."""
+    """When the pool is deleted, its bound claims are deleted too; otherwise they are released (`Bound=False`,
+    reason `PoolDeleted`) and stay. Either way the provisioned ResourceQuotas are removed first."""
     ordered_queue: bool = False
-    """Claims are served in creation order; a queued claim blocks later claims for the same resources."""
+    """A claim that does not fit holds its place: later claims asking for any of the same resources wait behind
+    it (`Bound=False`, reason `QueueExhausted`) even if they would fit. Without it a smaller later claim may bind
+    while a larger earlier one waits (`PoolExhausted`)."""
 
 
 class ResourcePoolSpec(ApiModel):
     """A cluster-level set of resources selected namespaces may claim from."""
 
     quota: QuotaSpec
-    """Total resources of the pool."""
+    """Total resources of the pool (`hard`: the only resources claims may ask for), and the `scopes` and
+    `scopeSelector` copied into every provisioned ResourceQuota."""
     config: Annotated[PoolConfig, REQUIRED] = Field(default_factory=PoolConfig)
     """Behaviour."""
     defaults: Annotated[dict[str, QuantityValue] | None, Field(max_length=128)] = None
-    """Per-namespace defaults, not counted toward the pool's allocation."""
+    """What every selected namespace gets without a claim; not counted toward the pool's allocation."""
     selectors: Annotated[list[LabelSelector] | None, Field(max_length=16)] = None
-    """Namespaces managed by the pool (selectors ORed)."""
+    """Namespaces managed by the pool (selectors ORed; none selects no namespace)."""
 
 
 Allocation = QuotaTotals
@@ -89,15 +99,17 @@ class ResourcePoolStatus(StatusModel):
     """Observed state of a pool."""
 
     conditions: Annotated[list[Condition], REQUIRED] = Field(default_factory=list)
-    """Ready."""
+    """`Ready`: True (`Active`), or False with `InvalidSpec`, `ApplyFailed` (a quota could not be written) or
+    `OverAllocated` (bound claims exceed `quota.hard`)."""
     allocation: Allocation | None = None
-    """Totals."""
+    """`hard` (`spec.quota.hard`), `used` (sum of the bound claims) and `available`."""
     claim_count: Count = 0
     """Number of bound claims."""
     claims: dict[str, list[ClaimRef]] | None = None
-    """Bound claims per namespace."""
+    """Bound claims per namespace: the record of bindings, written by the controller with the pool's
+    resourceVersion (so two writers can never both spend the same room)."""
     exhaustions: dict[str, Exhaustion] | None = None
-    """Resources the pool cannot serve in full."""
+    """Resources some waiting claim lacks: what is `available` and what waiting claims are `requesting`."""
     namespace_count: Count = 0
     """Number of selected namespaces."""
     namespaces: list[str] | None = None
@@ -120,9 +132,12 @@ class ResourcePoolClaimSpec(ApiModel):
     """A request for resources from a pool."""
 
     claim: Annotated[dict[str, QuantityValue], Field(min_length=1, max_length=128)]
-    """Amount to claim per resource."""
+    """Amount to claim per resource (ResourceQuota resource names the pool offers; non-negative). A bound claim
+    may grow when the pool has room, and shrink, but never below what its namespace uses."""
     pool: Name
-    """Name of the pool; immutable once the claim is bound (status.pool set)."""
+    """Name of the pool; immutable once the claim is bound (status.pool set). Left out at creation, admission
+    assigns a pool that selects the namespace and offers every resource claimed: one where the claim fits now
+    first, then by name."""
 
 
 class PoolRef(StatusModel):
@@ -138,11 +153,14 @@ class ResourcePoolClaimStatus(StatusModel):
     """Observed state of a claim."""
 
     conditions: Annotated[list[Condition], REQUIRED] = Field(default_factory=list)
-    """Bound and Ready."""
+    """`Bound` and `Ready`. Reasons: `Bound`; waiting: `PoolExhausted`, `QueueExhausted` (the message says what
+    is missing; the claim binds by itself when room appears); `ResizePending` (bound, the new amounts wait);
+    refused: `PoolNotFound`, `NamespaceNotSelected`, `ResourceNotOffered`, `InvalidSpec`, `PoolInvalid`,
+    `PoolDeleting`; released: `PoolDeleted`."""
     allocation: Allocation | None = None
-    """Amounts of the bound pool."""
+    """`hard`: the amounts bound to this claim (absent while not bound)."""
     condition: Condition | None = None
-    """Deprecated: use conditions."""
+    """Deprecated: use conditions (mirrors the `Bound` condition)."""
     observed_generation: Generation | None = None
     """metadata.generation last acted upon."""
     pool: PoolRef | None = None
