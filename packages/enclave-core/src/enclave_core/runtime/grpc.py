@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from enclave_core.durations import parse_duration
 from enclave_core.kube.rest import Kube
 from enclave_core.kube.tls_secret import TlsSecretSource
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
@@ -80,6 +81,12 @@ def add_subscription_flags(parser: argparse.ArgumentParser, *publishers: str) ->
         help="PEM key of --grpc-client-cert (env ENCLAVE_GRPC_CLIENT_KEY)",
     )
     parser.add_argument(
+        "--snapshot-staleness",
+        default=env_default("ENCLAVE_SNAPSHOT_STALENESS", "120s"),
+        help="not ready once a publisher has not confirmed a snapshot (by a change or a heartbeat) for this long; "
+        "decisions still use the last good snapshot, 0 disables (env ENCLAVE_SNAPSHOT_STALENESS)",
+    )
+    parser.add_argument(
         "--grpc-server-name",
         default=env_default("ENCLAVE_GRPC_SERVER_NAME", ""),
         help="TLS name expected of the publishers when it differs from the endpoint host (env ENCLAVE_GRPC_SERVER_NAME)",
@@ -94,7 +101,8 @@ def subscribe(
     accept: Callable[[Snapshot], None],
 ) -> SnapshotSubscriber:
     """Subscribe to ``kind`` at ``endpoint`` for the life of the process; readiness gate ``snapshot:<kind>``
-    stays closed until the first snapshot has arrived (then the last good one serves through outages)."""
+    stays closed until ``accept`` has taken a snapshot, and closes again when the publisher has not confirmed
+    it for ``--snapshot-staleness`` (the last good one keeps serving decisions meanwhile)."""
     args = process.args
     if args.grpc_ca_file and not (args.grpc_client_cert and args.grpc_client_key):
         raise ValueError(
@@ -111,6 +119,7 @@ def subscribe(
         server_name=args.grpc_server_name,
         client_cert_file=args.grpc_client_cert,
         client_key_file=args.grpc_client_key,
+        staleness=parse_duration(args.snapshot_staleness or "0").total_seconds(),
     )
     process.readiness.add_check(f"snapshot:{kind}", lambda: subscriber.ready)
     process.spawn(subscriber.run(), f"subscriber-{kind}")

@@ -14,13 +14,14 @@ from pydantic import Field
 
 from enclave_core.api.configuration import ServiceConfigurationSpec
 from enclave_core.api.meta import ApiModel, Entity
+from enclave_core.snapshots.payload import SnapshotPayload
 
 CONFIG_KIND: Final = "ServiceConfiguration"
 INVALIDATION_KIND: Final = "CacheInvalidation"
 DEFAULT_USER_GROUP: Final = "enclave.dev"
 
 
-class EffectiveConfiguration(ApiModel):
+class EffectiveConfiguration(SnapshotPayload, ApiModel):
     """What ConfigService streams: the spec with defaults applied and deprecated fields converted."""
 
     name: str

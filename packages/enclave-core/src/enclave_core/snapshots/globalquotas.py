@@ -14,6 +14,8 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from enclave_core.snapshots.payload import SnapshotPayload
+
 GLOBALQUOTAS_KIND: Final = "GlobalResourceQuotas"
 
 
@@ -51,7 +53,7 @@ class GlobalQuotaView(BaseModel):
     """False when the spec is refused (the controller leaves its ResourceQuotas as they were)."""
 
 
-class GlobalQuotasSnapshot(BaseModel):
+class GlobalQuotasSnapshot(SnapshotPayload):
     """Every GlobalResourceQuota, indexed by namespace."""
 
     model_config = ConfigDict(frozen=True)

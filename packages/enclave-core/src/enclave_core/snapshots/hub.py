@@ -60,19 +60,40 @@ class SnapshotHub:
             subscription.offer(snapshot)
         return snapshot
 
-    async def stream(self, kinds: Iterable[str] = ()) -> AsyncIterator[Snapshot]:
-        """Current snapshots first, then every change, until the consumer stops iterating."""
+    async def stream(self, kinds: Iterable[str] = (), *, heartbeat: float = 0.0) -> AsyncIterator[Snapshot]:
+        """Current snapshots first, then every change, until the consumer stops iterating.
+
+        With ``heartbeat`` > 0, a stream idle that long gets a heartbeat per kind sent so far (same revision,
+        no payload, a fresh ``produced_at``): the subscriber learns the publisher is alive and its state still
+        current, which is what its staleness bound measures.
+        """
         subscription = _Subscription(frozenset(kinds))
         for snapshot in sorted(self._latest.values(), key=lambda s: s.revision):
             subscription.offer(snapshot)
         self._subscriptions.add(subscription)
+        sent: dict[str, Snapshot] = {}
         try:
             while True:
-                await subscription.wakeup.wait()
+                if heartbeat > 0:
+                    try:
+                        await asyncio.wait_for(subscription.wakeup.wait(), timeout=heartbeat)
+                    except TimeoutError:
+                        for kind, last in sorted(sent.items()):
+                            yield _heartbeat(kind, last)
+                        continue
+                else:
+                    await subscription.wakeup.wait()
                 subscription.wakeup.clear()
                 batch = sorted(subscription.pending.values(), key=lambda s: s.revision)
                 subscription.pending.clear()
                 for snapshot in batch:
+                    sent[snapshot.kind] = snapshot
                     yield snapshot
         finally:
             self._subscriptions.discard(subscription)
+
+
+def _heartbeat(kind: str, last: Snapshot) -> Snapshot:
+    stamp = Timestamp()
+    stamp.GetCurrentTime()
+    return Snapshot(kind=kind, revision=last.revision, incarnation=last.incarnation, produced_at=stamp, heartbeat=True)

@@ -13,6 +13,8 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from enclave_core.snapshots.payload import SnapshotPayload
+
 POOLS_KIND: Final = "ResourcePools"
 
 
@@ -65,7 +67,7 @@ class PoolView(BaseModel):
         return frozenset(self.namespaces)
 
 
-class PoolsSnapshot(BaseModel):
+class PoolsSnapshot(SnapshotPayload):
     """Every pool and every bound claim, indexed for the lookups admission makes per request."""
 
     model_config = ConfigDict(frozen=True)

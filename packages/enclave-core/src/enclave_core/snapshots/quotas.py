@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from enclave_core.api.quotas import SourceSelector
 from enclave_core.selectors import LabelSelector
+from enclave_core.snapshots.payload import SnapshotPayload
 
 QUOTAS_KIND: Final = "QuotaTargets"
 
@@ -59,7 +60,7 @@ class QuotaEntry(BaseModel):
         return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
 
 
-class QuotaTargets(BaseModel):
+class QuotaTargets(SnapshotPayload):
     """Every custom quota admission enforces."""
 
     model_config = ConfigDict(frozen=True)

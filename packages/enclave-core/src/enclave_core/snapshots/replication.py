@@ -13,6 +13,8 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from enclave_core.snapshots.payload import SnapshotPayload
+
 REPLICATION_KIND: Final = "Replication"
 
 ObjectKey = tuple[str, str, str, str]
@@ -34,7 +36,7 @@ class ManagedObject(BaseModel):
     """Usernames allowed to change or delete the object (the acting service account; the controller)."""
 
 
-class ReplicationSnapshot(BaseModel):
+class ReplicationSnapshot(SnapshotPayload):
     """Every protected object, indexed by (group, kind, namespace, name) once per snapshot."""
 
     model_config = ConfigDict(frozen=True)

@@ -36,8 +36,10 @@ class HubServicer:
     async def Watch(self, request: WatchRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Snapshot]:  # noqa: N802 - gRPC method name
         log.info("subscriber connected", extra={"subscriber": request.subscriber, "service": self.service})
         SUBSCRIBERS.labels(self.service).inc()
+        # A heartbeat period the subscriber asked for, kept within sane bounds; 0 (older subscribers): none.
+        heartbeat = min(max(request.heartbeat_seconds, 1), 300) if request.heartbeat_seconds else 0
         try:
-            async for snapshot in self.hub.stream(request.kinds):
+            async for snapshot in self.hub.stream(request.kinds, heartbeat=heartbeat):
                 yield snapshot
         finally:
             SUBSCRIBERS.labels(self.service).dec()
@@ -53,6 +55,17 @@ def _is_loopback(address: str) -> bool:
     except ValueError:
         return False
 
+
+SERVER_OPTIONS = [
+    # Ping subscribers on idle connections so a vanished one (node gone, partition) is noticed and its
+    # stream released; accept the subscribers' own keepalive pings (grpc's default would punish them).
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
 
 TlsSource = Callable[[], "tuple[bytes, bytes] | None"]
 """Returns the current (certificate chain PEM, private key PEM); consulted on every handshake cycle."""
@@ -108,7 +121,7 @@ class SnapshotServer:
         self.address = address
         self.tls_source = tls_source
         self.client_ca = client_ca
-        self.server = grpc.aio.server()
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = 0

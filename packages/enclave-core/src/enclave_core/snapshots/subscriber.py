@@ -1,24 +1,62 @@
 """The subscribing side of a snapshot stream: reconnect with backoff, keep the last good snapshot.
 
 A subscriber is what lets admission decide from memory: it holds the newest snapshot of every kind it wants,
-reports ready only once each has arrived, and keeps serving from the last good state while the publisher
-restarts (a rolling update of a controller must not fail admission calls).
+reports ready only once each has been *accepted* (the consumer's callback returned), and keeps serving from
+the last good state while the publisher restarts (a rolling update of a controller must not fail admission
+calls).
+
+Readiness does not lie:
+
+- a snapshot counts only after ``on_snapshot`` accepted it; a rejected one is logged, counted
+  (``enclave_snapshot_rejected_total``) and leaves the gate as it was (closed, if nothing was accepted yet);
+- a dead publisher is noticed: gRPC keepalive pings find a dead connection (node gone, partition, a stopped
+  process), and the subscriber asks for heartbeats on idle streams, so a stream that stays silent for three
+  heartbeat periods is dropped and reconnected;
+- with a staleness bound, a kind whose accepted state the publisher has not confirmed (a snapshot or a
+  heartbeat of that revision) for longer than the bound closes the gate. Measured on this replica's monotonic
+  clock from when the confirmation *arrived*, so clock skew between nodes cannot open or close it; the
+  publisher's ``produced_at`` age is exported as ``enclave_snapshot_age_seconds`` for dashboards. The bound
+  applies once the publisher has shown it sends heartbeats (one release behind, it would not).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from prometheus_client import Counter, Gauge
 
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot, WatchRequest
 
 log = logging.getLogger(__name__)
+
+REJECTED = Counter(
+    "enclave_snapshot_rejected_total", "Snapshots the consumer refused (the previous state stays in use)", ["kind"]
+)
+AGE = Gauge(
+    "enclave_snapshot_age_seconds",
+    "Seconds since the publisher produced or last confirmed (heartbeat) the snapshot in use, by its produced_at",
+    ["kind"],
+)
+STALE = Gauge("enclave_snapshot_stale", "1 while the kind's snapshot is past the staleness bound (not ready)", ["kind"])
+RECONNECTS = Counter("enclave_snapshot_reconnects_total", "Snapshot streams lost and reconnected", ["target"])
+
+CHANNEL_OPTIONS: list[tuple[str, str | int]] = [
+    # Ping the publisher every 10 s without traffic; no answer within 5 s drops the connection. This is what
+    # notices a publisher whose node vanished or whose process is stopped, where TCP alone would wait minutes.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
 
 
 @dataclass
@@ -26,8 +64,15 @@ class SubscriberState:
     """What has arrived so far, for readiness and diagnostics."""
 
     latest: dict[str, Snapshot] = field(default_factory=dict)
+    """The last *accepted* snapshot of each kind."""
+    confirmed_at: dict[str, float] = field(default_factory=dict)
+    """Monotonic time at which the publisher last confirmed each accepted kind (snapshot or heartbeat)."""
+    produced_at: dict[str, float] = field(default_factory=dict)
+    """The publisher's produced_at (Unix seconds) of that confirmation."""
     connected: bool = False
     reconnects: int = 0
+    heartbeats: int = 0
+    rejected: int = 0
 
 
 class SnapshotSubscriber:
@@ -47,6 +92,8 @@ class SnapshotSubscriber:
         client_key_file: str = "",
         initial_backoff: float = 0.2,
         max_backoff: float = 5.0,
+        staleness: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.target = target
         self.stub_factory = stub_factory
@@ -59,16 +106,41 @@ class SnapshotSubscriber:
         self.client_key_file = client_key_file
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
+        self.staleness = staleness
+        """Seconds a kind may go unconfirmed before the gate closes; 0: no bound."""
+        self.heartbeat = max(1, round(staleness / 4)) if staleness > 0 else 0
+        """Heartbeat period asked of the publisher: four chances to confirm within the bound."""
+        self.clock = clock
         self.state = SubscriberState()
+        for kind in kinds:
+            AGE.labels(kind).set_function(functools.partial(self.age, kind))
+
+    def age(self, kind: str) -> float:
+        """Seconds since the publisher's produced_at of its last confirmation of ``kind`` (0 before any)."""
+        produced = self.state.produced_at.get(kind)
+        return max(0.0, time.time() - produced) if produced is not None else 0.0
+
+    def stale(self, kind: str) -> bool:
+        """Past the staleness bound (only once the publisher has shown it sends heartbeats)."""
+        confirmed = self.state.confirmed_at.get(kind)
+        if not self.staleness or not self.state.heartbeats or confirmed is None:
+            return False
+        return self.clock() - confirmed > self.staleness
 
     @property
     def ready(self) -> bool:
-        """Every wanted kind has arrived at least once (it may be stale while the publisher is away)."""
-        return all(kind in self.state.latest for kind in self.kinds)
+        """Every wanted kind has been accepted at least once and none is past the staleness bound; while the
+        publisher is away the last good state still serves until the bound."""
+        ready = True
+        for kind in self.kinds:
+            stale = self.stale(kind)
+            STALE.labels(kind).set(1 if stale else 0)
+            ready = ready and kind in self.state.latest and not stale
+        return ready
 
     def _channel(self) -> grpc.aio.Channel:
         if not self.ca_file:
-            return grpc.aio.insecure_channel(self.target)
+            return grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         # Read on every connection: a renewed CA or client certificate is used from the next reconnect on.
         with open(self.ca_file, "rb") as handle:
             ca = handle.read()
@@ -77,7 +149,9 @@ class SnapshotSubscriber:
             with open(self.client_cert_file, "rb") as cert_handle, open(self.client_key_file, "rb") as key_handle:
                 cert, key = cert_handle.read(), key_handle.read()
         credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-        options = [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+        options: list[tuple[str, str | int]] = [*CHANNEL_OPTIONS]
+        if self.server_name:
+            options.append(("grpc.ssl_target_name_override", self.server_name))
         return grpc.aio.secure_channel(self.target, credentials, options=options)
 
     async def run(self) -> None:
@@ -87,16 +161,24 @@ class SnapshotSubscriber:
             try:
                 async with self._channel() as channel:
                     stream = self.stub_factory(channel).Watch(
-                        WatchRequest(subscriber=self.subscriber, kinds=self.kinds)
+                        WatchRequest(subscriber=self.subscriber, kinds=self.kinds, heartbeat_seconds=self.heartbeat)
                     )
-                    async for snapshot in stream:
+                    while True:
+                        snapshot = await self._next(stream)
+                        if snapshot is None:
+                            break
                         if not self.state.connected:
                             self.state.connected = True
                             log.info("snapshot stream connected", extra={"target": self.target})
                         backoff = self.initial_backoff
-                        self._accept(snapshot)
+                        self.receive(snapshot)
             except asyncio.CancelledError:
                 raise
+            except TimeoutError:
+                log.warning(
+                    "snapshot stream silent past three heartbeats; reconnecting",
+                    extra={"target": self.target, "heartbeat": self.heartbeat},
+                )
             except grpc.aio.AioRpcError as err:
                 log.warning(
                     "snapshot stream down; keeping last good state",
@@ -106,19 +188,56 @@ class SnapshotSubscriber:
                 log.exception("snapshot stream failed", extra={"target": self.target})
             self.state.connected = False
             self.state.reconnects += 1
+            RECONNECTS.labels(self.target).inc()
             await asyncio.sleep(backoff * (0.5 + random.random()))  # jitter spreads a fleet's reconnects
             backoff = min(self.max_backoff, backoff * 2)
 
-    def _accept(self, snapshot: Snapshot) -> None:
+    async def _next(self, stream: Any) -> Snapshot | None:
+        """The next message; None at the end of the stream. Once the publisher has shown it sends heartbeats,
+        silence for three periods means it is gone (its process hung, or the path to it): TimeoutError."""
+        read = stream.read()
+        if self.heartbeat and self.state.heartbeats:
+            try:
+                message = await asyncio.wait_for(read, timeout=3 * self.heartbeat)
+            except TimeoutError:
+                stream.cancel()
+                raise
+        else:
+            message = await read
+        if message is grpc.aio.EOF:
+            return None
+        assert isinstance(message, Snapshot)
+        return message
+
+    def receive(self, snapshot: Snapshot) -> None:
+        """Handle one message of the stream: a heartbeat confirms, a new snapshot goes to the consumer."""
         previous = self.state.latest.get(snapshot.kind)
-        if (
-            previous is not None
-            and previous.incarnation == snapshot.incarnation
-            and previous.revision >= snapshot.revision
-        ):
+        same = previous is not None and previous.incarnation == snapshot.incarnation
+        if snapshot.heartbeat:
+            self.state.heartbeats += 1
+            # Only a heartbeat for the revision in use confirms it: after a rejected snapshot the publisher
+            # vouches for a revision this replica does not have, and staleness must keep growing.
+            if same and previous is not None and previous.revision == snapshot.revision:
+                self._confirm(snapshot)
             return
-        self.state.latest[snapshot.kind] = snapshot
+        if same and previous is not None and previous.revision >= snapshot.revision:
+            if previous.revision == snapshot.revision:
+                self._confirm(snapshot)  # re-sent after a reconnect: still current
+            return
         try:
             self.on_snapshot(snapshot)
         except Exception:  # a bad payload must not kill the stream; the previous state stays in use
-            log.exception("rejected snapshot", extra={"kind": snapshot.kind, "revision": snapshot.revision})
+            self.state.rejected += 1
+            REJECTED.labels(snapshot.kind).inc()
+            log.exception(
+                "rejected snapshot; keeping the previous state",
+                extra={"kind": snapshot.kind, "revision": snapshot.revision, "incarnation": snapshot.incarnation},
+            )
+            return
+        self.state.latest[snapshot.kind] = snapshot
+        self._confirm(snapshot)
+
+    def _confirm(self, snapshot: Snapshot) -> None:
+        self.state.confirmed_at[snapshot.kind] = self.clock()
+        if snapshot.HasField("produced_at"):
+            self.state.produced_at[snapshot.kind] = snapshot.produced_at.ToNanoseconds() / 1e9

@@ -14,6 +14,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from enclave_core.api.meta import Entity
+from enclave_core.snapshots.payload import SnapshotPayload
 
 TENANT_LABEL: Final = "enclave.dev/tenant"
 """Namespace label naming its tenant; also how a TenantOwner joins a tenant."""
@@ -66,7 +67,7 @@ def entity_matches(entity: Entity, username: str, groups: list[str] | tuple[str,
     return entity.name == username
 
 
-class TenancySnapshot(BaseModel):
+class TenancySnapshot(SnapshotPayload):
     """Every tenant, indexed for the lookups admission makes per request."""
 
     model_config = ConfigDict(frozen=True)

@@ -10,23 +10,27 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Snapshot(_message.Message):
-    __slots__ = ("kind", "revision", "incarnation", "payload", "produced_at")
+    __slots__ = ("kind", "revision", "incarnation", "payload", "produced_at", "heartbeat")
     KIND_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     PRODUCED_AT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     kind: str
     revision: int
     incarnation: str
     payload: bytes
     produced_at: _timestamp_pb2.Timestamp
-    def __init__(self, kind: _Optional[str] = ..., revision: _Optional[int] = ..., incarnation: _Optional[str] = ..., payload: _Optional[bytes] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    heartbeat: bool
+    def __init__(self, kind: _Optional[str] = ..., revision: _Optional[int] = ..., incarnation: _Optional[str] = ..., payload: _Optional[bytes] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat: _Optional[bool] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("subscriber", "kinds")
+    __slots__ = ("subscriber", "kinds", "heartbeat_seconds")
     SUBSCRIBER_FIELD_NUMBER: _ClassVar[int]
     KINDS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     subscriber: str
     kinds: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, subscriber: _Optional[str] = ..., kinds: _Optional[_Iterable[str]] = ...) -> None: ...
+    heartbeat_seconds: int
+    def __init__(self, subscriber: _Optional[str] = ..., kinds: _Optional[_Iterable[str]] = ..., heartbeat_seconds: _Optional[int] = ...) -> None: ...
