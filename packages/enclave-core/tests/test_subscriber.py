@@ -4,9 +4,10 @@ publishers are noticed, and payloads from a newer publisher (unknown fields) sti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import typing
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -199,40 +200,9 @@ class _HungPublisher:
         await asyncio.Event().wait()
 
 
-async def test_a_silent_publisher_is_dropped_and_reconnected() -> None:
-    server = SnapshotServer("127.0.0.1:0")
-    publisher = _HungPublisher()
-    tenants_pb2_grpc.add_TenantServiceServicer_to_server(publisher, server.server)  # type: ignore[no-untyped-call]
-    await server.start()
-    subscriber = SnapshotSubscriber(
-        f"127.0.0.1:{server.port}",
-        tenants_pb2_grpc.TenantServiceStub,
-        kinds=[KIND],
-        on_snapshot=lambda _s: None,
-        subscriber="test",
-        staleness=2.0,  # heartbeats asked every second; silence for three means gone
-        initial_backoff=0.05,
-    )
-    task = asyncio.create_task(subscriber.run())
-    try:
-        for _ in range(200):
-            if publisher.calls >= 2:
-                break
-            await asyncio.sleep(0.05)
-        assert publisher.calls >= 2, "the subscriber never gave up on the silent stream"
-        assert subscriber.state.reconnects >= 1
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await server.stop(0)
-
-
-async def test_heartbeats_over_a_real_stream_keep_the_subscriber_ready() -> None:
-    hub = SnapshotHub("test")
-    hub.publish(KIND, b'{"tenants": []}')
-    server = SnapshotServer("127.0.0.1:0")
-    server.add(tenants_pb2_grpc.add_TenantServiceServicer_to_server, hub, "TenantService")
+@contextlib.asynccontextmanager
+async def _subscribed(server: SnapshotServer) -> AsyncIterator[SnapshotSubscriber]:
+    """A subscriber with a 2 s staleness bound (heartbeats asked every second) running against ``server``."""
     await server.start()
     subscriber = SnapshotSubscriber(
         f"127.0.0.1:{server.port}",
@@ -241,17 +211,42 @@ async def test_heartbeats_over_a_real_stream_keep_the_subscriber_ready() -> None
         on_snapshot=lambda _s: None,
         subscriber="test",
         staleness=2.0,
+        initial_backoff=0.05,
     )
     task = asyncio.create_task(subscriber.run())
     try:
-        for _ in range(100):
-            if subscriber.state.heartbeats >= 2:
-                break
-            await asyncio.sleep(0.05)
-        assert subscriber.state.heartbeats >= 2
-        assert subscriber.ready
+        yield subscriber
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         await server.stop(0)
+
+
+async def _until(check: Callable[[], bool], seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+
+
+async def test_a_silent_publisher_is_dropped_and_reconnected() -> None:
+    server = SnapshotServer("127.0.0.1:0")
+    publisher = _HungPublisher()
+    tenants_pb2_grpc.add_TenantServiceServicer_to_server(publisher, server.server)  # type: ignore[no-untyped-call]
+    async with _subscribed(server) as subscriber:
+        # Silence for three heartbeat periods means gone: the stream is dropped and opened again.
+        await _until(lambda: publisher.calls >= 2)
+        assert publisher.calls >= 2, "the subscriber never gave up on the silent stream"
+        assert subscriber.state.reconnects >= 1
+
+
+async def test_heartbeats_over_a_real_stream_keep_the_subscriber_ready() -> None:
+    hub = SnapshotHub("test")
+    hub.publish(KIND, b'{"tenants": []}')
+    server = SnapshotServer("127.0.0.1:0")
+    server.add(tenants_pb2_grpc.add_TenantServiceServicer_to_server, hub, "TenantService")
+    async with _subscribed(server) as subscriber:
+        await _until(lambda: subscriber.state.heartbeats >= 2)
+        assert subscriber.state.heartbeats >= 2
+        assert subscriber.ready

@@ -1,20 +1,40 @@
 """List-then-watch into memory: what level-based controllers reconcile from.
 
 An informer keeps the current set of objects of one resource and calls ``on_change`` after every change. It
-relists when the watch expires (410 Gone) or fails, so the cache converges even across apiserver restarts; a
-controller that reconciles from the cache on every change is therefore level-based by construction.
+follows the apiserver's resourceVersion contract:
+
+- the initial list is paginated (``limit``/``continue``, every page from the same snapshot); a continue
+  token that expired (410) restarts the list, since pages of two snapshots must not be mixed;
+- the watch starts at the list's resourceVersion and resumes after a normal end (server timeout) from the
+  last resourceVersion seen, bookmarks included, so no event is lost or replayed;
+- a watch that expired (410 Gone, as an ERROR event or as the answer to the watch request) relists at once;
+  any other failure is logged and relists after a backoff (0.2 s doubling to 5 s, reset only by a watch
+  that worked, so a watch failing right after each list cannot turn into a relist storm). A relist diffs against the
+  cache, so objects deleted while the watch was down are reported too.
+
+``on_change`` runs for every changed key; an exception in it is logged with its traceback and counted
+(``enclave_informer_handler_errors_total``), never swallowed silently and never a reason to relist (the
+cache is fine; a handler bug must not turn into a relist loop against the apiserver). A controller that
+reconciles from the cache on every change is therefore level-based by construction.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
+
+from prometheus_client import Counter
 
 from enclave_core.kube.rest import JSON, Kube, KubeError
 
 log = logging.getLogger(__name__)
+
+PAGE_SIZE = 500
+"""Objects per list page: what client-go's reflector asks for."""
+
+RELISTS = Counter("enclave_informer_relists_total", "Lists after start, by why", ["informer", "reason"])
+HANDLER_ERRORS = Counter("enclave_informer_handler_errors_total", "Exceptions raised by on_change", ["informer"])
 
 
 def object_key(obj: JSON) -> str:
@@ -35,6 +55,7 @@ class Informer:
         field_selector: str | None = None,
         on_change: Callable[[str], None] | None = None,
         name: str = "",
+        page_size: int = PAGE_SIZE,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -42,8 +63,11 @@ class Informer:
         self.field_selector = field_selector
         self.on_change = on_change or (lambda key: None)
         self.name = name or path
+        self.page_size = page_size
         self.items: dict[str, JSON] = {}
         self.synced = asyncio.Event()
+        self.resource_version = ""
+        """The resourceVersion the cache is current to (the list's, then each watch event's)."""
 
     def get(self, key: str) -> JSON | None:
         return self.items.get(key)
@@ -52,53 +76,111 @@ class Informer:
         return list(self.items.values())
 
     async def run(self) -> None:
+        # The backoff resets only once a watch delivered an event or ended normally, not after a list alone:
+        # a watch that fails at once after every successful list must not relist five times a second.
         backoff = 0.2
+
+        def reset() -> None:
+            nonlocal backoff
+            backoff = 0.2
+
         while True:
             try:
-                listing = await self.kube.list(
-                    self.path, label_selector=self.label_selector, field_selector=self.field_selector
-                )
-                version = str(listing["metadata"]["resourceVersion"])
-                fresh = {object_key(obj): obj for obj in listing.get("items", [])}
-                changed = set(fresh) ^ set(self.items) | {
-                    key for key in fresh.keys() & self.items.keys() if fresh[key] != self.items[key]
-                }
-                self.items = fresh
-                self.synced.set()
-                for key in sorted(changed):
-                    self.on_change(key)
-                backoff = 0.2
+                await self._relist()
                 while True:
-                    version = await self._watch(version)
+                    await self._watch(reset)
+                    reset()  # a watch that ended normally: the path to the apiserver is healthy
             except asyncio.CancelledError:
                 raise
             except _WatchExpiredError:
-                log.debug("watch expired; relisting", extra={"informer": self.name})
+                RELISTS.labels(self.name, "expired").inc()
+                log.info("watch expired (410); relisting", extra={"informer": self.name})
             except Exception as err:
-                log.warning("watch failed; relisting", extra={"informer": self.name, "error": str(err)})
+                RELISTS.labels(self.name, "error").inc()
+                log.warning(
+                    "watch failed; relisting",
+                    exc_info=not isinstance(err, KubeError | OSError | TimeoutError),
+                    extra={"informer": self.name, "error": str(err) or type(err).__name__, "retry_in": backoff},
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(5.0, backoff * 2)
 
-    async def _watch(self, version: str) -> str:
-        async for event in self.kube.watch(
-            self.path, resource_version=version, label_selector=self.label_selector, field_selector=self.field_selector
-        ):
-            kind, obj = event.get("type"), event.get("object", {})
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    raise _WatchExpiredError
-                raise KubeError(int(obj.get("code", 500)), obj.get("reason", ""), obj.get("message", ""), obj)
-            version = obj.get("metadata", {}).get("resourceVersion", version)
-            if kind == "BOOKMARK":
-                continue
-            key = object_key(obj)
-            if kind == "DELETED":
-                self.items.pop(key, None)
-            else:
-                self.items[key] = obj
-            with contextlib.suppress(Exception):
-                self.on_change(key)
-        return version
+    async def _list(self) -> tuple[list[JSON], str]:
+        """Every object, page by page from one snapshot; restarts when a continue token expired."""
+        while True:
+            items: list[JSON] = []
+            token: str | None = None
+            try:
+                while True:
+                    page = await self.kube.list(
+                        self.path,
+                        label_selector=self.label_selector,
+                        field_selector=self.field_selector,
+                        limit=self.page_size,
+                        continue_token=token,
+                    )
+                    items += page.get("items") or []
+                    meta = page.get("metadata") or {}
+                    token = meta.get("continue") or None
+                    if token is None:
+                        return items, str(meta["resourceVersion"])
+            except KubeError as err:
+                if err.status != 410 or token is None:
+                    raise
+                log.info("list continue token expired; listing again", extra={"informer": self.name})
+
+    async def _relist(self) -> None:
+        listing, version = await self._list()
+        fresh = {object_key(obj): obj for obj in listing}
+        changed = (set(fresh) ^ set(self.items)) | {
+            key for key in fresh.keys() & self.items.keys() if fresh[key] != self.items[key]
+        }
+        self.items = fresh
+        self.resource_version = version
+        self.synced.set()
+        for key in sorted(changed):
+            self._notify(key)
+
+    async def _watch(self, backoff_reset: Callable[[], None] = lambda: None) -> None:
+        """One watch request from ``resource_version``; returns when the server ends it normally."""
+        try:
+            events = self.kube.watch(
+                self.path,
+                resource_version=self.resource_version,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+            )
+            async for event in events:
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _WatchExpiredError
+                    raise KubeError(int(obj.get("code", 500)), obj.get("reason", ""), obj.get("message", ""), obj)
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind == "BOOKMARK":
+                    if version:
+                        self.resource_version = version
+                    continue
+                key = object_key(obj)
+                if kind == "DELETED":
+                    self.items.pop(key, None)
+                else:
+                    self.items[key] = obj
+                if version:
+                    self.resource_version = version
+                self._notify(key)
+                backoff_reset()
+        except KubeError as err:
+            if err.status == 410:
+                raise _WatchExpiredError from err
+            raise
+
+    def _notify(self, key: str) -> None:
+        try:
+            self.on_change(key)
+        except Exception:
+            HANDLER_ERRORS.labels(self.name).inc()
+            log.exception("informer handler failed", extra={"informer": self.name, "key": key})
 
 
 class _WatchExpiredError(Exception):

@@ -140,10 +140,23 @@ class Kube:
                 return None
             raise
 
-    async def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None) -> JSON:
-        query = {"labelSelector": label_selector} if label_selector else {}
+    async def list(
+        self,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> JSON:
+        """One list request; with ``limit``, one page (``metadata.continue`` names the next)."""
+        query: dict[str, str | int | bool] = {"labelSelector": label_selector} if label_selector else {}
         if field_selector:
             query["fieldSelector"] = field_selector
+        if limit:
+            query["limit"] = limit
+        if continue_token:
+            query["continue"] = continue_token
         return await self.request("GET", path, query=query or None)
 
     async def create(self, path: str, body: JSON) -> JSON:

@@ -1,0 +1,210 @@
+"""The informer against a scripted apiserver (on virtual time): pagination, 410s, relists, resourceVersions and
+handlers that raise."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from enclave_core.kube.informer import Informer
+from enclave_core.kube.rest import JSON, KubeError
+from enclave_testing import virtualtime
+
+
+def obj(name: str, rv: int, **extra: Any) -> JSON:
+    return {"metadata": {"name": name, "resourceVersion": str(rv)}, **extra}
+
+
+WatchScript = list[JSON | Exception | Callable[[], None]]
+"""Events to yield, exceptions to raise, or callables to run (changes made "while the watch was down")."""
+
+
+class FakeKube:
+    """Lists from ``objects`` in pages; each watch call plays the next script (events, or an exception)."""
+
+    def __init__(self, objects: list[JSON], version: int) -> None:
+        self.objects = objects
+        self.version = version
+        self.lists: list[tuple[int | None, str | None]] = []
+        self.watches: list[str] = []
+        self.scripts: list[WatchScript | Exception] = []
+        self.expire_continue_once = False
+        self.done = asyncio.Event()
+
+    async def list(
+        self,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> JSON:
+        self.lists.append((limit, continue_token))
+        if continue_token and self.expire_continue_once:
+            self.expire_continue_once = False
+            raise KubeError(410, "Expired", "The provided continue parameter is too old")
+        start = int(continue_token or 0)
+        end = start + (limit or len(self.objects))
+        meta: JSON = {"resourceVersion": str(self.version)}
+        if end < len(self.objects):
+            meta["continue"] = str(end)
+        return {"metadata": meta, "items": self.objects[start:end]}
+
+    async def watch(self, path: str, *, resource_version: str, **_: Any) -> AsyncIterator[JSON]:
+        self.watches.append(resource_version)
+        if not self.scripts:
+            self.done.set()
+            await asyncio.Event().wait()
+        script = self.scripts.pop(0)
+        if isinstance(script, Exception):
+            raise script
+        for event in script:
+            if isinstance(event, Exception):
+                raise event
+            if callable(event):
+                event()
+                continue
+            yield event
+
+
+async def run_until_done(informer: Informer, kube: FakeKube) -> None:
+    task = asyncio.create_task(informer.run())
+    await asyncio.wait_for(kube.done.wait(), timeout=60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def scenario(body: Callable[[], Any]) -> None:
+    virtualtime.run(body())
+
+
+def test_the_list_is_paginated_and_the_watch_starts_at_its_resource_version() -> None:
+    async def body() -> None:
+        kube = FakeKube([obj(f"o{i:04}", i) for i in range(1200)], version=5000)
+        informer = Informer(kube, "/x", page_size=500)  # type: ignore[arg-type]
+        await run_until_done(informer, kube)
+        assert kube.lists == [(500, None), (500, "500"), (500, "1000")]
+        assert len(informer.items) == 1200
+        assert kube.watches == ["5000"]
+
+    scenario(body)
+
+
+def test_an_expired_continue_token_restarts_the_list_from_the_first_page() -> None:
+    async def body() -> None:
+        kube = FakeKube([obj(f"o{i}", i) for i in range(5)], version=10)
+        kube.expire_continue_once = True
+        informer = Informer(kube, "/x", page_size=2)  # type: ignore[arg-type]
+        await run_until_done(informer, kube)
+        assert kube.lists == [(2, None), (2, "2"), (2, None), (2, "2"), (2, "4")]
+        assert sorted(informer.items) == [f"o{i}" for i in range(5)]
+
+    scenario(body)
+
+
+def test_watch_resumes_from_the_last_resource_version_including_bookmarks() -> None:
+    async def body() -> None:
+        kube = FakeKube([obj("a", 1)], version=10)
+        kube.scripts = [
+            [{"type": "MODIFIED", "object": obj("a", 11)}, {"type": "BOOKMARK", "object": obj("", 15)}],
+            [{"type": "ADDED", "object": obj("b", 16)}],
+        ]
+        seen: list[str] = []
+        informer = Informer(kube, "/x", on_change=seen.append)  # type: ignore[arg-type]
+        await run_until_done(informer, kube)
+        assert kube.watches == ["10", "15", "16"]
+        assert seen == ["a", "a", "b"]
+        assert len(kube.lists) == 1, "a watch that ended normally resumes; it does not relist"
+
+    scenario(body)
+
+
+@pytest.mark.parametrize(
+    "expiry",
+    [
+        {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}},
+        KubeError(410, "Gone", "too old resource version"),
+    ],
+    ids=["error-event", "http-status"],
+)
+def test_410_relists_and_reports_what_changed_meanwhile(expiry: JSON | Exception) -> None:
+    async def body() -> None:
+        kube = FakeKube([obj("a", 1), obj("b", 2)], version=10)
+
+        def meanwhile() -> None:
+            # While the watch was down: b deleted, a changed, c created.
+            kube.objects, kube.version = [obj("a", 20), obj("c", 21)], 22
+
+        kube.scripts = [[meanwhile, expiry]]
+        seen: list[str] = []
+        informer = Informer(kube, "/x", on_change=seen.append)  # type: ignore[arg-type]
+        await run_until_done(informer, kube)
+        assert len(kube.lists) == 2
+        assert kube.watches == ["10", "22"]
+        assert sorted(informer.items) == ["a", "c"]
+        assert seen == ["a", "b", "a", "b", "c"]
+
+    scenario(body)
+
+
+def test_other_watch_errors_are_logged_and_relist_after_a_backoff(caplog: pytest.LogCaptureFixture) -> None:
+    async def body() -> None:
+        kube = FakeKube([obj("a", 1)], version=10)
+        kube.scripts = [
+            ConnectionResetError("connection reset by peer"),
+            [{"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "etcd unavailable"}}],
+        ]
+        informer = Informer(kube, "/x", name="things")  # type: ignore[arg-type]
+        started = asyncio.get_running_loop().time()
+        await run_until_done(informer, kube)
+        assert len(kube.lists) == 3
+        assert asyncio.get_running_loop().time() - started >= 0.2 + 0.4
+        failures = [r for r in caplog.records if r.getMessage() == "watch failed; relisting"]
+        assert [r.levelno for r in failures] == [logging.WARNING, logging.WARNING]
+        assert "connection reset" in failures[0].__dict__["error"]
+        assert "etcd unavailable" in failures[1].__dict__["error"]
+
+    with caplog.at_level(logging.INFO, logger="enclave_core.kube.informer"):
+        scenario(body)
+
+
+def test_a_handler_that_raises_is_logged_and_does_not_stop_or_relist(caplog: pytest.LogCaptureFixture) -> None:
+    async def body() -> None:
+        kube = FakeKube([obj("bad", 1), obj("good", 2)], version=10)
+        kube.scripts = [[{"type": "ADDED", "object": obj("bad2", 11)}, {"type": "ADDED", "object": obj("ok", 12)}]]
+        seen: list[str] = []
+
+        def handler(key: str) -> None:
+            if key.startswith("bad"):
+                raise RuntimeError(f"handler bug on {key}")
+            seen.append(key)
+
+        informer = Informer(kube, "/x", on_change=handler, name="things")  # type: ignore[arg-type]
+        await run_until_done(informer, kube)
+        assert seen == ["good", "ok"]
+        assert len(kube.lists) == 1, "a handler bug must not turn into a relist loop"
+        assert sorted(informer.items) == ["bad", "bad2", "good", "ok"]
+        errors = [r for r in caplog.records if r.getMessage() == "informer handler failed"]
+        assert [r.__dict__["key"] for r in errors] == ["bad", "bad2"]
+        assert all(r.exc_info for r in errors)
+
+    with caplog.at_level(logging.INFO, logger="enclave_core.kube.informer"):
+        scenario(body)
+
+
+def test_deleted_events_remove_objects() -> None:
+    async def body() -> None:
+        kube = FakeKube([obj("a", 1), obj("b", 2)], version=10)
+        kube.scripts = [[{"type": "DELETED", "object": obj("a", 11)}]]
+        informer = Informer(kube, "/x")  # type: ignore[arg-type]
+        await run_until_done(informer, kube)
+        assert sorted(informer.items) == ["b"]
+        assert informer.resource_version == "11"
+
+    scenario(body)
