@@ -11,24 +11,29 @@ import sys
 
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
+from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, env_default
+from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
-from enclave_quotas.controller import MANAGER, QuotasController, Settings
+from enclave_quotas.controller import DEFAULT_CONFIGURATION, MANAGER, QuotasController, Settings
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="enclave-quotas", description=__doc__)
     add_common_flags(parser, probe_port=8083)
     grpc.add_server_flags(parser, default_port=9092)
+    grpc.add_subscription_flags(parser, "config")
     parser.add_argument(
         "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full pass without changes"
     )
     parser.add_argument(
         "--webhook-configuration",
-        default=env_default("ENCLAVE_WEBHOOK_CONFIGURATION", "enclave-validating-webhook-configuration"),
-        help="ValidatingWebhookConfiguration holding the quota hook (env ENCLAVE_WEBHOOK_CONFIGURATION)",
+        default=env_default("ENCLAVE_WEBHOOK_CONFIGURATION", ""),
+        help="ValidatingWebhookConfiguration holding the quota hook; default: the one the ServiceConfiguration "
+        "names (with --config-endpoint), else enclave-validating-webhook-configuration "
+        "(env ENCLAVE_WEBHOOK_CONFIGURATION)",
     )
     parser.add_argument(
         "--webhook-name",
@@ -50,7 +55,7 @@ async def body(process: component.Component) -> None:
     hub = SnapshotHub(args.identity)
     settings = Settings(
         namespace=args.namespace,
-        webhook_configuration=args.webhook_configuration,
+        webhook_configuration=args.webhook_configuration or DEFAULT_CONFIGURATION,
         webhook_name=args.webhook_name,
         resync_seconds=parse_duration(args.resync).total_seconds(),
     )
@@ -59,6 +64,17 @@ async def body(process: component.Component) -> None:
     process.started.set()
     process.readiness.add("informers-synced")
     process.readiness.add("reconciled")
+    if args.config_endpoint and not args.webhook_configuration:
+        # the hook lives in the configuration the ServiceConfiguration names: follow it
+        grpc.subscribe(
+            process,
+            args.config_endpoint,
+            config_pb2_grpc.ConfigServiceStub,
+            CONFIG_KIND,
+            lambda snapshot: controller.set_webhook_configuration(
+                EffectiveConfiguration.model_validate_json(snapshot.payload).validating_configuration_name
+            ),
+        )
     register = quotas_pb2_grpc.add_QuotaServiceServicer_to_server
     async with grpc.serve_snapshots(process, kube, hub, register, "QuotaService"):
 

@@ -41,6 +41,7 @@ from enclave_quotas.discovery import ApiResource, Catalogue, discover
 log = logging.getLogger(__name__)
 
 MANAGER = "enclave-quotas"
+DEFAULT_CONFIGURATION = "enclave-validating-webhook-configuration"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 PASSES = Counter("enclave_quotas_passes_total", "Counting passes", ["result"])
 WRITES = Counter("enclave_quotas_writes_total", "Writes to the cluster", ["kind", "operation"])
@@ -64,6 +65,7 @@ class Settings:
     namespace: str = "enclave-system"
     """Where the ledgers live."""
     webhook_configuration: str = "enclave-validating-webhook-configuration"
+    """Where the generic quota hook lives (followed from the ServiceConfiguration when subscribed)."""
     webhook_name: str = "quotas.enclave.dev"
     resync_seconds: float = 60.0
     rediscover_seconds: float = 5.0
@@ -112,12 +114,13 @@ class QuotasController:
             on_change=lambda key: self._rediscover.set(),
             name="crds",
         )
+        self.webhook_configuration = settings.webhook_configuration
         self.configuration = Informer(
             kube,
             webhook.ADMISSION_PATH,
-            field_selector=f"metadata.name={settings.webhook_configuration}",
+            label_selector="app.kubernetes.io/managed-by=enclave-config",
             on_change=change,
-            name="webhook-configuration",
+            name="webhook-configurations",
         )
 
     def informers(self) -> list[Informer]:
@@ -132,6 +135,12 @@ class QuotasController:
             self.ledgers.forget(key.rpartition("/")[2])
         else:
             self.ledgers.observe(obj)
+        self._trigger.set()
+
+    def set_webhook_configuration(self, name: str) -> None:
+        if name != self.webhook_configuration:
+            log.info("quota hook configuration", extra={"configuration": name})
+        self.webhook_configuration = name
         self._trigger.set()
 
     def set_leading(self, leading: bool) -> None:
@@ -380,16 +389,16 @@ class QuotasController:
 
     async def _scope_hook(self, entries: list[QuotaEntry]) -> None:
         """Set the generic quota hook's rules to the targets (when the hook exists)."""
-        live = self.configuration.get(self.settings.webhook_configuration)
+        live = self.configuration.get(self.webhook_configuration)
         current = webhook.live_rules(live, self.settings.webhook_name)
         if current is None:
             return  # no quota hook configured (yet): enclave-config writes it, then the watch brings us back
         wanted = webhook.rules(entries)
         if current == wanted:
             return
-        path = f"{webhook.ADMISSION_PATH}/{self.settings.webhook_configuration}"
-        body = webhook.apply_body(self.settings.webhook_configuration, self.settings.webhook_name, wanted)
+        path = f"{webhook.ADMISSION_PATH}/{self.webhook_configuration}"
+        body = webhook.apply_body(self.webhook_configuration, self.settings.webhook_name, wanted)
         stored = await self.kube.apply(path, body)
-        self.configuration.items[self.settings.webhook_configuration] = stored
+        self.configuration.items[self.webhook_configuration] = stored
         WRITES.labels("ValidatingWebhookConfiguration", "apply").inc()
         log.info("quota hook scoped", extra={"resources": sum(len(rule["resources"]) for rule in wanted)})

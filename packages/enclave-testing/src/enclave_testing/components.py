@@ -51,7 +51,12 @@ COMPONENTS: list[ComponentSpec] = [
         grpc=True,
         extra_args=lambda endpoints: [f"--config-endpoint={endpoints['config']}"] if "config" in endpoints else [],
     ),
-    ComponentSpec("quotas", "enclave_quotas", grpc=True),
+    ComponentSpec(
+        "quotas",
+        "enclave_quotas",
+        grpc=True,
+        extra_args=lambda endpoints: [f"--config-endpoint={endpoints['config']}"] if "config" in endpoints else [],
+    ),
     ComponentSpec(
         "globalquotas",
         "enclave_globalquotas",
