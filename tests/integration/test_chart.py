@@ -719,6 +719,20 @@ def _token_kubeconfig(control_plane: ControlPlane, kube: Any, namespace: str, ac
     return path
 
 
+def _create_fresh(kube: Any, manifests: list[Manifest], namespace: str) -> list[tuple[Any, Manifest]]:
+    """Create the rendered objects (replacing any left by an earlier test); returns them for clean-up."""
+    dynamic = DynamicClient(kube)
+    created = []
+    for doc in manifests:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        target = namespace if resource.namespaced else None
+        with contextlib.suppress(ApiException):
+            resource.delete(name=doc["metadata"]["name"], namespace=target)
+        resource.create(body=doc, namespace=target)
+        created.append((resource, doc))
+    return created
+
+
 def test_controllers_run_with_exactly_the_charts_rbac(
     helm: Path, kube: Any, control_plane: ControlPlane, enclave_crds: list[str], tmp_path: Path
 ) -> None:
@@ -729,19 +743,12 @@ def test_controllers_run_with_exactly_the_charts_rbac(
     core.create_namespace({"metadata": {"name": namespace}})
     kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
     manifests = [doc for doc in render(helm, namespace) if doc["kind"] in kinds]
-    dynamic = DynamicClient(kube)
     created: list[tuple[Any, Manifest]] = []
     running: list[Any] = []
     custom = client.CustomObjectsApi(kube)
     tenant = f"rbac-{secrets.token_hex(3)}"
     try:
-        for doc in manifests:
-            resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-            target = namespace if resource.namespaced else None
-            with contextlib.suppress(ApiException):
-                resource.delete(name=doc["metadata"]["name"], namespace=target)
-            resource.create(body=doc, namespace=target)
-            created.append((resource, doc))
+        created += _create_fresh(kube, manifests, namespace)
         specs = {spec.name: spec for spec in COMPONENTS}
 
         def start(name: str, endpoints: dict[str, str], args: list[str]) -> Any:
@@ -813,3 +820,98 @@ def test_controllers_run_with_exactly_the_charts_rbac(
             if not resource.namespaced:
                 with contextlib.suppress(ApiException):
                     resource.delete(name=doc["metadata"]["name"])
+
+
+def test_pools_runs_with_exactly_the_charts_rbac(
+    helm: Path, kube: Any, control_plane: ControlPlane, enclave_crds: list[str], tmp_path: Path
+) -> None:
+    """enclave-pools, authenticated as the chart's service account, does its whole job: finalizer, ledger,
+    provisioned ResourceQuotas (created, grown, deleted), claim status, and deleting bound claims with a pool
+    that has deleteBoundResources."""
+    namespace, token = f"enclave-rbac-pools-{secrets.token_hex(3)}", secrets.token_hex(3)
+    core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
+    core.create_namespace({"metadata": {"name": namespace}})
+    tenant_ns = f"rbac-pools-{token}"
+    core.create_namespace({"metadata": {"name": tenant_ns, "labels": {"rbac-pools": token}}})
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    manifests = [
+        doc
+        for doc in render(helm, namespace, sets=("pools.enabled=true",))
+        if doc["kind"] in kinds and doc["metadata"]["name"] == "enclave-pools"
+    ]
+    assert sorted(doc["kind"] for doc in manifests) == sorted(kinds)
+    created: list[tuple[Any, Manifest]] = []
+    running: list[Any] = []
+    pool = f"rbac-{token}"
+    try:
+        created += _create_fresh(kube, manifests, namespace)
+        kubeconfig = _token_kubeconfig(control_plane, kube, namespace, "enclave-pools", tmp_path / "pools.kubeconfig")
+        spec = next(spec for spec in COMPONENTS if spec.name == "pools")
+        running.append(
+            start_component(
+                spec,
+                kubeconfig=kubeconfig,
+                log_dir=control_plane.log_dir,
+                namespace=namespace,
+                endpoints={},
+                identity="rbac-pools",
+            )
+        )
+        body = {
+            "apiVersion": "enclave.dev/v1beta2",
+            "kind": "ResourcePool",
+            "metadata": {"name": pool},
+            "spec": {
+                "quota": {"hard": {"requests.cpu": "2"}},
+                "selectors": [{"matchLabels": {"rbac-pools": token}}],
+                "config": {"defaultsZero": True, "deleteBoundResources": True},
+            },
+        }
+        custom.create_cluster_custom_object("enclave.dev", "v1beta2", "resourcepools", body)
+        claim = {
+            "apiVersion": "enclave.dev/v1beta2",
+            "kind": "ResourcePoolClaim",
+            "metadata": {"name": "c"},
+            "spec": {"pool": pool, "claim": {"requests.cpu": "1"}},
+        }
+        custom.create_namespaced_custom_object("enclave.dev", "v1beta2", tenant_ns, "resourcepoolclaims", claim)
+
+        def quota_hard() -> dict[str, str]:
+            quota = core.read_namespaced_resource_quota(f"enclave-pool-{pool}", tenant_ns)
+            return dict(quota.spec.hard or {})
+
+        _poll(lambda: quota_hard() == {"requests.cpu": "1"}, what="quota grown by the claim")
+        _poll(
+            lambda: (
+                (
+                    custom.get_namespaced_custom_object(
+                        "enclave.dev", "v1beta2", tenant_ns, "resourcepoolclaims", "c"
+                    ).get("status", {})
+                )
+                .get("condition", {})
+                .get("reason")
+                == "Bound"
+            ),
+            what="claim Bound",
+        )
+        custom.delete_cluster_custom_object("enclave.dev", "v1beta2", "resourcepools", pool)
+
+        def gone() -> bool:
+            claims = custom.list_namespaced_custom_object("enclave.dev", "v1beta2", tenant_ns, "resourcepoolclaims")
+            quotas = core.list_namespaced_resource_quota(tenant_ns).items
+            pools = custom.list_cluster_custom_object("enclave.dev", "v1beta2", "resourcepools")["items"]
+            return not claims["items"] and not quotas and pool not in {p["metadata"]["name"] for p in pools}
+
+        _poll(gone, what="claim, quota and pool removed")
+    finally:
+        for component in reversed(running):
+            component.process.stop()
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object("enclave.dev", "v1beta2", "resourcepools", pool)
+        for resource, doc in reversed(created):
+            if not resource.namespaced:
+                with contextlib.suppress(ApiException):
+                    resource.delete(name=doc["metadata"]["name"])
+        for name in (namespace, tenant_ns):
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(name)

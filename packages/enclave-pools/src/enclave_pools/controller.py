@@ -15,9 +15,7 @@ Every write is decided by comparing the plan with the caches, so a steady state 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +26,7 @@ from enclave_core import GROUP_VERSION
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.runtime.loops import ControllerLoops
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.pools import POOLS_KIND
 from enclave_pools import plan as pl
@@ -74,79 +73,49 @@ class PoolsController:
         self.hub = hub
         self.events = events
         self.events_namespace = "default"
-        self.leading = False
-        self.synced = asyncio.Event()
-        self.published = asyncio.Event()
-        self.reconciled = asyncio.Event()
-        self._publish_trigger = asyncio.Event()
-        self._write_trigger = asyncio.Event()
         self._warned: dict[str, tuple[str, str]] = {}
         self._events: asyncio.Queue[tuple[JSON, EventType, str, str]] = asyncio.Queue(maxsize=1000)
-        change = self._changed
-        self.pools = Informer(kube, POOLS_PATH, on_change=change, name="resourcepools")
-        self.claims = Informer(kube, CLAIMS_PATH, on_change=change, name="resourcepoolclaims")
-        self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
+        self.pools = Informer(kube, POOLS_PATH, on_change=self._changed, name="resourcepools")
+        self.claims = Informer(kube, CLAIMS_PATH, on_change=self._changed, name="resourcepoolclaims")
+        self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=self._changed, name="namespaces")
         self.quotas = Informer(
-            kube, QUOTAS_PATH, label_selector=f"{pl.MANAGED_BY}={pl.MANAGER}", on_change=change, name="resourcequotas"
+            kube,
+            QUOTAS_PATH,
+            label_selector=f"{pl.MANAGED_BY}={pl.MANAGER}",
+            on_change=self._changed,
+            name="resourcequotas",
         )
+        self.loops = ControllerLoops(
+            "pools",
+            informers=[self.pools, self.claims, self.namespaces, self.quotas],
+            publish=self.publish,
+            reconcile=self._pass,
+            resync_seconds=settings.resync_seconds,
+            passes=RECONCILES,
+            publishes=PUBLISHES,
+            duration=RECONCILE_SECONDS,
+        )
+        self.synced = self.loops.synced
+        self.reconciled = self.loops.reconciled
+        self.published = self.loops.published
 
-    def informers(self) -> list[Informer]:
-        return [self.pools, self.claims, self.namespaces, self.quotas]
-
-    def _changed(self, _key: str = "") -> None:
-        self._publish_trigger.set()
-        self._write_trigger.set()
+    def _changed(self, key: str = "") -> None:
+        self.loops.changed(key)
 
     def set_leading(self, leading: bool) -> None:
-        self.leading = leading
-        self._changed()
+        self.loops.set_leading(leading)
 
     def set_events_namespace(self, namespace: str) -> None:
         self.events_namespace = namespace or "default"
 
-    # -- loops ---------------------------------------------------------------------------------------------
-
     async def run(self) -> None:
-        tasks = [asyncio.create_task(informer.run(), name=informer.name) for informer in self.informers()]
-        try:
-            await asyncio.gather(*(informer.synced.wait() for informer in self.informers()))
-            self.synced.set()
-            await asyncio.gather(self._publish_loop(), self._write_loop(), self._post_events())
-        finally:
-            for task in tasks:
-                task.cancel()
+        await asyncio.gather(self.loops.run(), self._post_events())
 
-    async def _publish_loop(self) -> None:
-        while True:
-            self._publish_trigger.clear()
-            try:
-                self.publish()
-            except Exception:  # never let a bad object stop the stream; the last good snapshot stays
-                log.exception("compiling the pools snapshot failed")
-                PUBLISHES.labels("error").inc()
-            await self._publish_trigger.wait()
-
-    async def _write_loop(self) -> None:
-        backoff = 0.5
-        while True:
-            self._write_trigger.clear()
-            wait = self.settings.resync_seconds
-            if self.leading:
-                started = time.monotonic()
-                try:
-                    retry = await self.reconcile()
-                    RECONCILES.labels("ok").inc()
-                    backoff = 0.5
-                    if retry:
-                        wait = 0.2  # a ledger conflict or a failed write: replan soon, not at the next resync
-                except Exception:
-                    log.exception("reconcile failed")
-                    RECONCILES.labels("error").inc()
-                    wait, backoff = backoff, min(30.0, backoff * 2)
-                RECONCILE_SECONDS.observe(time.monotonic() - started)
-            self.reconciled.set()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._write_trigger.wait(), timeout=wait)
+    async def _pass(self) -> None:
+        if await self.reconcile():
+            # A ledger conflict or a failed write: plan again soon (once the watch has brought the fresh pool),
+            # not at the next resync.
+            asyncio.get_running_loop().call_later(0.2, self.loops.again)
 
     # -- plan and snapshot ---------------------------------------------------------------------------------
 
@@ -158,11 +127,9 @@ class PoolsController:
         snapshot = pl.snapshot(plan, self.quotas.values())
         if self.hub.publish(POOLS_KIND, snapshot.model_dump_json().encode()) is not None:
             log.debug("pools snapshot published", extra={"pools": len(snapshot.pools)})
-        PUBLISHES.labels("ok").inc()
         POOLS.set(len(plan.pools))
         BOUND_CLAIMS.set(len(snapshot.bound))
         WAITING_CLAIMS.set(len(plan.claims) - len(snapshot.bound))
-        self.published.set()
         return plan
 
     # -- one write pass (leader only) ----------------------------------------------------------------------
