@@ -44,6 +44,14 @@ def has_policy(cluster: Cluster, namespace: str, name: str) -> bool:
     return True
 
 
+def gone(cluster: Cluster, plural: str, name: str) -> bool:
+    try:
+        cluster.get(plural, name)
+    except ApiException as err:
+        return bool(err.status == 404)
+    return False
+
+
 def items(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return list((obj.get("status") or {}).get("processedItems") or [])
 
@@ -236,7 +244,8 @@ def test_remove_deletes_and_orphan_keeps_unmarked(cluster: Cluster) -> None:
     cluster.create_global(name, {"tenantSelector": {"matchLabels": {"del": tenant}}, "resources": blocks})
     cluster.ready("globaltenantresources", name)
     cluster.delete("globaltenantresources", name)
-    poll(lambda: cluster.config_map(target, "removed") is None, what="removed deleted")
+    poll(lambda: gone(cluster, "globaltenantresources", name), what="finalizer released")
+    assert cluster.config_map(target, "removed") is None
     orphan = cluster.config_map(target, "orphaned")
     assert orphan.data == {"a": "2"}
     assert MANAGED not in (orphan.metadata.labels or {})
