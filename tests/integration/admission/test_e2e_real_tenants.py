@@ -258,7 +258,10 @@ def test_tenant_users_cannot_set_forbidden_node_metadata(stack: Stack) -> None:
     rbac = client.RbacAuthorizationV1Api(stack.kube)
     role = f"{node}-labeler"
     rbac.create_cluster_role(
-        {"metadata": {"name": role}, "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]}
+        {
+            "metadata": {"name": role},
+            "rules": [{"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "patch"]}],
+        }
     )
     rbac.create_cluster_role_binding(
         {
@@ -282,6 +285,9 @@ def test_tenant_users_cannot_set_forbidden_node_metadata(stack: Stack) -> None:
         poll(patched)
         assert "pool" in refused(lambda: api.patch_node(node, {"metadata": {"labels": {"pool": "mine"}}}))
         assert "secret.key" in refused(lambda: api.patch_node(node, {"metadata": {"labels": {"secret.key": "x"}}}))
+        # the status subresource can rewrite labels too: the hook covers it
+        patch = {"metadata": {"labels": {"pool": "mine"}}}
+        assert "pool" in refused(lambda: api.patch_node_status(node, patch))
         assert client.CoreV1Api(stack.kube).read_node(node).metadata.labels["pool"] == "shared"
     finally:
         rbac.delete_cluster_role_binding(role)

@@ -143,6 +143,15 @@ def test_promotion_only_by_owners_and_not_by_promoted_accounts(enclave: Enclave)
     robot_entity = Entity(kind="ServiceAccount", name=robot)
     enclave.update(solar.name, promoted=[robot_entity], owners=[user(alice), robot_entity])
     robot_api = enclave.core(robot, ["system:serviceaccounts", f"system:serviceaccounts:{home}"])
+    # The config component adds the promoted account to the namespace hooks' audience (opts.serviceUsers).
+    registrations = client.AdmissionregistrationV1Api(enclave.kube)
+
+    def in_audience() -> bool:
+        hooks = registrations.read_validating_webhook_configuration(f"{enclave.config_name}-validating").webhooks
+        namespaces = next(hook for hook in hooks if hook.name == "namespaces.enclave.dev")
+        return any(robot in condition.expression for condition in namespaces.match_conditions or [])
+
+    poll(in_audience, what="the promoted account in the namespace hooks' audience")
     refused(lambda: robot_api.patch_namespaced_service_account("other", home, promote), "promoted service account")
     # a promoted account is an owner: it creates namespaces in its tenant
     robot_api.create_namespace(ns(f"{solar.name}-by-robot"))

@@ -16,10 +16,16 @@ Every choice scopes a hook as tightly as its rule allows:
   ``system:`` users that are not service accounts (kube-controller-manager, kubelets, the scheduler),
   kube-system's service accounts (the namespace controller, the garbage collector), Enclave's own service
   accounts, and ``system:masters``. An Enclave outage therefore never blocks namespace finalization or garbage
-  collection. They are not narrowed with ``opts``: a tenant's service account is not a tenant user and must
-  still be checked.
+  collection. They are narrowed further with ``opts`` so that an outage blocks only those the fence is about:
+  administrators and service users (``users``, aggregated TenantOwners, promoted service accounts), and, with
+  ``tenantMetadata``, anyone whose request touches a namespace that carries, or carried, the tenant label or a
+  Tenant owner reference (so a tenant's service account is still checked on its own namespace). A cluster
+  operator or a GitOps service account outside those creating or changing a namespace in no tenant is never
+  sent: admission would let it pass untouched anyway (docs/architecture.md, "Who an outage blocks").
 * **Assignment is a separate mutating hook** with ``reinvocationPolicy: Never``: it depends only on the user and
   the tenant label, which later plugins do not change, and the validating hook sees the final object anyway.
+  It receives only what it can change: administrators' and service users' creations, and their updates of
+  namespaces with tenant metadata (``enclave.dev/assignable``).
 * **Promotion** only sees service accounts in tenant namespaces that carry the promotion label before or after
   the change (objectSelector matches the old or the new object): other accounts never reach Enclave.
   Fail-closed, since a promoted account can create namespaces.
@@ -29,8 +35,11 @@ Every choice scopes a hook as tightly as its rule allows:
   control plane's own updates (the garbage collector's finalizers) are skipped by the same matchCondition.
 * **ServiceConfiguration** fails open: the config component validates again and refuses to apply a bad
   configuration, and a fail-closed hook would keep you from repairing the configuration during an outage.
-* **Nodes** is off unless asked for, fails open (node labels are scheduling hints, not the tenant fence) and is
-  narrowed to tenant users with ``opts.serviceUsers`` so kubelets never wait on Enclave.
+* **Nodes** is off unless asked for and narrowed to service users (the set admission treats as tenant users)
+  with ``opts.serviceUsers``, so kubelets and controllers never reach it. It covers ``nodes/status`` too (a
+  status update can rewrite a node's labels) and fails closed: forbidden node labels are usually the ones the
+  tenants' node selectors use, and since only tenant users are sent, an outage stops nothing but their node
+  patches.
 * **Quotas** (with enclave-quotas, ``quotas=True``): the generic hook ``quotas.enclave.dev`` is written with no
   rules; enclave-quotas sets them to exactly the resources its quotas count (server-side apply, its own field
   manager), so no other write ever waits on Enclave. Fail-closed (a quota that lets objects through during an
@@ -59,6 +68,7 @@ from typing import Literal
 from enclave_admission import routes
 from enclave_core import API_GROUP
 from enclave_core.api.configuration import (
+    TENANT_METADATA_CONDITION,
     Admission,
     MatchCondition,
     MutatingAdmission,
@@ -94,6 +104,14 @@ def _exclude_system_namespaces(webhook: ValidatingWebhook, namespace: str) -> No
         match_labels=selector.match_labels,
         match_expressions=[*(selector.match_expressions or []), requirement],
     )
+
+
+ASSIGNABLE = MatchCondition(
+    name="enclave.dev/assignable",
+    expression=f"request.operation == 'CREATE' || {TENANT_METADATA_CONDITION}",
+)
+"""The mutating hook changes only new namespaces and namespaces whose tenant label or owner reference an
+administrator sets, moves or removes: an update of a namespace in no tenant, before or after, is not sent."""
 
 
 def skip_control_plane(namespace: str) -> MatchCondition:
@@ -231,7 +249,8 @@ def webhooks(
             failure_policy="Fail",
             timeout_seconds=5,
             reinvocation_policy="Never",
-            match_conditions=[skip],
+            match_conditions=[ASSIGNABLE, skip],
+            opts=WebhookOptions(administrators=True, service_users=True),
             rules=[_rule("", ["namespaces"], ["CREATE", "UPDATE"], "Cluster")],
             admission_review_versions=["v1"],
             side_effects="None",
@@ -245,6 +264,7 @@ def webhooks(
             failure_policy="Fail",
             timeout_seconds=5,
             match_conditions=[skip],
+            opts=WebhookOptions(administrators=True, service_users=True, tenant_metadata=True),
             rules=[_rule("", _NAMESPACE_RESOURCES, ["CREATE", "UPDATE", "DELETE"], "Cluster")],
             admission_review_versions=["v1"],
             side_effects="None",
@@ -296,10 +316,10 @@ def webhooks(
             ValidatingWebhook(
                 name="nodes.enclave.dev",
                 path=routes.NODES,
-                failure_policy="Ignore",
+                failure_policy="Fail",
                 timeout_seconds=3,
                 opts=WebhookOptions(administrators=False, service_users=True),
-                rules=[_rule("", ["nodes"], ["UPDATE"], "Cluster")],
+                rules=[_rule("", ["nodes", "nodes/status"], ["UPDATE"], "Cluster")],
                 admission_review_versions=["v1"],
                 side_effects="None",
                 match_policy="Equivalent",

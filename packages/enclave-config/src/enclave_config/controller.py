@@ -264,7 +264,7 @@ class ConfigController:
             # generated configurations as they are rather than take the fence down. Removing a side
             # (admission.mutating: null) or renaming one is how configurations are deleted.
             return
-        desired = webhooks.render(current, ca_pem)
+        desired = webhooks.render(current, ca_pem, self._service_users(current))
         for kind, body in desired.items():
             name = body["metadata"]["name"]
             path = f"{ADMISSION_PATHS[kind]}/{name}"
@@ -303,6 +303,20 @@ class ConfigController:
                 self.managed[kind].items.pop(name, None)
 
     # -- status --------------------------------------------------------------------------------------------
+
+    def _service_users(self, current: EffectiveConfiguration) -> list[Entity]:
+        """Who ``opts.serviceUsers`` sends: ``status.users`` plus, with promotion on, the promoted service
+        accounts (tenant owners admission fences like any tenant user)."""
+        users = self._status_users(current)
+        if current.spec.allow_service_account_promotion:
+            for sa in sorted(self.promoted.values(), key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
+                entity = Entity(
+                    kind="ServiceAccount",
+                    name=f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}",
+                )
+                if entity not in users:
+                    users.append(entity)
+        return users
 
     def _status_users(self, current: EffectiveConfiguration | None) -> list[Entity]:
         users = list(current.users if current else [])

@@ -1,8 +1,9 @@
 """spec.admission -> MutatingWebhookConfiguration and ValidatingWebhookConfiguration (pure rendering).
 
-Every field of the spec maps to its admissionregistration/v1 twin. ``opts`` become matchConditions on
-``request.userInfo``, so kube-apiserver skips the call for everyone else instead of Enclave receiving and
-allowing it. Generated configurations carry the managed-by label; that label is how pruning finds ours and
+Every field of the spec maps to its admissionregistration/v1 twin. ``opts`` become one matchCondition on
+``request.userInfo`` (and, with ``tenantMetadata``, on the object's tenant label and owner references), so
+kube-apiserver skips the call for everyone else instead of Enclave receiving and allowing it, and an Enclave
+outage blocks only those the hook is about. Generated configurations carry the managed-by label; that label is how pruning finds ours and
 never touches a hand-made configuration.
 """
 
@@ -12,10 +13,17 @@ import base64
 import json
 from typing import Any, Final
 
-from enclave_core.api.configuration import MutatingAdmission, MutatingWebhook, ValidatingAdmission, ValidatingWebhook
+from enclave_core.api.configuration import (
+    TENANT_METADATA_CONDITION,
+    MutatingAdmission,
+    MutatingWebhook,
+    ValidatingAdmission,
+    ValidatingWebhook,
+)
 from enclave_core.api.meta import Entity
 from enclave_core.selectors import LabelSelector
 from enclave_core.snapshots.configuration import EffectiveConfiguration
+from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGER: Final = "enclave-config"
@@ -30,7 +38,12 @@ def _cel_strings(values: list[str]) -> str:
 
 def user_condition(entities: list[Entity]) -> str:
     """A CEL expression true when the requester is one of ``entities``."""
-    names = [e.name for e in entities if e.kind in ("User", "ServiceAccount")]
+    names = [e.name for e in entities if e.kind == "User"]
+    names += [
+        e.name if e.name.startswith(SERVICE_ACCOUNT_PREFIX) else SERVICE_ACCOUNT_PREFIX + e.name
+        for e in entities
+        if e.kind == "ServiceAccount"
+    ]
     groups = [e.name for e in entities if e.kind == "Group"]
     parts = []
     if names:
@@ -40,20 +53,23 @@ def user_condition(entities: list[Entity]) -> str:
     return " || ".join(parts) or "false"
 
 
-def _opts_conditions(webhook: ValidatingWebhook, config: EffectiveConfiguration) -> list[JSON]:
+def _opts_conditions(
+    webhook: ValidatingWebhook, config: EffectiveConfiguration, service_users: list[Entity]
+) -> list[JSON]:
     opts = webhook.opts
-    if opts is None or not (opts.administrators or opts.service_users):
+    if opts is None or not (opts.administrators or opts.service_users or opts.tenant_metadata):
         return []
     audiences = []
     if opts.administrators:
         audiences.append(user_condition(list(config.spec.administrators or [])))
     if opts.service_users:
-        service = user_condition(config.users)
-        ignored = config.spec.ignore_user_with_groups or []
-        if ignored:
-            service = f"({service}) && !request.userInfo.groups.exists(g, g in {_cel_strings(ignored)})"
-        audiences.append(service)
+        audiences.append(user_condition(service_users))
+    if opts.tenant_metadata:
+        audiences.append(TENANT_METADATA_CONDITION)
     expression = " || ".join(f"({a})" for a in audiences)
+    ignored = config.spec.ignore_user_with_groups or []
+    if ignored:  # admission lets them pass untouched whatever else they are: never send them
+        expression = f"!request.userInfo.groups.exists(g, g in {_cel_strings(ignored)}) && ({expression})"
     return [{"name": "enclave.dev/audience", "expression": expression}]
 
 
@@ -85,6 +101,7 @@ def _webhook(
     side: MutatingAdmission | ValidatingAdmission,
     config: EffectiveConfiguration,
     ca_bundle: str | None,
+    service_users: list[Entity],
 ) -> JSON:
     rendered: JSON = {
         "name": webhook.name,
@@ -99,7 +116,7 @@ def _webhook(
     }
     if webhook.rules is not None:  # None: another component owns the rules (enclave-quotas scopes its hook)
         rendered["rules"] = [rule.to_k8s() for rule in webhook.rules]
-    conditions = [c.to_k8s() for c in webhook.match_conditions or []] + _opts_conditions(webhook, config)
+    conditions = [c.to_k8s() for c in webhook.match_conditions or []] + _opts_conditions(webhook, config, service_users)
     if conditions:
         rendered["matchConditions"] = conditions
     if isinstance(webhook, MutatingWebhook):
@@ -107,8 +124,14 @@ def _webhook(
     return rendered
 
 
-def render(config: EffectiveConfiguration, ca_pem: bytes | None) -> dict[str, JSON]:
-    """Desired configurations keyed by kind; a side that is absent from the spec is absent here."""
+def render(
+    config: EffectiveConfiguration, ca_pem: bytes | None, service_users: list[Entity] | None = None
+) -> dict[str, JSON]:
+    """Desired configurations keyed by kind; a side that is absent from the spec is absent here.
+
+    ``service_users`` is who ``opts.serviceUsers`` sends: the effective ``users`` when not given; the controller
+    adds TenantOwners with ``aggregate`` and promoted service accounts, as admission counts them tenant users."""
+    audience = list(config.users) if service_users is None else service_users
     ca_bundle = base64.b64encode(ca_pem).decode() if ca_pem else None
     admission = config.spec.admission
     desired: dict[str, JSON] = {}
@@ -129,6 +152,6 @@ def render(config: EffectiveConfiguration, ca_pem: bytes | None) -> dict[str, JS
                 "labels": {**(side.labels or {}), MANAGED_BY: MANAGER},
                 "annotations": dict(side.annotations or {}),
             },
-            "webhooks": [_webhook(w, side, config, ca_bundle) for w in side.webhooks or []],
+            "webhooks": [_webhook(w, side, config, ca_bundle, audience) for w in side.webhooks or []],
         }
     return desired

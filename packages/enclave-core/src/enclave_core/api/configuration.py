@@ -151,13 +151,29 @@ class MatchCondition(ApiModel):
     """CEL boolean over object, oldObject, request, authorizer and authorizer.requestResource."""
 
 
+def _carries_tenant_metadata(variable: str) -> str:
+    meta = f"{variable}.metadata"
+    return (
+        f"({variable} != null && has({meta}.labels) && 'enclave.dev/tenant' in {meta}.labels)"
+        f" || ({variable} != null && has({meta}.ownerReferences) && {meta}.ownerReferences.exists(r,"
+        " r.kind == 'Tenant' && r.apiVersion.startsWith('enclave.dev/')))"
+    )
+
+
+TENANT_METADATA_CONDITION = f"{_carries_tenant_metadata('object')} || {_carries_tenant_metadata('oldObject')}"
+"""CEL over a webhook's ``object`` and ``oldObject`` (null on CREATE, DELETE): the request touches an object that
+is, or was, in a tenant (the tenant label, or an owner reference to a Tenant). What ``opts.tenantMetadata`` adds."""
+
+
 class WebhookOptions(ApiModel):
     """Narrow a webhook to requests of some users; rendered as matchConditions on request.userInfo."""
 
     administrators: Annotated[bool, REQUIRED] = False
     """Send the request only when the user is an Enclave administrator."""
     service_users: Annotated[bool, REQUIRED] = False
-    """Send the request only when the user is an Enclave service user."""
+    """Send the request only when the user is an Enclave service user: in `users`, a TenantOwner with `aggregate`, or a promoted service account."""
+    tenant_metadata: bool | None = None
+    """Also send the request, whoever makes it, when the object or the old object carries the tenant label or an owner reference to a Tenant (ORed with the users above)."""
 
 
 class WebhookRule(ApiModel):
