@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubernetes.client.rest import ApiException
+
 from enclave_testing.names import unique
+from enclave_testing.waiting import poll
 
 from .conftest import Cluster
 
@@ -73,3 +76,28 @@ def test_configured_defaults_are_used(cluster: Cluster) -> None:
     assert obj["status"]["serviceAccount"] == {"name": GLOBAL_ACCOUNT, "namespace": GLOBAL_NAMESPACE}
     assert obj["status"]["conditions"][0]["reason"] == "Forbidden"
     assert cluster.config_map(home, "g") is None
+
+
+def test_a_deleted_namespace_never_waits_on_its_tenant_resource(cluster: Cluster) -> None:
+    """The TenantResource's own namespace goes away while its account lost its rights elsewhere: cleanup fails
+    (an Event says so), and the finalizer is released anyway so the namespace finishes terminating."""
+    tenant = unique("tgone")
+    home, other = cluster.tenant(tenant, namespaces=2)
+    cluster.service_account(home, "writer", CONFIG_MAPS, [home, other])
+    name = unique("tr")
+    spec = {"serviceAccount": {"name": "writer", "namespace": home}, "resources": [{"rawItems": [config_map("c")]}]}
+    cluster.create_local(home, name, spec)
+    cluster.ready("tenantresources", name, home)
+    assert cluster.config_map(other, "c") is not None
+    cluster.rbac.delete_namespaced_role_binding("writer", other)
+    cluster.core.delete_namespace(home)
+
+    def namespace_gone() -> bool:
+        try:
+            cluster.core.read_namespace(home)
+        except ApiException as err:
+            return bool(err.status == 404)
+        return False
+
+    poll(namespace_gone, timeout=60, what="the TenantResource's namespace deleted")
+    assert cluster.config_map(other, "c") is not None  # its account could not delete it: left, and reported

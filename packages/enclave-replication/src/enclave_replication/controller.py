@@ -64,6 +64,7 @@ from enclave_replication.targets import (
     namespaces_by_tenant,
     select_tenants,
     tenant_targets,
+    terminating,
 )
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class _Work:
     resource: Resource
     body: JSON
     result: st.ItemResult
+    previous_policy: ItemPolicy | None = None
+    """The policy snapshot reported before: a failed update keeps it (protection and cleanup follow it)."""
 
 
 @dataclass
@@ -627,13 +630,16 @@ class ReplicationController:
                 result.created = before.status.created
             work.results.append(result)
             try:
-                await self._decide_one(owner, desired, result, work, acting, now)
+                previous_policy = before.status.policy if before is not None and before.status else None
+                await self._decide_one(owner, desired, result, work, acting, now, previous_policy)
             except planning.ReadError as err:
                 result.status, result.reason, result.message = "False", err.reason, err.message
             except KubeError as err:
                 result.status, result.reason, result.message = "False", _reason(err), f"reading the object: {err}"
                 if err.status == 403:
                     work.forbidden.append(f"{desired.origin}: {planning.describe(key)}: {err.message}")
+            if result.status == "False" and before is not None and before.status is not None:
+                result.policy = before.status.policy  # a failed update keeps the previous policy snapshot
             if result.status == "False" and _ours(owner, before):
                 work.keep.add(key)
                 result.managed = True
@@ -647,6 +653,7 @@ class ReplicationController:
         work: _Pass,
         acting: ActingKube,
         now: datetime,
+        previous_policy: ItemPolicy | None = None,
     ) -> None:
         resource = await self.discovery.resource(desired.api_version, desired.kind)
         informer = await self._managed_informer(resource)
@@ -701,7 +708,8 @@ class ReplicationController:
             if covers(live, body) or memo == (version, body["metadata"]["annotations"][HASH_ANNOTATION]):
                 return
         result.last_apply = now
-        work.writes.append(_Work(desired, resource, body, result))
+        keep = previous_policy if marked_by == owner.key else None
+        work.writes.append(_Work(desired, resource, body, result, keep or desired.policy))
 
     async def _dry_run(self, work: _Pass, acting: ActingKube) -> list[str]:
         """Try every write as a dry run; the writes the actor may not make (empty: go ahead)."""
@@ -730,6 +738,7 @@ class ReplicationController:
                 except KubeError as err:
                     item.result.status, item.result.reason = "False", _reason(err)
                     item.result.message = f"apply failed: {err.message}"
+                    item.result.policy = item.previous_policy
                     if err.conflict:
                         item.result.message += " (another field manager owns these fields; policy.force takes them)"
                     return
@@ -813,7 +822,10 @@ class ReplicationController:
         acting = ActingKube(self.kube, owner.field_manager, identity.user)
         errors: list[str] = []
         previous = st.previous_items(raw)
+        home_going = bool(owner.namespace) and _terminating(self.namespaces.get(owner.namespace))
         for _informer, obj in self._managed_by(owner):
+            if _terminating(self.namespaces.get(str(obj["metadata"].get("namespace") or ""))):
+                continue  # it goes with its namespace
             item = previous.get(_object_key(obj))
             policy = item.status.policy if item and item.status and item.status.policy else ItemPolicy()
             error = await self._release(owner, obj, policy, acting)
@@ -822,13 +834,18 @@ class ReplicationController:
         if errors:
             message = "cleanup on deletion failed: " + "; ".join(errors[:5])
             await self._emit(owner, raw, "Warning", "CleanupFailed", message)
-            self._schedule(owner.key, 5.0)
-            return
+            if not home_going:
+                self._schedule(owner.key, 5.0)
+                return
+            # The TenantResource's namespace is being deleted (and with it, often, the account's RoleBindings):
+            # holding the finalizer would keep the namespace terminating forever. Best effort, then let go.
         finalizers = [f for f in raw["metadata"].get("finalizers") or [] if f != FINALIZER]
         await self._write_meta(
             owner, {"metadata": {"finalizers": finalizers, "resourceVersion": raw["metadata"]["resourceVersion"]}}
         )
         self._watch_sources(owner.key, set())
+        for key in [k for k in self._applied if k[0] == owner.key]:
+            del self._applied[key]
 
     async def _write_meta(self, owner: Owner, patch: JSON) -> JSON | None:
         try:
@@ -889,6 +906,10 @@ class ReplicationController:
     async def _emit(self, owner: Owner, raw: JSON, event_type: EventType, reason: str, message: str) -> None:
         obj = _with_kind(raw, owner.kind)
         await self.events.emit(obj, event_type, reason, message[:1024], namespace=self.events_namespace)
+
+
+def _terminating(namespace: JSON | None) -> bool:
+    return namespace is not None and terminating(namespace)
 
 
 def _object_key(obj: JSON) -> tuple[str, str, str, str]:
