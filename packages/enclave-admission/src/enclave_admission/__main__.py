@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Mapping
 
 from prometheus_client import Gauge
 
@@ -42,7 +43,8 @@ from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotasS
 from enclave_core.snapshots.pools import POOLS_KIND, PoolsSnapshot
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaTargets
 from enclave_core.snapshots.replication import REPLICATION_KIND, ReplicationSnapshot
-from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot
+from enclave_core.snapshots.subscriber import ItemsConsumer
+from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,12 @@ async def body(process: component.Component) -> None:
         SNAPSHOT_REVISION.labels(TENANCY_KIND).set(snapshot.revision)
         log.info("tenancy snapshot", extra={"revision": snapshot.revision, "tenants": len(tenancy.tenants)})
 
+    def accept_views(views: Mapping[str, TenantView], snapshot: Snapshot) -> None:
+        # Itemized: only the tenants that changed were parsed (see enclave_core.snapshots.hub).
+        state.set_tenancy(TenancySnapshot.from_views(views.values()))
+        SNAPSHOT_REVISION.labels(TENANCY_KIND).set(snapshot.revision)
+        log.info("tenancy snapshot", extra={"revision": snapshot.revision, "tenants": len(views)})
+
     def accept_pools(snapshot: Snapshot) -> None:
         pools = PoolsSnapshot.model_validate_json(snapshot.payload)
         state.set_pools(pools)
@@ -188,7 +196,14 @@ async def body(process: component.Component) -> None:
             accept_globalquotas,
         )
     if args.tenants_endpoint:
-        grpc.subscribe(process, args.tenants_endpoint, tenants_pb2_grpc.TenantServiceStub, TENANCY_KIND, accept_tenancy)
+        grpc.subscribe(
+            process,
+            args.tenants_endpoint,
+            tenants_pb2_grpc.TenantServiceStub,
+            TENANCY_KIND,
+            accept_tenancy,
+            items=ItemsConsumer(parse=TenancySnapshot.parse_item, accept=accept_views),
+        )
     else:
         log.warning("no --tenants-endpoint: running without tenants (tenant users own nothing)")
     process.readiness.add_check("serving-certificate", certificate.loaded.is_set)

@@ -97,6 +97,7 @@ class TenantsController:
         self._publish_trigger = asyncio.Event()
         self._write_trigger = asyncio.Event()
         self._views: dict[str, TenantView] = {}
+        self._encoded: dict[str, tuple[TenantView, bytes]] = {}
         self._warned: dict[str, tuple[str, str]] = {}
         change = self._changed
         self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants")
@@ -191,7 +192,17 @@ class TenantsController:
 
     def publish(self) -> Plan:
         plan = self.plan()
-        if self.hub.publish(TENANCY_KIND, plan.snapshot.model_dump_json().encode()) is not None:
+        # Itemized (tenant name -> view JSON): subscribers get only what changed. A view the plan reused from
+        # the previous round is the same object, so its JSON is reused too instead of re-encoding 10,000.
+        items: dict[str, bytes] = {}
+        encoded: dict[str, tuple[TenantView, bytes]] = {}
+        for view in plan.snapshot.tenants:
+            hit = self._encoded.get(view.name)
+            data = hit[1] if hit is not None and hit[0] is view else view.model_dump_json().encode()
+            items[view.name] = data
+            encoded[view.name] = (view, data)
+        self._encoded = encoded
+        if self.hub.publish_items(TENANCY_KIND, items, envelope="tenants") is not None:
             log.debug("tenancy snapshot published", extra={"tenants": len(plan.snapshot.tenants)})
         PUBLISHES.labels("ok").inc()
         TENANTS.set(len(plan.tenants))

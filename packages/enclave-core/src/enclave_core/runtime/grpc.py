@@ -29,7 +29,7 @@ from enclave_core.runtime.component import Component
 from enclave_core.runtime.options import env_default
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.server import SnapshotServer
-from enclave_core.snapshots.subscriber import SnapshotSubscriber
+from enclave_core.snapshots.subscriber import ItemsConsumer, SnapshotSubscriber
 
 
 def _add_ca_flag(parser: argparse.ArgumentParser) -> None:
@@ -99,10 +99,13 @@ def subscribe(
     stub: Callable[[grpc.aio.Channel], Any],
     kind: str,
     accept: Callable[[Snapshot], None],
+    *,
+    items: ItemsConsumer | None = None,
 ) -> SnapshotSubscriber:
     """Subscribe to ``kind`` at ``endpoint`` for the life of the process; readiness gate ``snapshot:<kind>``
     stays closed until ``accept`` has taken a snapshot, and closes again when the publisher has not confirmed
-    it for ``--snapshot-staleness`` (the last good one keeps serving decisions meanwhile)."""
+    it for ``--snapshot-staleness`` (the last good one keeps serving decisions meanwhile). With ``items``, an
+    itemized kind arrives as items and deltas (``accept`` still takes whole payloads from older publishers)."""
     args = process.args
     if args.grpc_ca_file and not (args.grpc_client_cert and args.grpc_client_key):
         raise ValueError(
@@ -120,6 +123,7 @@ def subscribe(
         client_cert_file=args.grpc_client_cert,
         client_key_file=args.grpc_client_key,
         staleness=parse_duration(args.snapshot_staleness or "0").total_seconds(),
+        items=items,
     )
     process.readiness.add_check(f"snapshot:{kind}", lambda: subscriber.ready)
     process.spawn(subscriber.run(), f"subscriber-{kind}")

@@ -39,7 +39,7 @@ class HubServicer:
         # A heartbeat period the subscriber asked for, kept within sane bounds; 0 (older subscribers): none.
         heartbeat = min(max(request.heartbeat_seconds, 1), 300) if request.heartbeat_seconds else 0
         try:
-            async for snapshot in self.hub.stream(request.kinds, heartbeat=heartbeat):
+            async for snapshot in self.hub.stream(request.kinds, heartbeat=heartbeat, itemized=request.itemized):
                 yield snapshot
         finally:
             SUBSCRIBERS.labels(self.service).dec()

@@ -26,7 +26,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,8 +75,35 @@ class SubscriberState:
     rejected: int = 0
 
 
+@dataclass(frozen=True)
+class ItemsConsumer:
+    """How a subscriber takes an itemized kind (see ``hub``): ``parse`` turns one item's JSON into its model
+    (only changed items are parsed; many at once, off the event loop), ``accept`` takes the whole current
+    state, key -> parsed item, with the revision's envelope (kind, revision, incarnation; no payload), and
+    may raise to reject it."""
+
+    parse: Callable[[bytes], Any]
+    accept: Callable[[Mapping[str, Any], Snapshot], None]
+
+
+@dataclass
+class _Partial:
+    """An itemized revision arriving over several messages."""
+
+    revision: int
+    incarnation: str
+    delta: bool
+    upserts: dict[str, bytes] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+
+
+PARSE_OFF_LOOP = 256
+"""Parse this many changed items or more in a worker thread: a whole tenancy must not stall admission's loop."""
+
+
 class SnapshotSubscriber:
-    """Watches one snapshot service and hands every new snapshot to ``on_snapshot``."""
+    """Watches one snapshot service and hands every new snapshot to ``on_snapshot`` (or, for itemized kinds
+    with ``items``, the whole current state to ``items.accept``, parsing only what changed)."""
 
     def __init__(
         self,
@@ -94,6 +121,7 @@ class SnapshotSubscriber:
         max_backoff: float = 5.0,
         staleness: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        items: ItemsConsumer | None = None,
     ) -> None:
         self.target = target
         self.stub_factory = stub_factory
@@ -111,7 +139,13 @@ class SnapshotSubscriber:
         self.heartbeat = max(1, round(staleness / 4)) if staleness > 0 else 0
         """Heartbeat period asked of the publisher: four chances to confirm within the bound."""
         self.clock = clock
+        self.items = items
         self.state = SubscriberState()
+        self._stream_raw: dict[str, dict[str, bytes]] = {}
+        """Per itemized kind: the state the publisher believes this stream holds (the base of its deltas)."""
+        self._partial: dict[str, _Partial] = {}
+        self._accepted_raw: dict[str, dict[str, bytes]] = {}
+        self._accepted_parsed: dict[str, dict[str, Any]] = {}
         for kind in kinds:
             AGE.labels(kind).set_function(functools.partial(self.age, kind))
 
@@ -159,10 +193,16 @@ class SnapshotSubscriber:
         backoff = self.initial_backoff
         while True:
             try:
+                self._stream_raw.clear()
+                self._partial.clear()
                 async with self._channel() as channel:
-                    stream = self.stub_factory(channel).Watch(
-                        WatchRequest(subscriber=self.subscriber, kinds=self.kinds, heartbeat_seconds=self.heartbeat)
+                    request = WatchRequest(
+                        subscriber=self.subscriber,
+                        kinds=self.kinds,
+                        heartbeat_seconds=self.heartbeat,
+                        itemized=self.items is not None,
                     )
+                    stream = self.stub_factory(channel).Watch(request)
                     while True:
                         snapshot = await self._next(stream)
                         if snapshot is None:
@@ -171,7 +211,10 @@ class SnapshotSubscriber:
                             self.state.connected = True
                             log.info("snapshot stream connected", extra={"target": self.target})
                         backoff = self.initial_backoff
-                        self.receive(snapshot)
+                        if self.items is not None and not snapshot.heartbeat and not snapshot.payload:
+                            await self.receive_items(snapshot)
+                        else:
+                            self.receive(snapshot)
             except asyncio.CancelledError:
                 raise
             except TimeoutError:
@@ -236,6 +279,82 @@ class SnapshotSubscriber:
             return
         self.state.latest[snapshot.kind] = snapshot
         self._confirm(snapshot)
+
+    async def receive_items(self, message: Snapshot) -> None:
+        """One message of an itemized kind: gather a revision's messages, apply it on the stream's state, and
+        hand the consumer the whole state with only the changed items parsed."""
+        assert self.items is not None
+        kind = message.kind
+        partial = self._partial.get(kind)
+        if partial is None or (partial.revision, partial.incarnation) != (message.revision, message.incarnation):
+            partial = self._partial[kind] = _Partial(message.revision, message.incarnation, message.delta)
+        for item in message.items:
+            partial.upserts[item.key] = item.value
+        partial.removed.extend(message.removed)
+        if message.more:
+            return
+        del self._partial[kind]
+        base = self._stream_raw.get(kind)
+        if partial.delta:
+            if base is None:
+                raise RuntimeError(f"{kind}: a delta arrived before the whole state; reconnecting")
+            raw = dict(base)
+            raw.update(partial.upserts)
+            for key in partial.removed:
+                raw.pop(key, None)
+        else:
+            raw = partial.upserts
+        self._stream_raw[kind] = raw
+        previous = self.state.latest.get(kind)
+        if (
+            previous is not None
+            and previous.incarnation == message.incarnation
+            and previous.revision >= message.revision
+        ):
+            if previous.revision == message.revision:
+                self._confirm(message)
+            return
+        accepted = self._accepted_raw.get(kind, {})
+        if partial.delta and base is accepted:
+            # The usual case: the consumer holds what the delta applies to, so only the delta is compared.
+            changed = [key for key, value in partial.upserts.items() if accepted.get(key) != value]
+            removed = [key for key in partial.removed if key in accepted]
+        else:
+            changed = [key for key, value in raw.items() if accepted.get(key) != value]
+            removed = [key for key in accepted if key not in raw]
+        marker = Snapshot(
+            kind=kind, revision=message.revision, incarnation=message.incarnation, produced_at=message.produced_at
+        )
+        try:
+            parsed_changed = await self._parse(raw, changed)
+            parsed = dict(self._accepted_parsed.get(kind, {}))
+            parsed.update(parsed_changed)
+            for key in removed:
+                parsed.pop(key, None)
+            self.items.accept(parsed, marker)
+        except Exception:  # a bad item must not kill the stream; the previous state stays in use
+            self.state.rejected += 1
+            REJECTED.labels(kind).inc()
+            log.exception(
+                "rejected snapshot; keeping the previous state",
+                extra={"kind": kind, "revision": message.revision, "incarnation": message.incarnation},
+            )
+            return
+        self._accepted_raw[kind] = raw
+        self._accepted_parsed[kind] = parsed
+        self.state.latest[kind] = marker
+        self._confirm(message)
+
+    async def _parse(self, raw: Mapping[str, bytes], keys: list[str]) -> dict[str, Any]:
+        assert self.items is not None
+        parse = self.items.parse
+
+        def work() -> dict[str, Any]:
+            return {key: parse(raw[key]) for key in keys}
+
+        if len(keys) >= PARSE_OFF_LOOP:
+            return await asyncio.to_thread(work)
+        return work()
 
     def _confirm(self, snapshot: Snapshot) -> None:
         self.state.confirmed_at[snapshot.kind] = self.clock()
