@@ -211,3 +211,37 @@ def test_items_parse_with_unknown_fields() -> None:
     document["fromTheFuture"] = True
     document["owners"][0]["alsoNew"] = 1
     assert TenancySnapshot.parse_item(json.dumps(document).encode()) == tenant(1)
+
+
+async def test_a_reconnect_to_the_same_publisher_parses_nothing_again() -> None:
+    hub = SnapshotHub("tenants")
+    views = [tenant(i) for i in range(50)]
+    hub.publish_items(TENANCY_KIND, items_of(views), envelope="tenants")
+    collector = Collector()
+    subscriber = SnapshotSubscriber(
+        "unused:1",
+        tenants_pb2_grpc.TenantServiceStub,
+        kinds=[TENANCY_KIND],
+        on_snapshot=lambda _s: None,
+        subscriber="test",
+        items=collector.consumer(),
+    )
+
+    async def connect() -> AsyncIterator[Snapshot]:
+        subscriber._stream_raw.clear()  # what run() does on every new connection
+        stream = hub.stream([TENANCY_KIND], itemized=True)
+        message = await anext(stream)
+        await subscriber.receive_items(message)
+        return stream
+
+    first = await connect()
+    assert collector.parsed == 50
+    second = await connect()  # the same incarnation and revision again: confirmed, not re-parsed
+    assert collector.parsed == 50
+    views[7] = tenant(7, quota=3)
+    hub.publish_items(TENANCY_KIND, items_of(views), envelope="tenants")
+    await subscriber.receive_items(await anext(second))
+    assert collector.parsed == 51
+    assert collector.views["tenant-00007"].namespace_quota == 3
+    for stream in (first, second):
+        await stream.aclose()  # type: ignore[attr-defined]

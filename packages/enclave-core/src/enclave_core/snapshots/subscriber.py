@@ -312,6 +312,8 @@ class SnapshotSubscriber:
             and previous.revision >= message.revision
         ):
             if previous.revision == message.revision:
+                if kind in self._accepted_raw:
+                    self._accepted_raw[kind] = raw  # the same revision re-sent: same content, now the delta base
                 self._confirm(message)
             return
         accepted = self._accepted_raw.get(kind, {})
