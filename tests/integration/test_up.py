@@ -30,7 +30,7 @@ def test_up_serves_tenants_and_stops_cleanly(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         text = log.read_text()
-        for component in ("config", "tenants", "admission"):
+        for component in ("config", "tenants", "pools", "admission"):
             assert f"component {component}: ready" in text
         assert "Tenant/solar" in text
         kubeconfig = tmp_path / "kubeconfig"
@@ -50,6 +50,25 @@ def test_up_serves_tenants_and_stops_cleanly(tmp_path: Path) -> None:
                 in {rb.metadata.name for rb in rbac.list_namespaced_role_binding("solar-dev").items}
             )
         )
+        # The sample pool: alice claims in her namespace without naming the pool; admission assigns it and
+        # enclave-pools binds the claim into the namespace's quota.
+        claims = client.CustomObjectsApi(api_client(kubeconfig, user="alice", groups=["enclave.dev"]))
+        claim = {"apiVersion": "enclave.dev/v1beta2", "kind": "ResourcePoolClaim", "metadata": {"name": "web"}}
+
+        def claimed() -> bool:
+            body = {**claim, "spec": {"claim": {"requests.cpu": "1"}}}
+            created = claims.create_namespaced_custom_object(
+                "enclave.dev", "v1beta2", "solar-dev", "resourcepoolclaims", body
+            )
+            return bool(created["spec"]["pool"] == "solar-compute")
+
+        poll(claimed, what="alice's claim (once her admin role includes claims)")
+
+        def quota() -> dict[str, str]:
+            found = admin.read_namespaced_resource_quota("enclave-pool-solar-compute", "solar-dev")
+            return dict(found.spec.hard or {})
+
+        poll(lambda: quota() == {"pods": "5", "requests.cpu": "1", "requests.memory": "0"}, what="claim in the quota")
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(60)

@@ -243,3 +243,10 @@ def test_status_of_pool_and_claims() -> None:
     refused = claim_status(waiting, plan.verdicts["n2/waiting"], now=NOW)
     assert refused["pool"] is None
     assert refused["condition"]["reason"] == "PoolExhausted"
+
+
+def test_terminating_namespaces_get_no_quota() -> None:
+    gone = ns("n2")
+    gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    plan = p.build_plan([pool("p", {"requests.cpu": "4"})], [], [ns("n1"), gone])
+    assert sorted(plan.pools["p"].quotas) == ["n1"]

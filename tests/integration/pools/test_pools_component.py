@@ -132,10 +132,18 @@ def test_defaults_apply_to_every_selected_namespace_and_do_not_count(pools: Pool
     status = pools.get_pool(pool)["status"]
     assert status["allocation"]["available"] == {"pods": "10", "requests.cpu": "4", "requests.memory": "4Gi"}
     assert status["namespaceCount"] == 2
-    # Without defaultsZero only the defaults are set.
+    # Without defaultsZero only the defaults are set; the pool's scopes are the quota's.
     other = unique("plain")
-    pools.pool(other, token, {"requests.cpu": "4"}, defaults={"requests.cpu": "500m"})
+    pools.pool(
+        other,
+        token,
+        {"requests.cpu": "4"},
+        defaults={"requests.cpu": "500m"},
+        quota={"hard": {"requests.cpu": "4"}, "scopes": ["NotBestEffort"]},
+    )
     poll(lambda: pools.quota_hard(names[0], other) == {"requests.cpu": "500m"}, what="plain defaults")
+    quota = client.CoreV1Api(pools.kube).read_namespaced_resource_quota(f"enclave-pool-{other}", names[0])
+    assert quota.spec.scopes == ["NotBestEffort"]
 
 
 def test_twenty_concurrent_claims_against_room_for_ten_bind_exactly_ten(pools: Pools) -> None:

@@ -336,9 +336,12 @@ def build_plan(pools: Iterable[JSON], claims: Iterable[JSON], namespaces: Iterab
             waiting.setdefault(pool.name, []).append(claim)
     if not bind:
         return Plan(pools=plans, verdicts=verdicts, claims=by_key)
+    terminating = {
+        str(ns["metadata"]["name"]) for ns in namespace_list if (ns.get("metadata") or {}).get("deletionTimestamp")
+    }
     for pool in plans.values():
         _bind(pool, by_uid, waiting.get(pool.name, []), verdicts)
-        _quotas(pool)
+        _quotas(pool, terminating)
     return Plan(pools=plans, verdicts=verdicts, claims=by_key)
 
 
@@ -426,15 +429,17 @@ def namespace_hard(pool: PoolPlan, namespace: str, records: Iterable[Record] | N
     return add_maps(base, *(r.claims for r in records))
 
 
-def _quotas(pool: PoolPlan) -> None:
-    """The ResourceQuota spec for every selected namespace and every namespace still holding a bound claim."""
+def _quotas(pool: PoolPlan, terminating: set[str] | frozenset[str] = frozenset()) -> None:
+    """The ResourceQuota spec for every selected namespace and every namespace still holding a bound claim,
+    except terminating namespaces (kube-apiserver refuses new objects there; the namespace takes its quota
+    with it)."""
     if pool.spec is None or pool.problems or pool.deleting:
         return
     per_namespace: dict[str, list[Record]] = {namespace: [] for namespace in pool.namespaces}
     for record in pool.records.values():
         per_namespace.setdefault(record.namespace, []).append(record)
     quota = pool.spec.quota
-    for namespace in sorted(per_namespace):
+    for namespace in sorted(per_namespace.keys() - terminating):
         spec: JSON = {"hard": fmt(namespace_hard(pool, namespace, per_namespace[namespace]))}
         if quota.scopes:
             spec["scopes"] = list(quota.scopes)
