@@ -35,7 +35,7 @@ def QUOTAS_ARGS(config_name: str) -> list[str]:  # noqa: N802 - reads as the con
 def metric(probe_url: str, name: str) -> float | None:
     with urllib.request.urlopen(f"{probe_url}/metrics", timeout=2) as answer:
         for line in answer.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
+            if line.startswith(name + " ") or line.startswith(name + "{") or ("{" in name and line.startswith(name)):
                 return float(line.rsplit(" ", 1)[1])
     return None
 
@@ -147,6 +147,16 @@ class QuotaEnclave:
     def ledger(self, name: str) -> dict[str, Any]:
         return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "quantityledgers", name))
 
+    def settled(self, namespace: str | None, name: str) -> dict[str, Any]:
+        """The quota's ledger once every reservation is folded (reserved 0)."""
+        ledger = self.ledger_name(namespace, name)
+        return dict(
+            poll(
+                lambda: (status := self.ledger(ledger).get("status") or {}).get("reserved") == "0" and status,
+                what=f"ledger {ledger} settled",
+            )
+        )
+
     def burst(self, count: int, create: Callable[[int], Any], workers: int = 100) -> list[bool]:
         """Run ``create(i)`` for i < count concurrently; True for each admitted, False for each denied."""
 
@@ -165,7 +175,7 @@ class QuotaEnclave:
             return list(pool.map(one, range(count)))
 
 
-def _hook_resources(enclave: QuotaEnclave) -> set[str]:
+def hook_resources(enclave: QuotaEnclave) -> set[str]:
     configuration = client.AdmissionregistrationV1Api(enclave.kube).read_validating_webhook_configuration(
         f"{enclave.config_name}-validating"
     )
@@ -196,7 +206,9 @@ def start_admission(plane: ControlPlane, namespace: str, endpoints: dict[str, st
 
 
 @contextlib.contextmanager
-def quota_enclave(control_plane: ControlPlane, kube: Any, replicas: int = 3) -> Iterator[QuotaEnclave]:
+def quota_enclave(
+    control_plane: ControlPlane, kube: Any, replicas: int = 3, *, anchor: bool = True
+) -> Iterator[QuotaEnclave]:
     namespace = unique("enclave-q")
     config_name = unique("q")
     core = client.CoreV1Api(kube)
@@ -246,12 +258,10 @@ def quota_enclave(control_plane: ControlPlane, kube: Any, replicas: int = 3) -> 
             # An anchor quota on ConfigMaps and Pods keeps both in the quota hook's rules for the whole module:
             # rules follow the quotas, and kube-apiserver sees a rule change a moment after it is written, so
             # tests that create and delete quotas would otherwise race that propagation.
-            anchor = {
-                "limit": 1_000_000,
-                "sources": [{"kind": "ConfigMap", "op": "count"}, {"kind": "Pod", "op": "count"}],
-            }
-            enclave.create_quota(namespace, "anchor", anchor)
-            poll(lambda: _hook_resources(enclave) >= {"configmaps", "pods"}, what="quota hook scoped")
+            if anchor:
+                counts = [{"kind": "ConfigMap", "op": "count"}, {"kind": "Pod", "op": "count"}]
+                enclave.create_quota(namespace, "anchor", {"limit": 1_000_000, "sources": counts})
+                poll(lambda: hook_resources(enclave) >= {"configmaps", "pods"}, what="quota hook scoped")
             try:
                 yield enclave
             finally:

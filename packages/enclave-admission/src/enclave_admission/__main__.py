@@ -14,9 +14,11 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from prometheus_client import Gauge
+from prometheus_client import REGISTRY, Gauge
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from enclave_admission import server as server_module
 from enclave_admission.certificates import ServingCertificate
@@ -240,10 +242,28 @@ async def body(process: component.Component) -> None:
         await server.stop()
 
 
+class _LedgerMetrics(Collector):
+    """The ledger client's counts, read at scrape time (it is shared code and keeps plain integers)."""
+
+    def __init__(self, ledgers: LedgerClient) -> None:
+        self.ledgers = ledgers
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "enclave_admission_ledger_writes", "QuantityLedger status writes that succeeded", value=self.ledgers.writes
+        )
+        yield CounterMetricFamily(
+            "enclave_admission_ledger_conflicts",
+            "QuantityLedger writes refused with 409 Conflict and retried on a fresh read",
+            value=self.ledgers.conflicts,
+        )
+
+
 async def _follow_quotas(process: component.Component, kube: Kube, state: State) -> None:
     """Subscribe to QuotaTargets and keep the ledgers of Enclave's namespace in memory (a watch), so a
     reservation starts from a fresh copy and only a conflict costs a read."""
     ledgers = state.ledgers = LedgerClient(kube, process.namespace)
+    REGISTRY.register(_LedgerMetrics(ledgers))
     state.reservation_ttl = process.args.reservation_ttl
 
     def accept_quotas(snapshot: Snapshot) -> None:

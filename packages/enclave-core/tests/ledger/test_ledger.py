@@ -237,3 +237,19 @@ async def test_client_reports_a_missing_ledger() -> None:
     client = client_for(FakeApi())
     with pytest.raises(LedgerMissingError):
         await client.update("customquota.team.gone", lambda status: status)
+
+
+async def test_concurrent_requests_on_one_replica_are_committed_in_groups() -> None:
+    api = FakeApi()
+    name = await make_ledger(api)
+    client = client_for(api)
+
+    async def admit(index: int) -> bool:
+        hold = Hold(f"req-{index}", REF, q(1))
+        result, _ = await client.update(name, lambda status: reserve(status, hold, q(15), now=NOW))
+        return not isinstance(result, Refusal)
+
+    admitted = await asyncio.gather(*(admit(i) for i in range(20)))
+    assert sum(admitted) == 15
+    assert api.objects[name]["status"]["allocated"] == "15"
+    assert api.writes < 20  # the requests queued behind the first write went out together

@@ -68,6 +68,8 @@ class Settings:
     """Where the generic quota hook lives (followed from the ServiceConfiguration when subscribed)."""
     webhook_name: str = "quotas.enclave.dev"
     resync_seconds: float = 60.0
+    fold_interval: float = 0.5
+    """Least time between two folds of one ledger (each fold is a write admission may conflict with)."""
     rediscover_seconds: float = 5.0
     """While a source does not resolve: how often discovery is re-read."""
 
@@ -94,6 +96,7 @@ class QuotasController:
         self._good: dict[str, QuotaEntry] = {}
         """Last good entry per quota, kept while its spec is invalid."""
         self._warned: dict[str, tuple[str, str]] = {}
+        self._folded_at: dict[str, float] = {}
         self._claim_labels: set[tuple[str, ...]] = set()
         self._objects: dict[ApiResource, tuple[Informer, asyncio.Task[None]]] = {}
         change = self._changed
@@ -309,6 +312,10 @@ class QuotasController:
             WRITES.labels("QuantityLedger", "create").inc()
         claims = view.claims
         now = datetime.now(UTC)
+        since = time.monotonic() - self._folded_at.get(name, 0.0)
+        if since < self.settings.fold_interval:  # a burst: let admission have the ledger, fold a bit later
+            await self._write_status(view)
+            return self.settings.fold_interval - since
 
         def settled(reservation: Reservation) -> bool:
             ref = reservation.object_ref
@@ -328,6 +335,7 @@ class QuotasController:
             return 0.5
         if stored is not None:
             WRITES.labels("QuantityLedger", "fold").inc()
+            self._folded_at[name] = time.monotonic()
         cached = self.ledgers.cached(name)
         wait = self.settings.resync_seconds
         for reservation in (cached.status.reservations or []) if cached and cached.status else []:

@@ -5,8 +5,8 @@
 the hook's rules equal to its targets). For each quota counting the object it computes what the request
 needs: a create its usage, an update max(new - old, 0), nothing for a change that does not grow. Nothing
 needed means an answer from memory, at once. Otherwise the answer is awaited: one reservation per quota on
-its QuantityLedger (the protocol in docs/architecture.md), in ledger-name order, and when a later quota
-refuses, the reservations already written for this request are rolled back before the denial. A dry run
+its QuantityLedger (the protocol in docs/architecture.md), all at once, and when any quota refuses, the
+reservations the others wrote for this request are rolled back before the denial. A dry run
 checks the same numbers against the ledgers this replica holds and writes nothing. A DELETE of a counted
 object leaves a pending-delete hint on each ledger.
 
@@ -17,6 +17,7 @@ quota limits, rather than admitting something no quota can count.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -167,37 +168,36 @@ def _undoing(request_id: str) -> Callable[[QuantityLedgerStatus | None], object]
 
 
 async def _reserve(state: State, needs: list[Need]) -> Decision:
+    """Reserve on every ledger at once (ledgers are independent, so the latency is the slowest write, not
+    the sum); if any refuses, take back the reservations the others wrote and answer the first refusal in
+    ledger-name order."""
     ledgers = state.ledgers
     if ledgers is None:
         return Decision.deny("QuotaNotReady", "this admission replica has no ledger client; retry")
-    written: list[Need] = []
-    decision: Decision | None = None
-    for need in needs:
-        now = datetime.now(UTC)
+    now = datetime.now(UTC)
+
+    async def one(need: Need) -> Decision | None:
         try:
             outcome, _ = await ledgers.update(need.quota.ledger, _reserving(need, now, state.reservation_ttl))
         except LedgerMissingError:
-            decision = _missing(need)
+            return _missing(need)
         except LedgerBusyError as err:
-            decision = Decision.deny("QuotaConflict", f"{need.quota.display}: {err}")
+            return Decision.deny("QuotaConflict", f"{need.quota.display}: {err}")
         except Exception as err:
             log.warning("ledger write failed", extra={"ledger": need.quota.ledger, "error": str(err)})
-            decision = Decision.deny("QuotaNotReady", f"{need.quota.display}: the ledger could not be written: {err}")
-        else:
-            if isinstance(outcome, Refusal):
-                decision = _refused(need.quota, outcome)
-            else:
-                written.append(need)
-                continue
-        break
-    if decision is None:
+            return Decision.deny("QuotaNotReady", f"{need.quota.display}: the ledger could not be written: {err}")
+        return _refused(need.quota, outcome) if isinstance(outcome, Refusal) else None
+
+    outcomes = await asyncio.gather(*(one(need) for need in needs)) if len(needs) > 1 else [await one(needs[0])]
+    refusals = [decision for decision in outcomes if decision is not None]
+    if not refusals:
         return Decision.allow("QuotaReserved")
-    await _rollback(state, written)
-    return decision
+    await _rollback(state, [need for need, decision in zip(needs, outcomes, strict=True) if decision is None])
+    return refusals[0]
 
 
 async def _rollback(state: State, written: list[Need]) -> None:
-    """Take back this request's reservations on the quotas before the one that refused."""
+    """Take back this request's reservations on the quotas that accepted when another refused."""
     ledgers = state.ledgers
     assert ledgers is not None
     for need in reversed(written):

@@ -7,9 +7,9 @@ between; the client then re-reads with a GET and applies the function again, a b
 jittered backoff. The ledger is therefore the single serialisation point between admission replicas and the
 owning controller, with no lock service and no leader among admission replicas.
 
-Within one process, writes to one ledger queue behind an asyncio lock: concurrent requests on the same
-replica would otherwise only conflict with each other, and each waiter starts from the previous writer's
-answer, so a burst costs one write per request and conflicts only between replicas.
+Within one process, writes to one ledger queue behind an asyncio lock and are committed in groups: whatever
+queued while a write was in flight is applied in order to one status and written at once, so a burst costs one
+write per group rather than per request, and conflicts happen only between replicas.
 """
 
 from __future__ import annotations
@@ -69,8 +69,11 @@ class LedgerClient:
         self.max_backoff = max_backoff
         self.conflicts = 0
         """Conflicts met so far (for metrics and the benchmark)."""
+        self.writes = 0
+        """Status writes that succeeded so far."""
         self._latest: dict[str, JSON] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._queued: dict[str, list[tuple[Mutation, asyncio.Future[tuple[Any, JSON | None]]]]] = {}
 
     def path(self, name: str, subresource: str | None = None) -> str:
         return resource_path(API_VERSION, PLURAL, namespace=self.namespace, name=name, subresource=subresource)
@@ -106,41 +109,68 @@ class LedgerClient:
     async def update(self, name: str, mutation: Mutation) -> tuple[Any, JSON | None]:
         """Apply ``mutation`` to the ledger's status and write it; returns (what the mutation returned, the
         stored object or None when nothing was written). Raises :class:`LedgerMissingError` or
-        :class:`LedgerBusyError`."""
+        :class:`LedgerBusyError`.
+
+        Group commit: mutations that arrive while a write to the same ledger is in flight are applied in
+        arrival order to one status and written together, so a burst on one replica costs one write per
+        batch, not one per request (each mutation still sees the effect of those before it)."""
         lock = self._locks.get(name)
         if lock is None:
             lock = self._locks[name] = asyncio.Lock()
+        done: asyncio.Future[tuple[Any, JSON | None]] = asyncio.get_running_loop().create_future()
+        self._queued.setdefault(name, []).append((mutation, done))
         async with lock:
-            obj = self._latest.get(name)
-            if obj is None:
-                obj = await self.read(name)
-            delay = self.backoff
-            for _ in range(self.attempts):
-                ledger = QuantityLedger.model_validate(obj)
-                result = mutation(ledger.status)
-                if not isinstance(result, QuantityLedgerStatus):
-                    return result, None
-                if ledger.status is not None and result.to_k8s() == ledger.status.to_k8s():
-                    return result, None
-                body = {**obj, "status": result.to_k8s()}
+            if not done.done():  # nobody took it into an earlier batch: write everything queued now
+                batch = self._queued.pop(name, [])
                 try:
-                    stored = await self.kube.replace(self.path(name, "status"), body)
-                except KubeError as err:
-                    if err.not_found:
-                        self._latest.pop(name, None)
-                        raise LedgerMissingError(f"QuantityLedger {self.namespace}/{name} does not exist") from err
-                    if not err.conflict:
-                        raise
-                    self.conflicts += 1
-                    await asyncio.sleep(random.uniform(0, delay))
-                    delay = min(self.max_backoff, delay * 2)
-                    obj = await self.read(name)
-                    continue
-                self.observe(stored)
-                return result, stored
-            raise LedgerBusyError(
-                f"QuantityLedger {self.namespace}/{name}: {self.attempts} conflicting writes in a row; retry"
-            )
+                    await self._commit(name, batch)
+                except Exception as err:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(err)
+        return done.result()
+
+    async def _commit(self, name: str, batch: list[tuple[Mutation, asyncio.Future[tuple[Any, JSON | None]]]]) -> None:
+        obj = self._latest.get(name)
+        if obj is None:
+            obj = await self.read(name)
+        delay = self.backoff
+        for _ in range(self.attempts):
+            ledger = QuantityLedger.model_validate(obj)
+            status = ledger.status
+            results: list[Any] = []
+            for mutation, _ in batch:
+                result = mutation(status)
+                if isinstance(result, QuantityLedgerStatus):
+                    status = result
+                results.append(result)
+            if status is None or (ledger.status is not None and status.to_k8s() == ledger.status.to_k8s()):
+                for (_, future), result in zip(batch, results, strict=True):
+                    future.set_result((result, None))
+                return
+            body = {**obj, "status": status.to_k8s()}
+            try:
+                stored = await self.kube.replace(self.path(name, "status"), body)
+            except KubeError as err:
+                if err.not_found:
+                    self._latest.pop(name, None)
+                    raise LedgerMissingError(f"QuantityLedger {self.namespace}/{name} does not exist") from err
+                if not err.conflict:
+                    raise
+                self.conflicts += 1
+                await asyncio.sleep(random.uniform(0, delay))
+                delay = min(self.max_backoff, delay * 2)
+                obj = await self.read(name)
+                continue
+            self.writes += 1
+            self.observe(stored)
+            for (_, future), result in zip(batch, results, strict=True):
+                written = isinstance(result, QuantityLedgerStatus)
+                future.set_result((result, stored if written else None))
+            return
+        raise LedgerBusyError(
+            f"QuantityLedger {self.namespace}/{name}: {self.attempts} conflicting writes in a row; retry"
+        )
 
     async def ensure(self, ledger: QuantityLedger) -> JSON:
         """Create ``ledger`` unless it exists (the owning controller's job); returns the stored object."""
