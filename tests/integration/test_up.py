@@ -43,6 +43,9 @@ def test_up_serves_tenants_and_stops_cleanly(tmp_path: Path) -> None:
         alice.create_namespace({"metadata": {"name": "solar-dev"}})
         admin = client.CoreV1Api(api_client(kubeconfig))
         assert admin.read_namespace("solar-dev").metadata.labels["enclave.dev/tenant"] == "solar"
+        # The sample GlobalTenantResource replicates its NetworkPolicy into the new namespace of the dev tenant.
+        networking = client.NetworkingV1Api(api_client(kubeconfig))
+        poll(lambda: networking.read_namespaced_network_policy("same-namespace-only", "solar-dev"))
         rbac = client.RbacAuthorizationV1Api(api_client(kubeconfig))
         poll(
             lambda: (

@@ -181,6 +181,7 @@ class ReplicationController:
         """Source and context collections read by some replication object (change triggers only)."""
         self._interest: dict[str, set[str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._source_tasks: dict[str, asyncio.Task[None]] = {}
         self._queue: set[str] = set()
         self._busy: set[str] = set()
         self._again: set[str] = set()
@@ -265,7 +266,7 @@ class ReplicationController:
             workers = [self._worker() for _ in range(self.settings.concurrency)]
             await asyncio.gather(self._publish_loop(), *workers)
         finally:
-            for task in self._tasks:
+            for task in [*self._tasks, *self._source_tasks.values()]:
                 task.cancel()
             for handle in self._timers.values():
                 handle.cancel()
@@ -321,10 +322,17 @@ class ReplicationController:
                     name=f"source:{path}",
                 )
                 self.sources[path] = informer
-                self._tasks.append(asyncio.create_task(informer.run(), name=informer.name))
-        for path, owners in self._interest.items():
+                self._source_tasks[path] = asyncio.create_task(informer.run(), name=informer.name)
+        for path, owners in list(self._interest.items()):
             if path not in paths:
                 owners.discard(owner)
+            if not owners:
+                # Nobody reads this collection any more: stop watching it.
+                del self._interest[path]
+                self.sources.pop(path, None)
+                task = self._source_tasks.pop(path, None)
+                if task is not None:
+                    task.cancel()
 
     async def _worker(self) -> None:
         while True:
