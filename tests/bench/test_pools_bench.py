@@ -33,6 +33,7 @@ POOLS = next(spec for spec in COMPONENTS if spec.name == "pools")
 
 
 def _writes(component: RunningComponent) -> dict[str, float]:
+    """The write counters by kind and operation, plus the process's CPU seconds under ``cpu``."""
     with urllib.request.urlopen(f"{component.probe_url}/metrics", timeout=5) as answer:
         lines = answer.read().decode().splitlines()
     found = {}
@@ -40,7 +41,14 @@ def _writes(component: RunningComponent) -> dict[str, float]:
         if line.startswith("enclave_pools_writes_total{"):
             labels, value = line.rsplit(" ", 1)
             found[labels.removeprefix("enclave_pools_writes_total")] = float(value)
+        elif line.startswith("process_cpu_seconds_total "):
+            found["cpu"] = float(line.rsplit(" ", 1)[1])
     return found
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as handle:
+        return " ".join(handle.read().split()[:3])
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +171,7 @@ def test_claim_create_to_bound(kube: Any, pools: RunningComponent) -> None:
     p50 = statistics.median(latencies)
     p99 = latencies[int(len(latencies) * 0.99) - 1]
     deltas = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
+    cpu = deltas.pop("cpu", 0.0)
     total_writes = sum(deltas.values())
     print()
     print(f"pools: {NAMESPACES} namespaces, {CLAIMS} claims created by {THREADS} threads in {create_seconds:.1f} s")
@@ -179,6 +188,7 @@ def test_claim_create_to_bound(kube: Any, pools: RunningComponent) -> None:
         if value:
             print(f"| {key} | {value:.0f} | {value / CLAIMS:.2f} |")
     print(f"| all | {total_writes:.0f} | {total_writes / CLAIMS:.2f} |")
+    print(f"controller CPU: {cpu:.1f} s in all, {cpu / CLAIMS * 1000:.1f} ms per claim; load average {_load()}")
     status = custom.get_cluster_custom_object(GROUP, VERSION, "resourcepools", pool)["status"]
     assert status["claimCount"] == CLAIMS
     for name in names:
