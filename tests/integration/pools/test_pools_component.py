@@ -320,3 +320,30 @@ def test_a_settled_cluster_costs_no_writes(pools: Pools) -> None:
         return writes if _metric_sum(pools, "enclave_pools_writes_total") == writes else None
 
     poll(quiet, timeout=30, what="a pass without writes")
+
+
+def test_a_pool_admission_never_saw_is_reported_not_crashed_on(pools: Pools) -> None:
+    """The cluster admin (system:masters skips the hooks) writes a pool kube-apiserver would refuse as a quota:
+    Ready=False InvalidSpec naming the field, a Warning Event, and the controller keeps serving other pools."""
+    token, (ns,) = pools.namespaces(1)
+    bad = unique("bad")
+    pools.pool(bad, token, {"cpus": "4", "requests.cpu": "2"})
+    status = pools.get_pool(bad)["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+    assert ready["reason"] == "InvalidSpec"
+    assert "spec.quota.hard[cpus]" in ready["message"]
+
+    def warned() -> bool:
+        events = client.CoreV1Api(pools.kube).list_namespaced_event(
+            pools.namespace, field_selector=f"involvedObject.name={bad}"
+        )
+        return any(e.reason == "InvalidSpec" and e.type == "Warning" for e in events.items)
+
+    poll(warned, what="a Warning Event about the pool")
+    pools.claim(ns, "waits", {"requests.cpu": "1"}, pool=bad)
+    assert pools.wait_reason(ns, "waits", "PoolInvalid")["status"] == "False"
+    good = unique("good")
+    pools.pool(good, token, {"requests.cpu": "2"})
+    pools.claim(ns, "binds", {"requests.cpu": "1"}, pool=good)
+    pools.wait_reason(ns, "binds", "Bound")
