@@ -7,6 +7,9 @@ from typing import Any
 from admission_helpers import ALICE, make_state, request, tenant, user
 
 from enclave_admission.replication import mutation, validation
+from enclave_admission.state import State
+from enclave_core.api.configuration import ServiceConfigurationSpec
+from enclave_core.snapshots.configuration import effective
 from enclave_core.snapshots.replication import ManagedObject, ReplicationSnapshot
 
 ROBOT = "system:serviceaccount:solar-a:replicator"
@@ -92,3 +95,15 @@ def test_deprecated_settings_become_policies_for_blocks_without_one() -> None:
     assert not mutation.mutate(
         request(ALICE, "UPDATE", obj, obj, resource="globaltenantresources"), make_state([])
     ).patch
+
+
+def test_readiness_waits_for_the_replication_snapshot_only_when_configured() -> None:
+    config = effective("default", 1, ServiceConfigurationSpec.model_validate({}))
+    without = State(expect_tenancy=False)
+    without.set_config(config)
+    assert without.ready
+    waiting = State(expect_tenancy=False, expect_replication=True)
+    waiting.set_config(config)
+    assert not waiting.ready
+    waiting.set_replication(ReplicationSnapshot())
+    assert waiting.ready
