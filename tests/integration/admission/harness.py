@@ -34,6 +34,7 @@ from enclave_testing.waiting import poll
 
 GROUP, VERSION = "enclave.dev", "v1beta2"
 CONFIG = next(spec for spec in COMPONENTS if spec.name == "config")
+TENANTS = next(spec for spec in COMPONENTS if spec.name == "tenants")
 ADMISSION = next(spec for spec in COMPONENTS if spec.name == "admission")
 ADMINS = "enclave-admins"
 
@@ -93,12 +94,16 @@ class Enclave:
     config_name: str
     config: RunningComponent
     admission: RunningComponent
-    publisher: TenancyPublisher
+    publisher: TenancyPublisher | None
     views: dict[str, TenantView] = field(default_factory=dict)
     created_tenants: list[str] = field(default_factory=list)
     client_cert: tuple[Path, Path] | None = None
     """kube-apiserver's webhook client certificate, which admission requires (None: it requires none)."""
     admission_args: list[str] = field(default_factory=list)
+    tenants: RunningComponent | None = None
+    """The real enclave-tenants process when the harness runs one instead of the test's TenantService: then
+    :meth:`tenant` creates Tenants and waits for admission to know them, and :meth:`sync` waits for the
+    controller to see the namespaces, instead of publishing snapshots."""
 
     # -- tenants (the test plays the tenants controller) -----------------------------------------------------
 
@@ -113,6 +118,13 @@ class Enclave:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Tenant", "metadata": {"name": name}, "spec": spec}
         created = custom.create_cluster_custom_object(GROUP, VERSION, "tenants", body)
         self.created_tenants.append(name)
+        if self.tenants is not None:
+            if fields.keys() - {"prevent_deletion"} or promoted:
+                raise ValueError("with the real tenants controller, a tenant's view comes from its spec: owners only")
+            view = TenantView(name=name, uid=created["metadata"]["uid"], owners=owners)
+            self.views[name] = view
+            self._known_to_admission(view)
+            return view
         view = TenantView(
             name=name,
             uid=created["metadata"]["uid"],
@@ -125,11 +137,33 @@ class Enclave:
         return view
 
     def update(self, name: str, **fields: Any) -> None:
+        if self.tenants is not None:
+            raise ValueError("with the real tenants controller, change the Tenant's spec instead")
         self.views[name] = self.views[name].model_copy(update=fields)
         self.sync()
 
+    def _known_to_admission(self, view: TenantView) -> None:
+        """Admission's snapshot has the tenant and its owner: a dry-run creation by the owner lands in it."""
+        owner = next(entity.name for entity in view.owners if entity.kind == "User")
+        api = self.owner(owner)
+
+        def assigned() -> bool:
+            try:
+                probe = api.create_namespace({"metadata": {"name": f"{view.name}-probe"}}, dry_run="All")
+            except ApiException as err:
+                if err.status == 403 and "denied the request" in str(err.body):
+                    return False  # no tenant yet
+                raise
+            return (probe.metadata.labels or {}).get(TENANT_LABEL) == view.name
+
+        poll(assigned, timeout=20, what=f"tenant {view.name} in admission's snapshot")
+
     def sync(self) -> None:
         """Publish every tenant with the namespaces that carry its label now, and wait until admission has it."""
+        if self.tenants is not None:
+            self._controller_sees_namespaces()
+            return
+        assert self.publisher is not None
         core = client.CoreV1Api(self.kube)
         views = []
         for view in self.views.values():
@@ -144,6 +178,22 @@ class Enclave:
             return value is not None and value >= revision
 
         poll(arrived, timeout=10, what="tenancy snapshot at admission")
+
+    def _controller_sees_namespaces(self) -> None:
+        """The real controller lists every labelled namespace in its tenants' status (it publishes the snapshot
+        at the same moment it plans that write)."""
+        core = client.CoreV1Api(self.kube)
+        custom = client.CustomObjectsApi(self.kube)
+        for view in self.views.values():
+            listed = sorted(
+                ns.metadata.name for ns in core.list_namespace(label_selector=f"{TENANT_LABEL}={view.name}").items
+            )
+
+            def shown(name: str = view.name, expected: list[str] = listed) -> bool:
+                status = custom.get_cluster_custom_object(GROUP, VERSION, "tenants", name).get("status") or {}
+                return sorted(status.get("namespaces") or []) == expected
+
+            poll(shown, timeout=30, what=f"tenant {view.name}'s namespaces in the controller's status")
 
     # -- acting as users ---------------------------------------------------------------------------------------
 
@@ -184,11 +234,17 @@ class Enclave:
             kubeconfig=control_plane.kubeconfig,
             log_dir=control_plane.log_dir,
             namespace=self.namespace,
-            endpoints={"config": self.config.grpc_target, "tenants": self.publisher.target},
+            endpoints={"config": self.config.grpc_target, "tenants": self._tenants_target()},
             identity=unique("admission"),
             env=env,
             args=self.admission_args,
         )
+
+    def _tenants_target(self) -> str:
+        if self.tenants is not None:
+            return self.tenants.grpc_target
+        assert self.publisher is not None
+        return self.publisher.target
 
 
 def refused(call: Callable[[], Any], *fragments: str) -> str:
@@ -246,6 +302,7 @@ def start_enclave(
     spec: dict[str, Any] | None = None,
     admission_filter: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     client_auth: bool = True,
+    real_tenants: bool = False,
 ) -> Enclave:
     """Config and admission processes in a namespace of their own, owning ServiceConfiguration ``adm-<hex>``
     with Enclave's default webhooks (renamed after it) pointing at the admission server. With ``client_auth``
@@ -254,9 +311,7 @@ def start_enclave(
     config_name = unique("adm")
     core = client.CoreV1Api(kube)
     core.create_namespace({"metadata": {"name": namespace}})
-    publisher = TenancyPublisher()
-    target = publisher.start()
-    publisher.publish(TenancySnapshot())
+    publisher: TenancyPublisher | None = None
     config = start_component(
         CONFIG,
         kubeconfig=control_plane.kubeconfig,
@@ -266,6 +321,22 @@ def start_enclave(
         args=[f"--service-configuration-name={config_name}", "--resync=5s", *(config_args or [])],
         identity=unique("config"),
     )
+    tenants: RunningComponent | None = None
+    if real_tenants:
+        tenants = start_component(
+            TENANTS,
+            kubeconfig=control_plane.kubeconfig,
+            log_dir=control_plane.log_dir,
+            namespace=namespace,
+            endpoints={"config": config.grpc_target},
+            identity=unique("tenants"),
+            wait_ready=False,
+        )
+        target = tenants.grpc_target
+    else:
+        publisher = TenancyPublisher()
+        target = publisher.start()
+        publisher.publish(TenancySnapshot())
     admission_args = control_plane.webhook_client_args() if client_auth else []
     admission = start_component(
         ADMISSION,
@@ -308,6 +379,7 @@ def start_enclave(
         publisher,
         client_cert=control_plane.webhook_client_cert if client_auth else None,
         admission_args=admission_args,
+        tenants=tenants,
     )
 
 
@@ -315,6 +387,8 @@ def stop_enclave(enclave: Enclave) -> None:
     registrations = client.AdmissionregistrationV1Api(enclave.kube)
     custom = client.CustomObjectsApi(enclave.kube)
     enclave.admission.process.stop()
+    if enclave.tenants is not None:
+        enclave.tenants.process.stop()
     enclave.config.process.stop()
     with contextlib.suppress(ApiException):
         registrations.delete_validating_webhook_configuration(f"{enclave.config_name}-validating")
@@ -328,4 +402,5 @@ def stop_enclave(enclave: Enclave) -> None:
             custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", name)
     with contextlib.suppress(ApiException):
         client.CoreV1Api(enclave.kube).delete_namespace(enclave.namespace)
-    enclave.publisher.stop()
+    if enclave.publisher is not None:
+        enclave.publisher.stop()
