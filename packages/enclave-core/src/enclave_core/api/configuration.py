@@ -330,7 +330,7 @@ class ServiceConfigurationSpec(ApiModel):
     """Global configuration of Enclave."""
 
     cache_invalidation: Annotated[Duration, REQUIRED] = "24h"
-    """Period after which all caches are invalidated (Go duration)."""
+    """Period of the CacheInvalidation tick published on ConfigService (Go duration); no component subscribes to it yet: every cache is a watch, rebuilt on relist."""
     enable_tls_reconciler: Annotated[bool, REQUIRED] = Field(False, alias="enableTLSReconciler")
     """Generate a CA and serving certificates for the webhooks when not provided externally."""
     rbac: Annotated[Rbac, REQUIRED] = Field(default_factory=Rbac)
