@@ -915,3 +915,45 @@ def test_pools_runs_with_exactly_the_charts_rbac(
         for name in (namespace, tenant_ns):
             with contextlib.suppress(ApiException):
                 core.delete_namespace(name)
+
+
+def test_config_renders_the_defaults_into_the_narrowed_hooks() -> None:
+    """The third spelling of the same hooks: what enclave-config writes from enclave_admission.defaults keeps
+    the control-plane skip, the audience (with tenant metadata on the validating namespace hook) and, on the
+    mutating hook, only what assignment can change."""
+    from enclave_admission.defaults import url_client, webhooks
+    from enclave_config import webhooks as rendering
+    from enclave_core.api.configuration import TENANT_METADATA_CONDITION, ServiceConfigurationSpec
+    from enclave_core.api.meta import Entity
+    from enclave_core.snapshots.configuration import effective
+
+    spec = ServiceConfigurationSpec.model_validate(
+        {
+            "administrators": [{"kind": "Group", "name": "platform"}],
+            "ignoreUserWithGroups": ["robots"],
+            "admission": webhooks(url_client("https://127.0.0.1:9443"), nodes=True).to_k8s(),
+        }
+    )
+    promoted = Entity(kind="ServiceAccount", name="system:serviceaccount:solar-ci:deployer")
+    config = effective("default", 1, spec)
+    rendered = rendering.render(config, None, [*config.users, promoted])
+    hooks = {
+        hook["name"]: {c["name"]: c["expression"] for c in hook.get("matchConditions", [])}
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for hook in rendered[kind]["webhooks"]
+    }
+    for name in ("namespaces.enclave.dev", "namespaces.mutate.enclave.dev", "tenants.enclave.dev"):
+        assert "enclave.dev/skip-control-plane" in hooks[name], name
+    validating = hooks["namespaces.enclave.dev"]["enclave.dev/audience"]
+    mutating = hooks["namespaces.mutate.enclave.dev"]["enclave.dev/audience"]
+    nodes = hooks["nodes.enclave.dev"]["enclave.dev/audience"]
+    for audience in (validating, mutating, nodes):
+        assert audience.startswith('!request.userInfo.groups.exists(g, g in ["robots"])'), audience
+        assert '"enclave.dev"' in audience
+        assert '"system:serviceaccount:solar-ci:deployer"' in audience
+    assert '"platform"' in validating
+    assert '"platform"' in mutating
+    assert '"platform"' not in nodes, "administrators are not sent to the node hook"
+    assert TENANT_METADATA_CONDITION in validating
+    assert TENANT_METADATA_CONDITION not in mutating
+    assert hooks["namespaces.mutate.enclave.dev"]["enclave.dev/assignable"].startswith("request.operation == 'CREATE'")

@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                 namespace=ENCLAVE_NAMESPACE,
                 endpoints=endpoints,
                 wait_ready=not spec.webhook,
+                # as in production: admission accepts only kube-apiserver's webhook client certificate
+                args=plane.webhook_client_args() if spec.webhook else None,
             )
             running.append(component)
             if spec.webhook:
