@@ -6,8 +6,9 @@ intermediate state safe:
 
 1. the pool's status (the ledger of bindings) is **replaced with the resourceVersion the plan read**: a 409
    means someone changed the pool since, and the pool is planned again from the fresh object;
-2. only after that commit, the ResourceQuotas grow (or shrink) to defaults + bound claims;
-3. then the claims' statuses say Bound, so a claim that reads Bound always has its quota in place.
+2. only after that commit, namespace by namespace, the ResourceQuota grows (or shrinks) to defaults + bound
+   claims, and then that namespace's claims say Bound, so a claim that reads Bound always has its quota in
+   place.
 
 Every write is decided by comparing the plan with the caches, so a steady state costs no API call.
 """
@@ -145,6 +146,13 @@ class PoolsController:
             async with semaphore:
                 await work
 
+        claim_slots = asyncio.Semaphore(self.settings.concurrency)
+
+        async def claim_slot(work: Awaitable[None]) -> None:
+            """Claim writes have slots of their own: a namespace holding a slot above waits on them."""
+            async with claim_slots:
+                await work
+
         conflicted: set[str] = set()
         for pool in plan.pools.values():
             if pool.deleting:
@@ -155,31 +163,47 @@ class PoolsController:
                 continue
             if not await self._commit(pool, now):
                 conflicted.add(pool.name)
+        # Namespace by namespace: its quotas first, then its claims' statuses, so a claim that says Bound has
+        # its quota in place; namespaces run side by side (at most ``concurrency``), so the claims of the first
+        # namespaces read Bound while later namespaces are still being written, instead of every claim waiting
+        # for every quota of the pass.
         quota_errors: dict[str, list[str]] = {}
-        writes = [
-            bounded(self._quota(pool, namespace, quota_errors))
-            for pool in plan.pools.values()
-            if pool.name not in conflicted and not pool.deleting
-            for namespace in pool.quotas
-        ]
-        await asyncio.gather(*writes)
-        for quota in pl.stale_quotas(plan, self.quotas.values()):
-            await self._delete_quota(quota)
-        for pool in plan.pools.values():
-            if pool.name not in conflicted and not pool.deleting and quota_errors.get(pool.name):
-                await self._commit(pool, now, quota_errors[pool.name])
-        claim_writes = []
         failed: list[str] = []
+        quotas: dict[str, list[pl.PoolPlan]] = {}
+        for pool in plan.pools.values():
+            if pool.name not in conflicted and not pool.deleting:
+                for namespace in pool.quotas:
+                    quotas.setdefault(namespace, []).append(pool)
+        claims: dict[str, list[tuple[pl.Claim, pl.Verdict]]] = {}
         for key, verdict in plan.verdicts.items():
             if verdict.pool in conflicted:
                 continue  # its binding is being replanned; say nothing until it is committed
             pool_plan = plan.pools.get(verdict.pool)
             if pool_plan is not None and pool_plan.deleting and verdict.bound:
                 continue  # _finalize releases or deletes it
-            if st.claim_current(plan.claims[key].raw, verdict):
-                continue
-            claim_writes.append(bounded(self._claim(plan.claims[key], verdict, now, failed)))
-        await asyncio.gather(*claim_writes)
+            claim = plan.claims[key]
+            if not st.claim_current(claim.raw, verdict):
+                claims.setdefault(claim.namespace, []).append((claim, verdict))
+
+        async def one_namespace(name: str) -> None:
+            broken: set[str] = set()
+            for pool in quotas.get(name, []):
+                if not await self._quota(pool, name, quota_errors):
+                    broken.add(pool.name)
+            writes = []
+            for claim, verdict in claims.get(name, []):
+                if verdict.bound and verdict.pool in broken:
+                    failed.append(claim.key)  # its quota could not grow: not Bound yet, retried
+                    continue
+                writes.append(claim_slot(self._claim(claim, verdict, now, failed)))
+            await asyncio.gather(*writes)
+
+        await asyncio.gather(*(bounded(one_namespace(name)) for name in sorted(quotas.keys() | claims.keys())))
+        for quota in pl.stale_quotas(plan, self.quotas.values()):
+            await self._delete_quota(quota)
+        for pool in plan.pools.values():
+            if pool.name not in conflicted and not pool.deleting and quota_errors.get(pool.name):
+                await self._commit(pool, now, quota_errors[pool.name])
         return bool(conflicted or failed)
 
     async def _ensure_finalizer(self, pool: pl.PoolPlan) -> bool:
@@ -226,18 +250,21 @@ class PoolsController:
             log.info("claims bound", extra={"pool": pool.name, "claims": [pool.records[u].name for u in new]})
         return True
 
-    async def _quota(self, pool: pl.PoolPlan, namespace: str, errors: dict[str, list[str]]) -> None:
+    async def _quota(self, pool: pl.PoolPlan, namespace: str, errors: dict[str, list[str]]) -> bool:
+        """Apply the pool's quota in ``namespace`` when it drifted; False when it could not be written."""
         key = f"{namespace}/{pl.quota_name(pool.name)}"
         if not pl.quota_drifted(self.quotas.get(key), pool, namespace):
-            return
+            return True
         path = resource_path("v1", "resourcequotas", namespace=namespace, name=pl.quota_name(pool.name))
         try:
             self.quotas.items[key] = await self.kube.apply(path, pl.quota_body(pool, namespace))
         except KubeError as err:
             if not _ignorable(err):
                 errors.setdefault(pool.name, []).append(f"ResourceQuota {key}: {err}")
-            return
+                return False
+            return True
         WRITES.labels("ResourceQuota", "apply").inc()
+        return True
 
     async def _delete_quota(self, quota: JSON) -> None:
         meta = quota["metadata"]
