@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import re
+import urllib.request
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ from kubernetes.client.rest import ApiException
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
-from .conftest import Cluster
+from .conftest import Cluster, Stack
 
 OWNER = "enclave.dev/replicated-by"
 CREATED = "enclave.dev/replication-created"
@@ -303,3 +305,41 @@ def test_depends_on_waits_for_a_ready_dependency(cluster: Cluster) -> None:
     cluster.ready("globaltenantresources", second)
     assert cluster.config_map(target, "a") is not None
     assert cluster.config_map(target, "b") is not None
+
+
+def test_a_steady_state_makes_no_api_write(cluster: Cluster, replication: Stack) -> None:
+    """Reconciles with nothing to change (metadata touches, a 1 s resync) write nothing: no apply, no status,
+    not even for a LimitRange whose quantity the server stores normalised (``1000m`` reads back as ``1``)."""
+    tenant = unique("tsteady")
+    cluster.tenant(tenant, {"steady": tenant}, namespaces=3)
+    name = unique("steady")
+    spec = {
+        "tenantSelector": {"matchLabels": {"steady": tenant}},
+        "resyncPeriod": "1s",
+        "resources": [{"rawItems": [network_policy("p"), LIMIT_RANGE]}],
+    }
+    cluster.create_global(name, spec)
+    cluster.ready("globaltenantresources", name)
+    reconciles = metric(replication, "enclave_replication_reconciles_total")
+    poll(lambda: metric(replication, "enclave_replication_reconciles_total") >= reconciles + 1, what="a resync")
+    writes = metric(replication, "enclave_replication_writes_total")
+    reconciles = metric(replication, "enclave_replication_reconciles_total")
+    for index in range(3):
+        cluster.patch("globaltenantresources", name, {"metadata": {"annotations": {"touch": str(index)}}})
+    poll(lambda: metric(replication, "enclave_replication_reconciles_total") >= reconciles + 4, what="reconciles")
+    assert metric(replication, "enclave_replication_writes_total") == writes
+
+
+LIMIT_RANGE = {
+    "apiVersion": "v1",
+    "kind": "LimitRange",
+    "metadata": {"name": "defaults"},
+    "spec": {"limits": [{"type": "Container", "default": {"cpu": "1000m"}}]},
+}
+
+
+def metric(stack: Stack, name: str) -> float:
+    with urllib.request.urlopen(f"{stack.replication.probe_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+-]+)$", re.MULTILINE)
+    return sum(float(value) for value in pattern.findall(text))
