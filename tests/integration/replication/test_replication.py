@@ -343,3 +343,64 @@ def metric(stack: Stack, name: str) -> float:
         text = response.read().decode()
     pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+-]+)$", re.MULTILINE)
     return sum(float(value) for value in pattern.findall(text))
+
+
+def test_tenant_and_none_scopes(cluster: Cluster) -> None:
+    """Scope Tenant writes once per tenant (here into each tenant's first namespace, named by the template);
+    scope None writes once, a cluster-scoped ClusterRole included, and removes it with the resource."""
+    team = unique("scope")
+    first, second = unique("tsa"), unique("tsb")
+    cluster.tenant(first, {"scope": team}, namespaces=1)
+    cluster.tenant(second, {"scope": team}, namespaces=1)
+    per_tenant = unique("pertenant")
+    template = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tenant-info\n"
+        "  namespace: {{ tenant.metadata.name }}-0\ndata:\n  tenant: {{ tenant.metadata.name }}\n"
+    )
+    cluster.create_global(
+        per_tenant,
+        {
+            "scope": "Tenant",
+            "tenantSelector": {"matchLabels": {"scope": team}},
+            "resources": [{"generators": [{"template": template}]}],
+        },
+    )
+    obj = cluster.ready("globaltenantresources", per_tenant)
+    assert obj["status"]["size"] == 2
+    for tenant in (first, second):
+        assert cluster.config_map(f"{tenant}-0", "tenant-info").data == {"tenant": tenant}
+    role = f"replicated-{team}"
+    once = unique("once")
+    cluster.create_global(
+        once,
+        {
+            "scope": "None",
+            "resources": [
+                {
+                    "rawItems": [
+                        {
+                            "apiVersion": "rbac.authorization.k8s.io/v1",
+                            "kind": "ClusterRole",
+                            "metadata": {"name": role},
+                            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+                        }
+                    ]
+                }
+            ],
+        },
+    )
+    obj = cluster.ready("globaltenantresources", once)
+    (item,) = items(obj)
+    assert item["status"]["clusterScoped"] is True
+    assert item["kind"] == "ClusterRole"
+    assert cluster.rbac.read_cluster_role(role).metadata.annotations[OWNER] == f"GlobalTenantResource/{once}"
+    cluster.delete("globaltenantresources", once)
+
+    def role_gone() -> bool:
+        try:
+            cluster.rbac.read_cluster_role(role)
+        except ApiException as err:
+            return bool(err.status == 404)
+        return False
+
+    poll(role_gone, what="cluster-scoped object removed with its resource")
