@@ -94,3 +94,60 @@ def test_the_apiservers_certificate_is_answered(enclave: Enclave) -> None:
     alice = unique("alice")
     solar = enclave.tenant(unique("solar"), owners=[Entity(kind="User", name=alice)])
     assert post(enclave, enclave.ssl_context(), forged_creation(alice, f"{solar.name}-x")) == 200
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_many_large_reviews_at_once_stay_inside_the_charts_memory_limit(enclave: Enclave) -> None:
+    """Sixty 3 MiB reviews at once (180 MiB), from the apiserver's certificate: the replica holds at most
+    --max-buffered-bytes (64 MiB) of them (any beyond would be answered 503; the listener's unit tests prove the
+    cap deterministically) and its resident memory stays under the chart's 384 MiB limit."""
+    import threading
+
+    popen = enclave.admission.process.popen
+    assert popen is not None
+    padding = "x" * (3 * 1024 * 1024 - 2048)
+    review = forged_creation(unique("alice"), unique("big"))
+    review["request"]["object"]["metadata"]["annotations"] = {"padding": padding}
+    body = json.dumps(review).encode()
+    statuses: list[int | str] = []
+    peak = [0.0]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mib(popen.pid))
+            done.wait(0.02)
+
+    def call() -> None:
+        request = urllib.request.Request(
+            f"{enclave.admission.webhook_url}/namespaces", data=body, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, context=enclave.ssl_context(), timeout=30) as answer:
+                statuses.append(int(answer.status))
+        except urllib.error.HTTPError as err:
+            statuses.append(int(err.code))
+        except REFUSED as err:  # closed with the 503 unread while the body was still being sent
+            statuses.append(type(err).__name__)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    callers = [threading.Thread(target=call) for _ in range(60)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(60)
+    done.set()
+    watcher.join()
+    assert len(statuses) == 60
+    assert set(statuses) <= {200, 503, "ConnectionResetError", "URLError", "RemoteDisconnected", "SSLError"}, statuses
+    assert 200 in statuses
+    print(f"\n60 x 3 MiB reviews: peak RSS {peak[0]:.0f} MiB, answers {sorted(map(str, statuses))}")
+    assert peak[0] < 384, f"admission peaked at {peak[0]:.0f} MiB"
