@@ -434,9 +434,15 @@ class ReplicationController:
             else:
                 spec = TenantResource.model_validate(raw).spec
         except ValidationError as err:
+            if raw["metadata"].get("deletionTimestamp"):
+                # Deleted while invalid: clean up with what can still be read, never hold the finalizer on a typo.
+                await self._finalize(owner, raw, _fallback_spec(raw))
+                return
             first = err.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            await self._finish(owner, raw, [], [], None, (False, "InvalidSpec", f"{where}: {first['msg']}"))
+            # The objects stay as they are, and so does what status says about them (protection follows it).
+            items, tenants = self._keep_all(owner, raw)
+            await self._finish(owner, raw, items, tenants, None, (False, "InvalidSpec", f"{where}: {first['msg']}"))
             RECONCILES.labels(owner.kind, "invalid").inc()
             return
         self._schedule(key, max(1.0, parse_duration(spec.resync_period).total_seconds()))
@@ -829,9 +835,12 @@ class ReplicationController:
         identity = self._identity(owner, spec)
         acting = ActingKube(self.kube, owner.field_manager, identity.user)
         errors: list[str] = []
+        if identity.problem:
+            # No identity to act as (a TenantResource never borrows the controller's rights): leave the objects.
+            errors.append(f"objects left in place: {identity.problem}")
         previous = st.previous_items(raw)
         home_going = bool(owner.namespace) and _terminating(self.namespaces.get(owner.namespace))
-        for _informer, obj in self._managed_by(owner):
+        for _informer, obj in self._managed_by(owner) if not identity.problem else ():
             if _terminating(self.namespaces.get(str(obj["metadata"].get("namespace") or ""))):
                 continue  # it goes with its namespace
             item = previous.get(_object_key(obj))
@@ -842,11 +851,12 @@ class ReplicationController:
         if errors:
             message = "cleanup on deletion failed: " + "; ".join(errors[:5])
             await self._emit(owner, raw, "Warning", "CleanupFailed", message)
-            if not home_going:
+            if not home_going and not identity.problem:
                 self._schedule(owner.key, 5.0)
                 return
-            # The TenantResource's namespace is being deleted (and with it, often, the account's RoleBindings):
-            # holding the finalizer would keep the namespace terminating forever. Best effort, then let go.
+            # The TenantResource's namespace is being deleted (and with it, often, the account's RoleBindings), or
+            # there is no identity to clean up as: holding the finalizer would keep the object (and its namespace)
+            # forever. Best effort, reported, then let go.
         finalizers = [f for f in raw["metadata"].get("finalizers") or [] if f != FINALIZER]
         await self._write_meta(
             owner, {"metadata": {"finalizers": finalizers, "resourceVersion": raw["metadata"]["resourceVersion"]}}
@@ -914,6 +924,18 @@ class ReplicationController:
     async def _emit(self, owner: Owner, raw: JSON, event_type: EventType, reason: str, message: str) -> None:
         obj = _with_kind(raw, owner.kind)
         await self.events.emit(obj, event_type, reason, message[:1024], namespace=self.events_namespace)
+
+
+def _fallback_spec(raw: JSON) -> TenantResourceSpec:
+    """What an invalid spec still says about cleanup: its service account and whether it is cordoned."""
+    found = raw.get("spec")
+    spec: JSON = found if isinstance(found, dict) else {}
+    try:
+        return TenantResourceSpec.model_validate(
+            {"resources": [], "serviceAccount": spec.get("serviceAccount"), "cordoned": spec.get("cordoned", False)}
+        )
+    except ValidationError:
+        return TenantResourceSpec(resources=[])
 
 
 def _terminating(namespace: JSON | None) -> bool:
