@@ -141,7 +141,8 @@ def _pool_request(operation: str, hard: dict[str, Any], defaults: dict[str, Any]
     if defaults:
         spec["defaults"] = defaults
     obj = {"apiVersion": "enclave.dev/v1beta2", "kind": "ResourcePool", "metadata": {"name": "alpha"}, "spec": spec}
-    body = review(ALICE, operation, obj, obj, resource="resourcepools", group="enclave.dev", kind="ResourcePool")
+    old = {**obj, "spec": {"quota": {"hard": {"requests.cpu": "4"}}}}
+    body = review(ALICE, operation, obj, old, resource="resourcepools", group="enclave.dev", kind="ResourcePool")
     return AdmissionRequest.from_review(body)
 
 
@@ -195,3 +196,11 @@ def test_assignment_prefers_a_pool_with_room_then_the_name() -> None:
 )
 def test_quota_resource_names(name: str, ok: bool) -> None:
     assert (quota_resource_problem(name) == "") is ok
+
+
+def test_metadata_changes_pass_even_when_the_pool_is_gone() -> None:
+    orphan = claim("held", {"requests.cpu": "3"}, pool="deleted-pool", uid="uid-orphan")
+    labelled = {**orphan, "metadata": {**orphan["metadata"], "labels": {"team": "a"}}}
+    assert validation.validate_claim(request("UPDATE", labelled, orphan), state()).allowed
+    changed = {**labelled, "spec": {**labelled["spec"], "claim": {"requests.cpu": "1"}}}
+    assert not validation.validate_claim(request("UPDATE", changed, orphan), state()).allowed

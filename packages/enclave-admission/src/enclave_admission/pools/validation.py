@@ -43,6 +43,8 @@ def validate_claim(request: AdmissionRequest, state: State) -> Decision:
         return Decision.allow("PoolsNotConfigured" if not state.expect_pools else "Allowed")
     if request.operation == "DELETE":
         return _delete_claim(request, state)
+    if _spec_unchanged(request):
+        return Decision.allow("SpecUnchanged")
     obj = request.obj or {}
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     assert isinstance(spec, dict)
@@ -147,9 +149,22 @@ def _delete_claim(request: AdmissionRequest, state: State) -> Decision:
     return Decision.allow()
 
 
+def _spec_unchanged(request: AdmissionRequest) -> bool:
+    """An update that leaves ``spec`` alone (labels, annotations, finalizers) is never refused: it cannot
+    break a fence, and refusing it would pin an object whose pool went away or was over-allocated."""
+    return (
+        request.operation == "UPDATE"
+        and request.old is not None
+        and request.obj is not None
+        and request.old.get("spec") == request.obj.get("spec")
+    )
+
+
 def validate_pool(request: AdmissionRequest, state: State) -> Decision:
     if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
         return Decision.allow()
+    if _spec_unchanged(request):
+        return Decision.allow("SpecUnchanged")
     obj = request.obj or {}
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     assert isinstance(spec, dict)
