@@ -24,6 +24,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+import aiohttp
 from prometheus_client import Counter
 
 from enclave_core.kube.rest import JSON, Kube, KubeError
@@ -99,7 +100,8 @@ class Informer:
                 RELISTS.labels(self.name, "error").inc()
                 log.warning(
                     "watch failed; relisting",
-                    exc_info=not isinstance(err, KubeError | OSError | TimeoutError),
+                    # Expected trouble (the API's answers, the network) in one line; anything else with its traceback.
+                    exc_info=not isinstance(err, KubeError | OSError | TimeoutError | aiohttp.ClientError),
                     extra={"informer": self.name, "error": str(err) or type(err).__name__, "retry_in": backoff},
                 )
                 await asyncio.sleep(backoff)

@@ -20,6 +20,7 @@ from prometheus_client import Gauge
 
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot, WatchRequest
 from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.snapshots.subscriber import HEARTBEAT_METADATA
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,10 @@ class HubServicer:
         SUBSCRIBERS.labels(self.service).inc()
         # A heartbeat period the subscriber asked for, kept within sane bounds; 0 (older subscribers): none.
         heartbeat = min(max(request.heartbeat_seconds, 1), 300) if request.heartbeat_seconds else 0
+        if heartbeat:
+            # Announced before the first snapshot: the subscriber applies its staleness bound from the start,
+            # even if this publisher stops before its first heartbeat.
+            await context.send_initial_metadata(((HEARTBEAT_METADATA, str(heartbeat)),))
         try:
             async for snapshot in self.hub.stream(request.kinds, heartbeat=heartbeat, itemized=request.itemized):
                 yield snapshot

@@ -16,7 +16,9 @@ Readiness does not lie:
   heartbeat of that revision) for longer than the bound closes the gate. Measured on this replica's monotonic
   clock from when the confirmation *arrived*, so clock skew between nodes cannot open or close it; the
   publisher's ``produced_at`` age is exported as ``enclave_snapshot_age_seconds`` for dashboards. The bound
-  applies once the publisher has shown it sends heartbeats (one release behind, it would not).
+  applies once a publisher has announced that it sends heartbeats (``enclave-heartbeat-seconds`` in the
+  stream's initial metadata; one release behind, it would not), so a publisher that stops right after the
+  first snapshot, before any heartbeat, is judged stale too.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class SubscriberState:
     connected: bool = False
     reconnects: int = 0
     heartbeats: int = 0
+    heartbeats_announced: bool = False
+    """A publisher said it sends heartbeats (sticky: the staleness bound applies from then on)."""
     rejected: int = 0
 
 
@@ -96,6 +100,9 @@ class _Partial:
     upserts: dict[str, bytes] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
 
+
+HEARTBEAT_METADATA = "enclave-heartbeat-seconds"
+"""Initial-metadata key by which a publisher announces the heartbeat period it will keep."""
 
 PARSE_OFF_LOOP = 256
 """Parse this many changed items or more in a worker thread: a whole tenancy must not stall admission's loop."""
@@ -155,9 +162,9 @@ class SnapshotSubscriber:
         return max(0.0, time.time() - produced) if produced is not None else 0.0
 
     def stale(self, kind: str) -> bool:
-        """Past the staleness bound (only once the publisher has shown it sends heartbeats)."""
+        """Past the staleness bound (only once a publisher announced heartbeats)."""
         confirmed = self.state.confirmed_at.get(kind)
-        if not self.staleness or not self.state.heartbeats or confirmed is None:
+        if not self.staleness or not self.state.heartbeats_announced or confirmed is None:
             return False
         return self.clock() - confirmed > self.staleness
 
@@ -203,6 +210,10 @@ class SnapshotSubscriber:
                         itemized=self.items is not None,
                     )
                     stream = self.stub_factory(channel).Watch(request)
+                    if self.heartbeat:
+                        metadata = await stream.initial_metadata()
+                        if any(key == HEARTBEAT_METADATA for key, _ in metadata or ()):
+                            self.state.heartbeats_announced = True
                     while True:
                         snapshot = await self._next(stream)
                         if snapshot is None:
@@ -239,7 +250,7 @@ class SnapshotSubscriber:
         """The next message; None at the end of the stream. Once the publisher has shown it sends heartbeats,
         silence for three periods means it is gone (its process hung, or the path to it): TimeoutError."""
         read = stream.read()
-        if self.heartbeat and self.state.heartbeats:
+        if self.heartbeat and self.state.heartbeats_announced:
             try:
                 message = await asyncio.wait_for(read, timeout=3 * self.heartbeat)
             except TimeoutError:
@@ -258,6 +269,7 @@ class SnapshotSubscriber:
         same = previous is not None and previous.incarnation == snapshot.incarnation
         if snapshot.heartbeat:
             self.state.heartbeats += 1
+            self.state.heartbeats_announced = True  # a heartbeat is proof enough
             # Only a heartbeat for the revision in use confirms it: after a rejected snapshot the publisher
             # vouches for a revision this replica does not have, and staleness must keep growing.
             if same and previous is not None and previous.revision == snapshot.revision:
