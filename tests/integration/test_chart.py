@@ -361,6 +361,28 @@ def test_chart_pool_hooks_equal_the_admission_servers_defaults(helm: Path) -> No
     parse_args(container(deployments["enclave-pools"])["args"])  # the chart's flags are the component's
 
 
+def test_chart_globalquota_hooks_equal_the_admission_servers_defaults(helm: Path) -> None:
+    """With enclave-globalquotas on, the chart's hooks are defaults.webhooks(globalquotas=True)'s, admission
+    subscribes to it, and the chart's flags are the component's."""
+    from enclave_admission.defaults import webhooks
+    from enclave_core.api.configuration import WebhookClient, WebhookService
+
+    namespace = "team-platform"
+    manifests = render(helm, namespace, sets=("globalquotas.enabled=true",))
+    (configuration,) = by_kind(manifests, "ServiceConfiguration").values()
+    client = WebhookClient(service=WebhookService(name="enclave-webhook-service", namespace=namespace))
+    expected = webhooks(client, namespace=namespace, globalquotas=True).to_k8s()
+    rendered = {hook["name"]: hook for hook in configuration["spec"]["admission"]["validating"]["webhooks"]}
+    wanted = {hook["name"]: hook for hook in expected["validating"]["webhooks"]}
+    assert rendered == wanted
+    deployments = by_kind(manifests, "Deployment")
+    admission_args = container(deployments["enclave-admission"])["args"]
+    assert "--globalquotas-endpoint=enclave-globalquotas.team-platform.svc:9090" in admission_args
+    from enclave_globalquotas.__main__ import parse_args
+
+    parse_args(container(deployments["enclave-globalquotas"])["args"])
+
+
 def test_chart_replication_hooks_equal_the_admission_servers_defaults(helm: Path) -> None:
     """With enclave-replication on, the chart's hooks are defaults.webhooks(replication=True)'s: protection
     (validating, fail-closed, managed objects only) and the deprecated-settings conversion (mutating)."""

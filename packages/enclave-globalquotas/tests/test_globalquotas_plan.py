@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from enclave_globalquotas import naming
-from enclave_globalquotas.ledger import Settlement
+from enclave_globalquotas.ledger import newer, object_path
 from enclave_globalquotas.plan import build_plan, drift_patch
 from enclave_globalquotas.rules import build_rule_plan, drifted
 from enclave_globalquotas.status import quota_status, replacing_patch
@@ -198,9 +198,10 @@ def test_fold_drops_settled_and_lapsed_reservations() -> None:
     hard = {"services": Quantity.parse(5)}
     status = reserve_resources(_ledger({"services": "1"}), _hold("r1", "a", services=1), hard, now=NOW)
     assert isinstance(status, QuantityLedgerStatus)
-    settlement = Settlement()
-    versions = {"a": 10}
-    settled = settlement.predicate(lambda namespace: versions.get(namespace, 0))
+    settled_ids: set[str] = set()
+
+    def settled(reservation: Any) -> bool:
+        return reservation.id in settled_ids
 
     def fold(used: int, now: datetime) -> QuantityLedgerStatus:
         return fold_resources(
@@ -217,12 +218,25 @@ def test_fold_drops_settled_and_lapsed_reservations() -> None:
     assert held is not None
     assert held.allocated == {"services": "2"}
     assert held.reserved == {"services": "1"}
-    versions["a"] = 11  # the namespace's ResourceQuota moved after the reservation was seen: it is charged
+    settled_ids.add("r1")  # the object exists: the namespace's ResourceQuota read after it includes it
     charged = fold(2, NOW).resource_quota
     assert charged is not None
     assert charged.allocated == {"services": "2"}
     assert not charged.reservations
-    versions["a"] = 10
+    settled_ids.clear()
     lapsed = fold(1, NOW + timedelta(minutes=5)).resource_quota
     assert lapsed is not None
     assert lapsed.allocated == {"services": "1"}
+
+
+def test_object_paths_and_the_newer_copy() -> None:
+    status = reserve_resources(
+        _ledger({"services": "0"}), _hold("r1", "a", services=1), {"services": Quantity.parse(1)}, now=NOW
+    )
+    assert isinstance(status, QuantityLedgerStatus)
+    assert status.resource_quota is not None
+    reservation = (status.resource_quota.reservations or [])[0]
+    assert object_path(reservation) == "/api/v1/namespaces/a/services/r1"
+    old, new = {"metadata": {"resourceVersion": "9"}}, {"metadata": {"resourceVersion": "10"}}
+    assert newer(old, new) is new
+    assert newer(new, None) is new

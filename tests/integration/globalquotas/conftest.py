@@ -38,7 +38,7 @@ def stack(control_plane: ControlPlane, kube: Any, enclave_crds: list[str]) -> It
     home = f"globalquotas-home-{secrets.token_hex(3)}"
     core = client.CoreV1Api(kube)
     core.create_namespace({"metadata": {"name": home}})
-    _wait_for_quota_monitors(core, home)
+    wait_for_quota_monitors(core, home)
     running = start_component(
         GLOBALQUOTAS,
         kubeconfig=control_plane.kubeconfig,
@@ -60,18 +60,20 @@ def _counts(core: client.CoreV1Api, name: str, namespace: str, resources: set[st
     return resources <= set(core.read_namespaced_resource_quota(name, namespace).status.used or {})
 
 
-def _wait_for_quota_monitors(core: client.CoreV1Api, namespace: str) -> None:
+def wait_for_quota_monitors(core: client.CoreV1Api, namespace: str) -> None:
     """Until kube-controller-manager's resourcequota controller counts Enclave's kinds.
 
     When it discovers new resources (the CRDs this session installed) it stops computing usage until it
     watches them all, for up to its 30 s discovery period; a test that starts in that window sees stale
     ResourceQuota status. A new probe quota on ``count/`` of Enclave's namespaced kinds reports both only once
-    it watches them (a quota is counted when created, so each attempt creates a fresh one).
+    it watches them and its workers run again (a quota is counted when created, so each attempt creates a
+    fresh one). Two probes in a row must be counted within seconds.
     """
-    hard = {"count/quantityledgers.enclave.dev": "100", "count/customquotas.enclave.dev": "100"}
+    hard = {"count/quantityledgers.enclave.dev": "100", "count/customquotas.enclave.dev": "100", "pods": "100"}
     deadline = time.monotonic() + 180
     attempt = 0
-    while True:
+    counted = 0
+    while counted < 2:
         attempt += 1
         name = f"probe-{attempt}"
         core.create_namespaced_resource_quota(namespace, {"metadata": {"name": name}, "spec": {"hard": hard}})
@@ -81,8 +83,9 @@ def _wait_for_quota_monitors(core: client.CoreV1Api, namespace: str) -> None:
                 timeout=5,
                 what="kube-controller-manager counting Enclave kinds",
             )
-            return
+            counted += 1
         except AssertionError:
+            counted = 0
             if time.monotonic() > deadline:
                 raise
         finally:
@@ -132,7 +135,7 @@ class Shared:
     def rq(self, namespace: str, quota: str) -> Any:
         return self.core.read_namespaced_resource_quota(f"globalquota-{quota}", namespace)
 
-    def wait_hard(self, quota: str, expected: dict[str, dict[str, str]], timeout: float = 30.0) -> None:
+    def wait_hard(self, quota: str, expected: dict[str, dict[str, str]], timeout: float = 90.0) -> None:
         """Until each namespace's ResourceQuota has ``hard`` (spec and status) equal to ``expected[ns]``."""
 
         def check() -> bool:

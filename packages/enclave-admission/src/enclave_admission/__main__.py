@@ -133,6 +133,7 @@ async def body(process: component.Component) -> None:
         expect_tenancy=bool(args.tenants_endpoint),
         expect_quotas=bool(args.quotas_endpoint),
         expect_pools=bool(args.pools_endpoint),
+        expect_globalquotas=bool(args.globalquotas_endpoint),
         namespace=args.namespace,
         expect_replication=bool(args.replication_endpoint),
     )
@@ -213,6 +214,8 @@ async def body(process: component.Component) -> None:
     tasks = [asyncio.create_task(events.run(), name="deny-events")]
     if args.quotas_endpoint:
         tasks.append(asyncio.create_task(_follow_quotas(process, kube, state), name="quota-ledgers"))
+    elif args.globalquotas_endpoint:
+        tasks.append(asyncio.create_task(_follow_ledgers(process, kube, state), name="quota-ledgers"))
     if args.tls_cert_file:
         watch = certificate.watch_files(args.tls_cert_file, args.tls_key_file)
     else:
@@ -273,6 +276,18 @@ async def _follow_quotas(process: component.Component, kube: Kube, state: State)
         QUOTAS.set(len(targets.quotas))
         log.info("quota targets snapshot", extra={"revision": snapshot.revision, "quotas": len(targets.quotas)})
 
+    grpc.subscribe(process, process.args.quotas_endpoint, quotas_pb2_grpc.QuotaServiceStub, QUOTAS_KIND, accept_quotas)
+    await _follow_ledgers(process, kube, state)
+
+
+async def _follow_ledgers(process: component.Component, kube: Kube, state: State) -> None:
+    """Keep the ledgers of Enclave's namespace in memory (a watch), so a reservation (custom or global quota)
+    starts from a fresh copy and only a conflict costs a read."""
+    if state.ledgers is None:
+        state.ledgers = LedgerClient(kube, process.namespace)
+        REGISTRY.register(_LedgerMetrics(state.ledgers))
+    ledgers = state.ledgers
+
     def observed(key: str) -> None:
         obj = informer.get(key)
         if obj is None:
@@ -281,7 +296,6 @@ async def _follow_quotas(process: component.Component, kube: Kube, state: State)
             ledgers.observe(obj)
 
     informer = Informer(kube, ledgers.path(""), on_change=observed, name="quantityledgers")
-    grpc.subscribe(process, process.args.quotas_endpoint, quotas_pb2_grpc.QuotaServiceStub, QUOTAS_KIND, accept_quotas)
     await informer.run()
 
 

@@ -57,6 +57,12 @@ Every choice scopes a hook as tightly as its rule allows:
   the matchCondition rather than a namespace exclusion, because the pools controller itself deletes bound
   claims when a pool with ``deleteBoundResources`` goes, and the namespace controller deletes claims with
   their namespace: neither may be refused.
+* **Global quotas** (``globalquotas=True``, with enclave-globalquotas): reservations on CREATE and UPDATE of the
+  kinds whose usage admission evaluates (pods, services, configmaps, secrets, persistentvolumeclaims,
+  replicationcontrollers) outside the system namespaces, and GlobalResourceQuota validation. Both fail open:
+  the provisioned ResourceQuotas keep enforcing every shared limit during an outage (only the race between
+  two namespaces for the last unit reopens), and the controller validates a quota again and reports it, so
+  a fail-closed hook would stop every pod in the cluster for no safety gained.
 * ``timeoutSeconds`` is 5 or less everywhere: decisions come from memory in milliseconds, and a long timeout
   only stretches an outage into slow API calls.
 """
@@ -169,6 +175,42 @@ def _quota_hooks() -> list[ValidatingWebhook]:
     ]
 
 
+GLOBAL_QUOTA_RESOURCES = [
+    "pods",
+    "services",
+    "configmaps",
+    "secrets",
+    "persistentvolumeclaims",
+    "replicationcontrollers",
+]
+"""The kinds whose usage admission evaluates for GlobalResourceQuotas (enclave_admission.globalquotas.usage)."""
+
+
+def _globalquota_hooks() -> list[ValidatingWebhook]:
+    return [
+        ValidatingWebhook(
+            name="globalquotas.enclave.dev",
+            path=routes.GLOBAL_QUOTAS,
+            failure_policy="Ignore",
+            timeout_seconds=5,
+            rules=[_rule("", GLOBAL_QUOTA_RESOURCES, ["CREATE", "UPDATE"], "Namespaced")],
+            admission_review_versions=["v1"],
+            side_effects="NoneOnDryRun",
+            match_policy="Equivalent",
+        ),
+        ValidatingWebhook(
+            name="globalresourcequotas.enclave.dev",
+            path=routes.GLOBAL_RESOURCE_QUOTAS,
+            failure_policy="Ignore",
+            timeout_seconds=5,
+            rules=[_rule(API_GROUP, ["globalresourcequotas"], ["CREATE", "UPDATE"], "Cluster")],
+            admission_review_versions=["v1"],
+            side_effects="None",
+            match_policy="Equivalent",
+        ),
+    ]
+
+
 def _replication_settings_hook(namespace: str) -> MutatingWebhook:
     """Deprecated settings -> per-block policy. Ignore: the controller applies the same conversion."""
     hook = MutatingWebhook(
@@ -233,13 +275,15 @@ def webhooks(
     quotas: bool = False,
     pools: bool = False,
     replication: bool = False,
+    globalquotas: bool = False,
 ) -> Admission:
     """The default ``spec.admission`` for an admission server reached through ``client``.
 
     ``namespace`` is where Enclave runs (its service accounts are skipped); ``nodes`` adds the node-metadata
     hook, off by default; ``quotas`` the custom quota hooks (with enclave-quotas); ``pools`` the ResourcePool
     and ResourcePoolClaim hooks (the chart renders them with the pools component); ``replication`` the
-    replication protection and deprecated-settings hooks (with enclave-replication).
+    replication protection and deprecated-settings hooks (with enclave-replication); ``globalquotas`` the
+    GlobalResourceQuota reservation and validation hooks (with enclave-globalquotas).
     """
     skip = skip_control_plane(namespace)
     mutating = [
@@ -327,6 +371,8 @@ def webhooks(
         )
     if quotas:
         validating += _quota_hooks()
+    if globalquotas:
+        validating += _globalquota_hooks()
     if replication:
         mutating.append(_replication_settings_hook(namespace))
         validating.append(_replication_protection_hook())

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from enclave_admission.configuration import validation as configuration
+from enclave_admission.globalquotas import validation as globalquotas
 from enclave_admission.namespaces import mutation as namespace_mutation
 from enclave_admission.namespaces import validation as namespace_validation
 from enclave_admission.nodes import validation as nodes
@@ -39,6 +40,8 @@ CUSTOM_QUOTAS: Final = "/customquotas"
 REPLICATION: Final = "/replication"
 REPLICATION_MUTATE: Final = "/replication/mutate"
 RESOURCE_POOLS: Final = "/resourcepools"
+GLOBAL_QUOTAS: Final = "/globalquotas"
+GLOBAL_RESOURCE_QUOTAS: Final = "/globalresourcequotas"
 RESOURCE_POOL_CLAIMS: Final = "/resourcepoolclaims"
 RESOURCE_POOL_CLAIMS_MUTATE: Final = "/resourcepoolclaims/mutate"
 
@@ -54,6 +57,8 @@ ROUTES: Final[dict[str, Handler]] = {
     REPLICATION: replication.validate,
     REPLICATION_MUTATE: replication_mutation.mutate,
     RESOURCE_POOLS: pools.validate_pool,
+    GLOBAL_QUOTAS: globalquotas.validate,
+    GLOBAL_RESOURCE_QUOTAS: globalquotas.validate_quota,
     RESOURCE_POOL_CLAIMS: pools.validate_claim,
     RESOURCE_POOL_CLAIMS_MUTATE: pool_mutation.mutate,
 }

@@ -174,6 +174,7 @@ class State:
         expect_tenancy: bool = True,
         expect_quotas: bool = False,
         expect_pools: bool = False,
+        expect_globalquotas: bool = False,
         namespace: str = "",
         expect_replication: bool = False,
     ) -> None:
@@ -201,6 +202,8 @@ class State:
         self.tenancy_received = False
         self.globalquotas = GlobalQuotasSnapshot()
         """Shared quotas (enclave-globalquotas); empty without ``--globalquotas-endpoint``."""
+        self.expect_globalquotas = expect_globalquotas
+        self.globalquotas_received = False
         self.reservations = Reservations()
         self.protected_namespaces: re.Pattern[str] | None = None
         self.node_labels = NO_KEYS
@@ -217,6 +220,7 @@ class State:
             and (self.quotas is not None or not self.expect_quotas)
             and (self.replication_received or not self.expect_replication)
             and (self.pools_received or not self.expect_pools)
+            and (self.globalquotas_received or not self.expect_globalquotas)
         )
 
     def set_config(self, config: EffectiveConfiguration) -> None:
@@ -249,6 +253,7 @@ class State:
 
     def set_globalquotas(self, quotas: GlobalQuotasSnapshot) -> None:
         self.globalquotas = quotas
+        self.globalquotas_received = True
 
     def subject(self, username: str, groups: tuple[str, ...]) -> Subject:
         """Who is asking, memoised per snapshot (a handful of distinct users make most requests)."""

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from prometheus_client import Counter, Gauge, Histogram
 
 from enclave_core import GROUP_VERSION
-from enclave_core.api.ledger import QuantityLedgerStatus
+from enclave_core.api.ledger import QuantityLedger, QuantityLedgerStatus
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
@@ -34,7 +34,7 @@ from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_globalquotas import naming
 from enclave_globalquotas import status as st
-from enclave_globalquotas.ledger import Settlement, ledger_body, ledger_name, resource_version
+from enclave_globalquotas.ledger import ledger_body, ledger_name, newer, object_path
 from enclave_globalquotas.plan import Plan, Problem, QuotaPlan, build_plan, drift_patch, scopes_changed
 from enclave_globalquotas.rules import build_rule_plan
 from enclave_globalquotas.rules import drifted as rule_drifted
@@ -59,6 +59,15 @@ class Settings:
     """Full pass without any change, a safety net for missed events."""
     concurrency: int = 16
     """ResourceQuotas written in parallel."""
+
+
+def _remember(informer: Informer, key: str, stored: JSON) -> None:
+    """Put what a write returned into the cache, unless the watch already brought something newer (e.g. the
+    resourcequota controller's status for a ResourceQuota we just created): an older copy there would hide
+    that change until the next event, which in a steady state never comes."""
+    chosen = newer(stored, informer.items.get(key))
+    if chosen is not None:
+        informer.items[key] = chosen
 
 
 def _ignorable(err: KubeError) -> bool:
@@ -90,7 +99,10 @@ class GlobalQuotasController:
         self._warned: dict[str, tuple[str, str]] = {}
         self._ledgers_path = resource_path(GROUP_VERSION, "quantityledgers", namespace=ledger_namespace)
         self.ledger_client = LedgerClient(kube, ledger_namespace)
-        self.settlement = Settlement()
+        self.settled: set[str] = set()
+        """Reservations whose object exists, so the ResourceQuota usage read after it includes them."""
+        self.fresh: dict[str, JSON] = {}
+        """ResourceQuotas read afresh while settling, newer than the watch until the watch catches up."""
         change = self._changed
         self.quotas = Informer(kube, QUOTAS_PATH, on_change=change, name="globalresourcequotas")
         self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
@@ -137,7 +149,7 @@ class GlobalQuotasController:
         return build_plan(
             self.quotas.values(),
             self.namespaces.items,
-            self.resource_quotas.items,
+            self.quota_view(),
             ledger_namespace=self.ledger_namespace,
         )
 
@@ -150,8 +162,21 @@ class GlobalQuotasController:
 
     # -- one write pass (leader only) ----------------------------------------------------------------------
 
+    def quota_view(self) -> dict[str, JSON]:
+        """The managed ResourceQuotas: the watch's copies, or a fresher one read while settling."""
+        view = dict(self.resource_quotas.items)
+        for key, obj in list(self.fresh.items()):
+            live = view.get(key)
+            chosen = newer(obj, live) if live is not None else None
+            if chosen is None or chosen is live:
+                self.fresh.pop(key, None)  # the watch caught up (or the quota went)
+            else:
+                view[key] = chosen
+        return view
+
     async def reconcile(self) -> None:
         await self._rule_quotas()
+        await self._settle()
         plan = self.plan()
         errors: dict[str, list[Problem]] = {name: [] for name in plan.quotas}
         semaphore = asyncio.Semaphore(self.settings.concurrency)
@@ -205,7 +230,7 @@ class GlobalQuotasController:
                     return
                 stored = await self.kube.merge_patch(path, patch)
                 WRITES.labels("ResourceQuota", "patch").inc()
-            self.resource_quotas.items[key] = stored
+            _remember(self.resource_quotas, key, stored)
         except KubeError as err:
             if not _ignorable(err):
                 problems.append(Problem("ApplyFailed", f"ResourceQuota {namespace}/{name}: {err}"))
@@ -246,6 +271,48 @@ class GlobalQuotasController:
 
     # -- ledgers -------------------------------------------------------------------------------------------
 
+    async def _settle(self) -> None:
+        """Find the pending reservations whose object now exists and read their namespaces' ResourceQuotas
+        afresh (see enclave_globalquotas.ledger): API reads only while reservations are pending."""
+        pending: dict[str, list[tuple[str, str]]] = {}  # namespace -> (reservation id, object path)
+        held: set[str] = set()
+        for obj in self.ledgers.values():
+            try:
+                ledger = QuantityLedger.model_validate(obj)
+            except ValueError:
+                continue
+            block = ledger.status.resource_quota if ledger.status is not None else None
+            for reservation in (block.reservations or []) if block is not None else []:
+                held.add(reservation.id)
+                path = object_path(reservation)
+                if reservation.id in self.settled or path is None or not reservation.object_ref.namespace:
+                    continue
+                pending.setdefault(reservation.object_ref.namespace, []).append((reservation.id, path))
+        self.settled &= held
+        for namespace, items in pending.items():
+            found = False
+            for reservation_id, path in items:
+                try:
+                    if await self.kube.get_or_none(path) is not None:
+                        self.settled.add(reservation_id)
+                        found = True
+                except KubeError:
+                    continue
+            if not found:
+                continue
+            for key, obj in list(self.resource_quotas.items.items()):
+                if not key.startswith(f"{namespace}/"):
+                    continue
+                name = obj["metadata"]["name"]
+                try:
+                    current = await self.kube.get_or_none(
+                        resource_path("v1", "resourcequotas", namespace=namespace, name=name)
+                    )
+                except KubeError:
+                    continue
+                if current is not None:
+                    self.fresh[key] = current
+
     async def _ledgers(self, plan: Plan, errors: dict[str, list[Problem]]) -> None:
         for obj in self.ledgers.values():
             self.ledger_client.observe(obj)
@@ -259,18 +326,14 @@ class GlobalQuotasController:
                 await self._ledger(quota_plan, ledger)
             except (KubeError, LedgerBusyError, LedgerMissingError) as err:
                 errors[name].append(Problem("ApplyFailed", f"QuantityLedger {ledger}: {err}"))
-        held: set[str] = set()
         for key, obj in list(self.ledgers.items.items()):
             name = obj["metadata"]["name"]
             if name in wanted:
-                block = (obj.get("status") or {}).get("resourceQuota") or {}
-                held |= {str(r.get("id")) for r in block.get("reservations") or []}
                 continue
             with contextlib.suppress(KubeError):
                 await self.ledger_client.delete(name)
                 WRITES.labels("QuantityLedger", "delete").inc()
                 self.ledgers.items.pop(key, None)
-        self.settlement.forget_except(held)
 
     async def _ledger(self, plan: QuotaPlan, name: str) -> None:
         key = f"{self.ledger_namespace}/{name}"
@@ -292,14 +355,10 @@ class GlobalQuotasController:
                 if err.status != 409:
                     raise
                 live = await self.kube.get(f"{self._ledgers_path}/{name}")
-            self.ledgers.items[key] = live
+            _remember(self.ledgers, key, live)
             self.ledger_client.observe(live)
-        rq_name = naming.resource_quota_name(plan.name)
+        settled = self.settled
 
-        def version_of(namespace: str) -> int:
-            return resource_version(self.resource_quotas.get(f"{namespace}/{rq_name}"))
-
-        settled = self.settlement.predicate(version_of)
         now = datetime.now(UTC)
 
         def step(status: QuantityLedgerStatus | None) -> QuantityLedgerStatus:
@@ -309,13 +368,13 @@ class GlobalQuotasController:
                 namespaces=plan.namespaces,
                 initialized=plan.initialized,
                 generation=plan.generation,
-                settled=settled,
+                settled=lambda reservation: reservation.id in settled,
                 now=now,
             )
 
         _, stored = await self.ledger_client.update(name, step)
         if stored is not None:
-            self.ledgers.items[key] = stored
+            _remember(self.ledgers, key, stored)
             WRITES.labels("QuantityLedger", "status").inc()
 
     # -- tenant rules --------------------------------------------------------------------------------------
@@ -332,7 +391,7 @@ class GlobalQuotasController:
             if not rule_drifted(self.quotas.get(name), body):
                 continue
             try:
-                self.quotas.items[name] = await self.kube.apply(f"{QUOTAS_PATH}/{name}", body)
+                _remember(self.quotas, name, await self.kube.apply(f"{QUOTAS_PATH}/{name}", body))
                 WRITES.labels("GlobalResourceQuota", "apply").inc()
             except KubeError as err:
                 owner = body["metadata"]["ownerReferences"][0]["name"]
@@ -361,7 +420,7 @@ class GlobalQuotasController:
             if not err.not_found:
                 log.warning("status write failed", extra={"object": plan.name, "error": str(err)})
             return
-        self.quotas.items[plan.name] = stored
+        _remember(self.quotas, plan.name, stored)
         WRITES.labels("GlobalResourceQuota", "status").inc()
 
     async def _warn(self, raw: JSON, problems: list[Problem]) -> None:

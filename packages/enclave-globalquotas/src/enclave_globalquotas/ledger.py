@@ -5,24 +5,19 @@ this controller is the only writer of ``used``, ``namespaces``, ``initialized`` 
 and folds reservations (:func:`enclave_core.ledger.resources.fold_resources`), both through
 :class:`enclave_core.ledger.LedgerClient`.
 
-*Settled*: admission reserves for an object before kube-apiserver's ResourceQuota admission charges it to
-its namespace's ResourceQuota (webhooks run first; the quota plugin runs last and writes the ResourceQuota's
-status before the object is stored). So the first change of that namespace's ResourceQuota after the
-reservation appeared is, in all but a millisecond window, the charge itself (or the object's refusal): from
-then on the reported usage includes it and the reservation is dropped. :class:`Settlement` remembers, per
-reservation, the ResourceQuota's resourceVersion when this controller first saw the reservation, and calls
-it settled once the ResourceQuota's resourceVersion is newer (resourceVersions of one resource are
-comparable since Kubernetes 1.35). If the charge landed before the controller saw the reservation, the
-reservation waits for the next change or its lapse (30 s): the count is then high for a while, never low.
+*Settled*: admission reserves for an object before kube-apiserver's ResourceQuota plugin charges it to its
+namespace's ResourceQuota (webhooks run first; the quota plugin writes the ResourceQuota's status before the
+object is stored). So once the object exists, its charge is committed: the controller then reads that
+namespace's ResourceQuota afresh (its watch may lag a moment behind), counts from the fresher copy, and drops
+the reservation. A reservation whose object never appears (a later webhook refused it) lapses after 30 s. The
+reads happen only while reservations are pending, never in a steady state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from enclave_core import API_GROUP, GROUP_VERSION
 from enclave_core.api.ledger import ResourceReservation, TargetRef
-from enclave_core.kube.rest import JSON
+from enclave_core.kube.rest import JSON, resource_path
 from enclave_core.ledger import ledger_name as shared_ledger_name
 from enclave_globalquotas import naming
 
@@ -63,23 +58,27 @@ def resource_version(obj: JSON | None) -> int:
         return 0
 
 
-class Settlement:
-    """Which reservations the namespaces' reported usage now includes (see the module docstring)."""
+def newer(first: JSON | None, second: JSON | None) -> JSON | None:
+    """The copy with the higher resourceVersion (comparable for one resource since Kubernetes 1.35)."""
+    if first is None or second is None:
+        return first or second
+    return first if resource_version(first) >= resource_version(second) else second
 
-    def __init__(self) -> None:
-        self._baseline: dict[str, int] = {}
 
-    def predicate(self, version_of: Callable[[str], int]) -> Callable[[ResourceReservation], bool]:
-        """``version_of(namespace)`` is the resourceVersion of the quota's ResourceQuota there (0: none)."""
+_PLURALS = {
+    "Pod": "pods",
+    "Service": "services",
+    "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+    "ReplicationController": "replicationcontrollers",
+}
 
-        def settled(reservation: ResourceReservation) -> bool:
-            namespace = reservation.object_ref.namespace or ""
-            current = version_of(namespace)
-            baseline = self._baseline.setdefault(reservation.id, current)
-            return current > baseline
 
-        return settled
-
-    def forget_except(self, ids: set[str]) -> None:
-        """Drop the memory of reservations no ledger holds any more."""
-        self._baseline = {key: value for key, value in self._baseline.items() if key in ids}
+def object_path(reservation: ResourceReservation) -> str | None:
+    """The API path of a reservation's object (the kinds admission reserves for), or None."""
+    ref = reservation.object_ref
+    plural = _PLURALS.get(ref.kind) if not ref.api_group else None
+    if plural is None or not ref.name or not ref.namespace:
+        return None
+    return resource_path("v1", plural, namespace=ref.namespace, name=ref.name)

@@ -1,0 +1,1 @@
+"""GlobalResourceQuota admission: reservations across namespaces and validation of the quotas themselves."""

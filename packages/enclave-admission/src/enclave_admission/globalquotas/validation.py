@@ -1,0 +1,230 @@
+"""GlobalResourceQuota admission: shared reservations (``/globalquotas``) and quota validation
+(``/globalresourcequotas``).
+
+``/globalquotas`` sees CREATE and UPDATE of the kinds a native quota counts. For every GlobalResourceQuota
+selecting the request's namespace (the snapshot's namespace index: one lookup) it computes what the object
+counts for (:mod:`enclave_admission.globalquotas.usage`; an update holds only what grows). Nothing counted
+means an answer from memory. Otherwise one reservation per quota on its QuantityLedger, in quota-name order,
+through the shared ledger client (``allocated + hold <= hard`` for every resource, written with the
+resourceVersion read); when a later quota refuses, the reservations already written are rolled back before the
+denial. Two namespaces can therefore never both take the last unit: the provisioned ResourceQuotas alone
+would let them (each sees the same headroom), and kube-apiserver's own quota plugin still charges the object
+after this hook. A dry run checks against the ledger this replica holds and writes nothing.
+
+``/globalresourcequotas`` refuses, naming the field, what the controller could never apply (resource names,
+quantities, scopes; :func:`enclave_core.resourcequota.spec_problems`), a ``hard`` below what is allocated
+(used plus reserved), and a change of ``namespaceSelectors`` while reservations are pending (they were taken
+against the old selection).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from enclave_admission.globalquotas.usage import scoped, usage
+from enclave_admission.review import AdmissionRequest, Decision
+from enclave_admission.state import State
+from enclave_core.api.ledger import QuantityLedgerStatus
+from enclave_core.api.meta import ObjectRef
+from enclave_core.api.quotas import GlobalResourceQuotaSpec
+from enclave_core.ledger import LedgerBusyError, LedgerMissingError
+from enclave_core.ledger.resources import ResourceHold, ResourceRefusal, reserve_resources, rollback_resources
+from enclave_core.quantity import Quantity, add_maps
+from enclave_core.resourcequota import spec_problems
+from enclave_core.snapshots.globalquotas import GlobalQuotaView
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What one request asks of one GlobalResourceQuota."""
+
+    quota: GlobalQuotaView
+    hard: dict[str, Quantity]
+    hold: ResourceHold
+
+
+def _object_ref(request: AdmissionRequest) -> ObjectRef:
+    obj = request.obj or {}
+    uid = (obj.get("metadata") or {}).get("uid")
+    return ObjectRef(
+        api_version=request.api_version or "v1",
+        kind=request.kind or "Unknown",
+        api_group=request.group or None,
+        name=request.name or None,
+        namespace=request.namespace or None,
+        uid=str(uid) if uid else None,
+    )
+
+
+def _counted(quota: GlobalQuotaView, request: AdmissionRequest, obj: dict[str, object] | None) -> dict[str, Quantity]:
+    if obj is None or not scoped(quota, request.group, request.resource, obj):
+        return {}
+    return usage(request.group, request.resource, obj, quota.hard)
+
+
+def validate(request: AdmissionRequest, state: State) -> Decision | Awaitable[Decision]:
+    if request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
+        return Decision.allow("NotCounted")
+    quotas = state.globalquotas.by_namespace.get(request.namespace)
+    if not quotas:
+        return Decision.allow("NotCounted")
+    needs: list[Need] = []
+    ref: ObjectRef | None = None
+    for quota in quotas:
+        if not quota.valid:
+            continue
+        new = _counted(quota, request, request.obj)
+        if not new:
+            continue
+        delta: dict[str, Quantity] | None = None
+        if request.operation == "UPDATE":
+            old = _counted(quota, request, request.old)
+            delta = {k: v - old.get(k, Quantity(0)) for k, v in new.items()}
+            delta = {k: v for k, v in delta.items() if v.sign() > 0}
+            if not delta:
+                continue
+        ref = ref or _object_ref(request)
+        hard = {key: Quantity.parse(value) for key, value in quota.hard.items()}
+        needs.append(Need(quota, hard, ResourceHold(request.uid, ref, new, delta)))
+    if not needs:
+        return Decision.allow("WithinQuota")
+    if request.dry_run:
+        return _dry_run(state, needs)
+    return _reserve(state, needs)
+
+
+def _refused(quota: GlobalQuotaView, refusal: ResourceRefusal) -> Decision:
+    reason = "GlobalQuotaExceeded" if refusal.initialised else "GlobalQuotaNotReady"
+    return Decision.deny(reason, refusal.describe(quota.name))
+
+
+def _missing(need: Need) -> Decision:
+    return Decision.deny(
+        "GlobalQuotaNotReady",
+        f"GlobalResourceQuota {need.quota.name} has no ledger yet (enclave-globalquotas creates it); retry shortly",
+    )
+
+
+async def _dry_run(state: State, needs: list[Need]) -> Decision:
+    ledgers = state.ledgers
+    if ledgers is None:
+        return Decision.deny("GlobalQuotaNotReady", "this admission replica has no ledger client; retry")
+    now = datetime.now(UTC)
+    for need in needs:
+        cached = ledgers.cached(need.quota.ledger_name)
+        if cached is None:
+            try:
+                await ledgers.read(need.quota.ledger_name)
+            except LedgerMissingError:
+                return _missing(need)
+            cached = ledgers.cached(need.quota.ledger_name)
+        outcome = reserve_resources(cached.status if cached else None, need.hold, need.hard, now=now)
+        if isinstance(outcome, ResourceRefusal):
+            return _refused(need.quota, outcome)
+    return Decision.allow("WithinQuota")
+
+
+def _reserving(need: Need, now: datetime) -> Callable[[QuantityLedgerStatus | None], object]:
+    return lambda status: reserve_resources(status, need.hold, need.hard, now=now)
+
+
+def _undoing(request_id: str) -> Callable[[QuantityLedgerStatus | None], object]:
+    return lambda status: rollback_resources(status, request_id)
+
+
+async def _reserve(state: State, needs: list[Need]) -> Decision:
+    ledgers = state.ledgers
+    if ledgers is None:
+        return Decision.deny("GlobalQuotaNotReady", "this admission replica has no ledger client; retry")
+    written: list[Need] = []
+    decision: Decision | None = None
+    for need in needs:
+        try:
+            outcome, _ = await ledgers.update(need.quota.ledger_name, _reserving(need, datetime.now(UTC)))
+        except LedgerMissingError:
+            decision = _missing(need)
+        except LedgerBusyError as err:
+            decision = Decision.deny("GlobalQuotaConflict", f"GlobalResourceQuota {need.quota.name}: {err}")
+        except Exception as err:
+            log.warning("ledger write failed", extra={"ledger": need.quota.ledger_name, "error": str(err)})
+            decision = Decision.deny(
+                "GlobalQuotaNotReady", f"GlobalResourceQuota {need.quota.name}: the ledger could not be written: {err}"
+            )
+        else:
+            if isinstance(outcome, ResourceRefusal):
+                decision = _refused(need.quota, outcome)
+            else:
+                written.append(need)
+                continue
+        break
+    if decision is None:
+        return Decision.allow("GlobalQuotaReserved")
+    for done in reversed(written):
+        try:
+            await ledgers.update(done.quota.ledger_name, _undoing(done.hold.id))
+        except Exception as err:  # it lapses on its own: the controller drops it at expiresAt
+            log.warning("rollback failed", extra={"ledger": done.quota.ledger_name, "error": str(err)})
+    return decision
+
+
+# -- /globalresourcequotas: the quota objects themselves -------------------------------------------------------
+
+
+def validate_quota(request: AdmissionRequest, state: State) -> Decision:
+    """GlobalResourceQuota CREATE/UPDATE: a spec a ResourceQuota accepts, hard not below what is allocated,
+    and no new selection while reservations are pending."""
+    if request.operation not in ("CREATE", "UPDATE") or request.sub_resource or request.obj is None:
+        return Decision.allow()
+    what = f"GlobalResourceQuota {request.name}"
+    try:
+        spec = GlobalResourceQuotaSpec.model_validate(request.obj.get("spec") or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = "spec." + ".".join(str(part) for part in first["loc"])
+        return Decision.deny("InvalidGlobalQuota", f"{what}: {field}: {first['msg']}")
+    quota = spec.quota
+    selector = quota.scope_selector
+    requirements = (
+        [(r.scope_name, r.operator, list(r.values or [])) for r in (selector.match_expressions or [])]
+        if selector
+        else []
+    )
+    problems = spec_problems(quota.hard, quota.scopes, requirements)
+    if problems:
+        return Decision.deny("InvalidGlobalQuota", f"{what}: " + "; ".join(problems))
+    if request.operation != "UPDATE" or request.old is None:
+        return Decision.allow()
+    view = state.globalquotas.by_name.get(request.name)
+    ledger = state.ledgers.cached(view.ledger_name) if state.ledgers is not None and view is not None else None
+    block = ledger.status.resource_quota if ledger is not None and ledger.status is not None else None
+    if block is not None and block.allocated:
+        allocated = add_maps(block.allocated)
+        source = "used and reserved"
+    else:
+        allocated = add_maps(((request.old.get("status") or {}).get("total") or {}).get("used") or {})
+        source = "used"
+    below = []
+    for name, value in (quota.hard or {}).items():
+        limit = Quantity.parse(value)
+        if name in allocated and limit < allocated[name]:
+            below.append(f"spec.quota.hard[{name}]: {limit} is below the {allocated[name]} already {source}")
+    if below:
+        return Decision.deny(
+            "HardBelowAllocated", f"{what}: " + "; ".join(sorted(below)) + "; free usage first, then lower the limit"
+        )
+    old_selectors = (request.old.get("spec") or {}).get("namespaceSelectors")
+    new_selectors = (request.obj.get("spec") or {}).get("namespaceSelectors")
+    if old_selectors != new_selectors and block is not None and block.reservations:
+        return Decision.deny(
+            "ReservationsPending",
+            f"{what}: spec.namespaceSelectors cannot change while {len(block.reservations)} reservations are "
+            "pending (they were taken for the current namespaces); retry in a few seconds",
+        )
+    return Decision.allow()
