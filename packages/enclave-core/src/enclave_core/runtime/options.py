@@ -17,6 +17,35 @@ def env_flag(env: str, default: bool) -> bool:
     return default if raw is None else raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def add_controller_flags(parser: argparse.ArgumentParser, *, concurrency: int, concurrency_help: str) -> None:
+    """``--resync`` (a full pass without changes, default 60s) and ``--concurrency`` (writes in flight), the
+    flags of a level-based controller; check them with :func:`check_controller_flags` after parsing."""
+    parser.add_argument(
+        "--resync",
+        default=env_default("ENCLAVE_RESYNC", "60s"),
+        help="period of a full pass without changes (env ENCLAVE_RESYNC)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=int(env_default("ENCLAVE_CONCURRENCY", str(concurrency))),
+        help=f"{concurrency_help} (env ENCLAVE_CONCURRENCY)",
+    )
+
+
+def check_controller_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float:
+    """Refuse a bad ``--resync`` or ``--concurrency`` (exit 2 with the flag named); return the resync seconds."""
+    from enclave_core.durations import parse_duration
+
+    try:
+        seconds = parse_duration(args.resync).total_seconds()
+    except ValueError as err:
+        parser.error(f"--resync: {err}")
+    if args.concurrency < 1:
+        parser.error("--concurrency must be at least 1")
+    return seconds
+
+
 def add_common_flags(parser: argparse.ArgumentParser, *, probe_port: int, leader_election: bool = True) -> None:
     """Flags every process has. Environment variables fill the defaults so a Helm chart can set either."""
     parser.add_argument(
