@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from enclave_core.pki import CertificateAuthority
+from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
-from .conftest import Cluster
+from .conftest import Cluster, Stack
 
 DEFAULT_ACCOUNT = "tenant-replicator"
 GLOBAL_ACCOUNT, GLOBAL_NAMESPACE = "global-replicator", "default"
-CONFIGURATION = {
+CONFIGURATION: dict[str, Any] = {
     "impersonation": {
         "tenantDefaultServiceAccount": DEFAULT_ACCOUNT,
         "globalDefaultServiceAccount": GLOBAL_ACCOUNT,
@@ -101,3 +104,60 @@ def test_a_deleted_namespace_never_waits_on_its_tenant_resource(cluster: Cluster
 
     poll(namespace_gone, timeout=60, what="the TenantResource's namespace deleted")
     assert cluster.config_map(other, "c") is not None  # its account could not delete it: left, and reported
+
+
+def test_impersonation_goes_through_the_configured_endpoint(
+    cluster: Cluster, replication: Stack, control_plane: ControlPlane
+) -> None:
+    """``impersonation.endpoint`` with the CA from ``caSecretName``: a CA that did not sign the endpoint's
+    certificate stops every impersonated call (ApiUnreachable); the right one lets them through."""
+    custom = client.CustomObjectsApi(cluster.api)
+    foreign = CertificateAuthority.generate("not-the-api-server").pair.cert_pem.decode()
+    real = control_plane.ca_file.read_text()
+    for name, pem in (("wrong-ca", foreign), ("api-ca", real)):
+        cluster.core.create_namespaced_secret(
+            replication.home, {"metadata": {"name": name}, "stringData": {"ca.crt": pem}}
+        )
+
+    def use(secret: str) -> None:
+        impersonation = {
+            **CONFIGURATION["impersonation"],
+            "endpoint": control_plane.api_url,
+            "caSecretName": secret,
+            "caSecretNamespace": replication.home,
+        }
+        patch = {"spec": {"impersonation": impersonation}}
+        custom.patch_cluster_custom_object(
+            "enclave.dev", "v1beta2", "serviceconfigurations", replication.config_name, patch
+        )
+
+    tenant = unique("tend")
+    (home,) = cluster.tenant(tenant, namespaces=1)
+    cluster.service_account(home, "writer", CONFIG_MAPS, [home])
+    try:
+        use("wrong-ca")
+        name = unique("tr")
+        # A context read goes through the endpoint on every reconcile, whenever the configuration arrives.
+        cluster.core.create_namespaced_config_map(home, {"metadata": {"name": "settings"}, "data": {"v": "1"}})
+        block = {
+            "context": {"resources": [{"kind": "ConfigMap", "name": "settings", "index": "s"}]},
+            "generators": [
+                {"template": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: e\ndata:\n  v: '{{ s.data.v }}'\n"}
+            ],
+        }
+        spec = {"serviceAccount": {"name": "writer", "namespace": home}, "resources": [block]}
+        cluster.create_local(home, name, spec)
+
+        def unreachable() -> bool:
+            conditions = (cluster.get("tenantresources", name, home).get("status") or {}).get("conditions") or []
+            return any(c["reason"] == "ApiUnreachable" for c in conditions)
+
+        poll(unreachable, what="the wrong CA refused")
+        use("api-ca")
+        cluster.ready("tenantresources", name, home)
+        assert cluster.config_map(home, "e").data == {"v": "1"}
+    finally:
+        patch = {"spec": {"impersonation": CONFIGURATION["impersonation"]}}
+        custom.patch_cluster_custom_object(
+            "enclave.dev", "v1beta2", "serviceconfigurations", replication.config_name, patch
+        )

@@ -9,8 +9,11 @@ TenantResource can do is bounded by what its service account may do.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 from urllib.parse import quote
+
+from kubernetes.aio import client
 
 from enclave_core import selectors
 from enclave_core.kube.rest import JSON, Kube, KubeError
@@ -22,8 +25,8 @@ class ActingKube(Kube):
     """A :class:`Kube` that impersonates ``user`` (None: the controller itself); its writes are fenced by the
     Lease like the controller's own."""
 
-    def __init__(self, base: Kube, field_manager: str, user: str | None) -> None:
-        super().__init__(base.api, field_manager, fence=base.fence)
+    def __init__(self, base: Kube, field_manager: str, user: str | None, api: client.ApiClient | None = None) -> None:
+        super().__init__(api or base.api, field_manager, fence=base.fence)
         self.user = user
 
     async def _headers(self, method: str, path: str, body: Any, headers: dict[str, str]) -> dict[str, str]:
@@ -48,6 +51,18 @@ class ActingKube(Kube):
         except KubeError as err:
             if not err.not_found:
                 raise
+
+
+def endpoint_client(base: client.ApiClient, endpoint: str, ca_pem: str | None, skip_verify: bool) -> client.ApiClient:
+    """An API client for ``impersonation.endpoint``: the controller's own credentials, another address, the CA
+    from ``impersonation.caSecret*`` (or the controller's), TLS verification off only with ``skipTlsVerify``."""
+    configuration = copy.deepcopy(base.configuration)
+    configuration.host = endpoint.rstrip("/")
+    if ca_pem:
+        configuration.ssl_ca_cert = None
+        configuration.ca_cert_data = ca_pem
+    configuration.verify_ssl = not skip_verify
+    return client.ApiClient(configuration)
 
 
 class ClusterReader:

@@ -16,6 +16,7 @@ nothing is written (condition ``Forbidden`` and an Event), never half the object
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import logging
 import time
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
+from kubernetes.aio import client
 from prometheus_client import Counter, Gauge, Histogram
 from pydantic import ValidationError
 
@@ -45,7 +48,7 @@ from enclave_core.snapshots.replication import REPLICATION_KIND, ManagedObject, 
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TENANT_LABEL
 from enclave_replication import plan as planning
 from enclave_replication import status as st
-from enclave_replication.acting import ActingKube, ClusterReader
+from enclave_replication.acting import ActingKube, ClusterReader, endpoint_client
 from enclave_replication.discovery import Discovery, Resource
 from enclave_replication.names import (
     CREATED_ANNOTATION,
@@ -182,6 +185,7 @@ class ReplicationController:
         self._interest: dict[str, set[str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._source_tasks: dict[str, asyncio.Task[None]] = {}
+        self._endpoint_client: tuple[tuple[str, str, str, str, bool], client.ApiClient] | None = None
         self._queue: set[str] = set()
         self._busy: set[str] = set()
         self._again: set[str] = set()
@@ -268,6 +272,8 @@ class ReplicationController:
         finally:
             for task in [*self._tasks, *self._source_tasks.values()]:
                 task.cancel()
+            if self._endpoint_client is not None:
+                await self._endpoint_client[1].close()
             for handle in self._timers.values():
                 handle.cancel()
 
@@ -478,20 +484,31 @@ class ReplicationController:
             items, _ = self._keep_all(owner, raw)
             await self._finish(owner, raw, items, tenants, identity.account, (False, "NotInTenant", problem))
             return
-        acting = ActingKube(self.kube, owner.field_manager, identity.user)
+        acting = ActingKube(self.kube, owner.field_manager, identity.user, await self._endpoint(identity))
         reader = ClusterReader(self.discovery, acting)
-        built = await planning.build(owner, spec, targets, reader, fence)
-        self._watch_sources(key, reader.interest)
-        work = await self._decide(owner, raw, built, acting)
-        forbidden = work.forbidden + (await self._dry_run(work, acting) if identity.user and not work.forbidden else [])
-        if forbidden:
+        try:
+            built = await planning.build(owner, spec, targets, reader, fence)
+            self._watch_sources(key, reader.interest)
+            work = await self._decide(owner, raw, built, acting)
+            dry_run = identity.user is not None and not work.forbidden
+            forbidden = work.forbidden + (await self._dry_run(work, acting) if dry_run else [])
+            if forbidden:
+                items, _ = self._keep_all(owner, raw)
+                message = f"{acting.who} lacks rights, nothing was written: " + "; ".join(forbidden[:5])
+                await self._finish(owner, raw, items, tenants, identity.account, (False, "Forbidden", message))
+                RECONCILES.labels(owner.kind, "forbidden").inc()
+                return
+            await self._apply(owner, work, acting)
+            await self._prune(owner, raw, work, acting)
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            # The API (or impersonation.endpoint) cannot be reached: say so, keep what is managed, try again soon.
             items, _ = self._keep_all(owner, raw)
-            message = f"{acting.who} lacks rights, nothing was written: " + "; ".join(forbidden[:5])
-            await self._finish(owner, raw, items, tenants, identity.account, (False, "Forbidden", message))
-            RECONCILES.labels(owner.kind, "forbidden").inc()
+            where = acting.api.configuration.host
+            message = f"{where} cannot be reached: {type(err).__name__}: {err}"
+            await self._finish(owner, raw, items, tenants, identity.account, (False, "ApiUnreachable", message))
+            RECONCILES.labels(owner.kind, "unreachable").inc()
+            self._schedule(key, 5.0)
             return
-        await self._apply(owner, work, acting)
-        await self._prune(owner, raw, work, acting)
         problems = [r for r in work.results if r.status == "False"]
         if problems:
             reasons = {r.reason for r in problems}
@@ -504,6 +521,39 @@ class ReplicationController:
             ready = (True, "Applied", f"{managed} object(s) in {len(tenants)} tenant(s)")
         await self._finish(owner, raw, work.results, tenants, identity.account, ready)
         RECONCILES.labels(owner.kind, "ok" if not problems else "failed").inc()
+
+    async def _endpoint(self, identity: Identity) -> client.ApiClient | None:
+        """The client for ``impersonation.endpoint`` when one is configured and a service account acts; built
+        once per configuration (the CA Secret is read then), closed when the configuration changes."""
+        impersonation = self.config.spec.impersonation if self.config else None
+        if identity.user is None or impersonation is None or not impersonation.endpoint:
+            return None
+        key = (
+            impersonation.endpoint,
+            impersonation.ca_secret_namespace or "",
+            impersonation.ca_secret_name or "",
+            impersonation.ca_secret_key,
+            impersonation.skip_tls_verify,
+        )
+        if self._endpoint_client is not None and self._endpoint_client[0] == key:
+            return self._endpoint_client[1]
+        ca_pem: str | None = None
+        if impersonation.ca_secret_name:
+            namespace = impersonation.ca_secret_namespace or self.events_namespace
+            path = f"/api/v1/namespaces/{namespace}/secrets/{impersonation.ca_secret_name}"
+            secret = await self.kube.get_or_none(path)
+            data = (secret or {}).get("data") or {}
+            if impersonation.ca_secret_key in data:
+                ca_pem = base64.b64decode(data[impersonation.ca_secret_key]).decode()
+            else:
+                log.warning(
+                    "impersonation CA not found", extra={"secret": f"{namespace}/{impersonation.ca_secret_name}"}
+                )
+        if self._endpoint_client is not None:
+            await self._endpoint_client[1].close()
+        api = endpoint_client(self.kube.api, impersonation.endpoint, ca_pem, impersonation.skip_tls_verify)
+        self._endpoint_client = (key, api)
+        return api
 
     def _identity(self, owner: Owner, spec: TenantResourceSpec) -> Identity:
         account = spec.service_account
@@ -822,6 +872,8 @@ class ReplicationController:
             if err.not_found:
                 return ""
             return f"releasing {what}: {err.message}"
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            return f"releasing {what}: {acting.api.configuration.host} cannot be reached: {err}"
         self._applied.pop((owner.key, _object_key(obj)), None)
         return ""
 
@@ -833,7 +885,7 @@ class ReplicationController:
             await self._finish(owner, raw, items, tenants, None, (False, "Cordoned", "deletion paused: cordoned"))
             return
         identity = self._identity(owner, spec)
-        acting = ActingKube(self.kube, owner.field_manager, identity.user)
+        acting = ActingKube(self.kube, owner.field_manager, identity.user, await self._endpoint(identity))
         errors: list[str] = []
         if identity.problem:
             # No identity to act as (a TenantResource never borrows the controller's rights): leave the objects.
