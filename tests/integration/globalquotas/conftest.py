@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import pytest
@@ -21,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.quotas import wait_for_quota_monitors
 from enclave_testing.waiting import poll
 
 GLOBALQUOTAS = next(spec for spec in COMPONENTS if spec.name == "globalquotas")
@@ -54,42 +53,6 @@ def stack(control_plane: ControlPlane, kube: Any, enclave_crds: list[str]) -> It
         running.process.stop()
         with contextlib.suppress(ApiException):
             core.delete_namespace(home)
-
-
-def _counts(core: client.CoreV1Api, name: str, namespace: str, resources: set[str]) -> bool:
-    return resources <= set(core.read_namespaced_resource_quota(name, namespace).status.used or {})
-
-
-def wait_for_quota_monitors(core: client.CoreV1Api, namespace: str) -> None:
-    """Until kube-controller-manager's resourcequota controller counts Enclave's kinds.
-
-    When it discovers new resources (the CRDs this session installed) it stops computing usage until it
-    watches them all, for up to its 30 s discovery period; a test that starts in that window sees stale
-    ResourceQuota status. A new probe quota on ``count/`` of Enclave's namespaced kinds reports both only once
-    it watches them and its workers run again (a quota is counted when created, so each attempt creates a
-    fresh one). Two probes in a row must be counted within seconds.
-    """
-    hard = {"count/quantityledgers.enclave.dev": "100", "count/customquotas.enclave.dev": "100", "pods": "100"}
-    deadline = time.monotonic() + 180
-    attempt = 0
-    counted = 0
-    while counted < 2:
-        attempt += 1
-        name = f"probe-{attempt}"
-        core.create_namespaced_resource_quota(namespace, {"metadata": {"name": name}, "spec": {"hard": hard}})
-        try:
-            poll(
-                partial(_counts, core, name, namespace, set(hard)),
-                timeout=5,
-                what="kube-controller-manager counting Enclave kinds",
-            )
-            counted += 1
-        except AssertionError:
-            counted = 0
-            if time.monotonic() > deadline:
-                raise
-        finally:
-            core.delete_namespaced_resource_quota(name, namespace)
 
 
 @dataclass

@@ -22,9 +22,10 @@ from enclave_admission.defaults import url_client, webhooks
 from enclave_testing.balancer import Balancer
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.quotas import wait_for_quota_monitors
 from enclave_testing.waiting import poll
 
-from .conftest import GROUP, PLURAL, VERSION, wait_for_quota_monitors
+from .conftest import GROUP, PLURAL, VERSION
 
 SPECS = {spec.name: spec for spec in COMPONENTS}
 
