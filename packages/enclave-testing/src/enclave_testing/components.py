@@ -122,14 +122,17 @@ def start_component(
     timeout: float = 60.0,
     identity: str = "",
     grpc_port: int | None = None,
+    launcher: Callable[[ComponentSpec], list[str]] | None = None,
 ) -> RunningComponent:
-    """Start ``spec`` as a child process; ``endpoints`` maps component names to their gRPC targets."""
+    """Start ``spec`` as a child process; ``endpoints`` maps component names to their gRPC targets.
+
+    ``launcher`` gives the program to run instead of this interpreter's ``python -m <module>``, e.g. the
+    component's entry point inside the container image's root filesystem.
+    """
     probe_port = free_port()
     port = grpc_port if grpc_port is not None else (free_port() if spec.grpc else None)
     command = [
-        sys.executable,
-        "-m",
-        spec.module,
+        *(launcher(spec) if launcher is not None else [sys.executable, "-m", spec.module]),
         f"--kubeconfig={kubeconfig}",
         f"--namespace={namespace}",
         f"--probe-address=127.0.0.1:{probe_port}",

@@ -9,13 +9,14 @@ names the users and the webhook configurations pointing kube-apiserver at this a
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from enclave_testing.components import COMPONENTS, RunningComponent, start_component
+from enclave_testing.components import COMPONENTS, ComponentSpec, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
@@ -89,7 +90,11 @@ def create_namespace(api: Any, name: str) -> None:
     poll(attempt, timeout=30, what=f"create namespace {name}")
 
 
-def start_tenancy(plane: ControlPlane, users: list[dict[str, str]]) -> TenancyStack:
+def start_tenancy(
+    plane: ControlPlane,
+    users: list[dict[str, str]],
+    launcher: Callable[[ComponentSpec], list[str]] | None = None,
+) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
     The CRDs must be installed. Admission's hooks are the defaults of ``enclave_admission.defaults`` behind
@@ -110,6 +115,7 @@ def start_tenancy(plane: ControlPlane, users: list[dict[str, str]]) -> TenancySt
             namespace=stack.namespace,
             endpoints=endpoints,
             identity=unique(name),
+            launcher=launcher,
             **kwargs,
         )
         stack.processes.append(running)

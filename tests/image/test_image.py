@@ -1,0 +1,176 @@
+"""Every component from the image that ``tox -e image`` builds (hack/image/build.py), on the real control plane.
+
+The components run from the image's root filesystem under ``chroot`` as the image's user (65532), each its own
+process on the host's network, which is what a container runtime with host networking does minus the
+namespaces: the image's own Python, site-packages, launchers and user are what runs. kube-apiserver calls the
+admission server running from the image over HTTPS for the tenancy scenario. The control plane's kubeconfig and
+certificates are copied into the root filesystem at the paths they have on the host, as a volume would mount them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_testing.components import COMPONENTS, ComponentSpec, RunningComponent, start_component
+from enclave_testing.controlplane import ControlPlane
+from enclave_testing.names import unique
+from enclave_testing.stack import create_namespace, start_tenancy
+from enclave_testing.waiting import poll
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE_DIR = Path(os.environ.get("ENCLAVE_IMAGE_DIR", ROOT / ".enclave" / "image"))
+USER = "65532:65532"
+
+
+@pytest.fixture(scope="module")
+def image() -> dict[str, Any]:
+    manifest = IMAGE_DIR / "image.json"
+    if not manifest.exists():
+        pytest.fail(f"no image in {IMAGE_DIR}: build it first with `tox -e image` (hack/image/build.py)")
+    built: dict[str, Any] = json.loads(manifest.read_text())
+    return built
+
+
+@pytest.fixture(scope="module")
+def launcher(image: dict[str, Any], control_plane: ControlPlane) -> Iterator[Callable[[ComponentSpec], list[str]]]:
+    """Run a component from the image: its files mounted (copied) where the host has them, as user 65532.
+
+    A container runtime gives the process ``/dev`` and ``/proc``; here they are bind-mounted into the root
+    filesystem for the module's duration (podman itself cannot start containers in this project's sandbox:
+    crun's ``setrlimit`` is refused).
+    """
+    rootfs = Path(image["rootfs"])
+    for source in (control_plane.kubeconfig, control_plane.pki_dir):
+        target = rootfs / str(source).lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, target)
+        for path in [target, *target.rglob("*")]:
+            os.chown(path, 65532, 65532)
+    mounted = []
+    for system in ("dev", "proc"):
+        (rootfs / system).mkdir(exist_ok=True)
+        subprocess.run(["mount", "--bind", f"/{system}", str(rootfs / system)], check=True)
+        mounted.append(rootfs / system)
+
+    def command(spec: ComponentSpec) -> list[str]:
+        return ["chroot", f"--userspec={USER}", str(rootfs), f"/usr/local/bin/enclave-{spec.name}"]
+
+    try:
+        yield command
+    finally:
+        for path in reversed(mounted):
+            subprocess.run(["umount", "--lazy", str(path)], check=False)
+
+
+def in_image(image: dict[str, Any], *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["chroot", f"--userspec={USER}", image["rootfs"], *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_every_component_has_an_entry_point_that_answers_help(image: dict[str, Any]) -> None:
+    expected = {f"enclave-{spec.name}" for spec in COMPONENTS}
+    assert expected <= set(image["components"])
+    for script in image["components"]:
+        result = in_image(image, f"/usr/local/bin/{script}", "--help")
+        assert result.returncode == 0, result.stderr
+        assert "usage:" in result.stdout
+        assert "--kubeconfig" in result.stdout
+
+
+def test_image_holds_no_compiler_or_package_manager_and_runs_as_nonroot(image: dict[str, Any]) -> None:
+    rootfs = Path(image["rootfs"])
+    for tool in ("gcc", "cc", "c++", "ld", "apt", "apt-get", "dpkg", "pip", "pip3", "python3.11-config"):
+        assert not (rootfs / "usr/bin" / tool).exists(), tool
+    assert not list((rootfs / "usr/local/lib/python3.11/dist-packages").glob("pip*")), "pip in the packages"
+    assert (rootfs / "var/lib/dpkg/status").exists()  # kept for image scanners
+    assert "nonroot:x:65532:65532" in (rootfs / "etc/passwd").read_text()
+    assert in_image(image, "/usr/bin/id", "-u").stdout.strip() == "65532"
+    # The chart's ``python -m <module>`` works, and it is the mypyc build of the admission server that ships.
+    compiled = in_image(image, "python", "-c", "import enclave_admission.server as s; print(s.__file__)")
+    assert compiled.stdout.strip().endswith(".so"), compiled
+
+
+def test_oci_config_names_user_entrypoint_and_labels(image: dict[str, Any]) -> None:
+    archive = image["archive"]
+    raw = subprocess.run(
+        ["skopeo", "inspect", "--config", f"oci-archive:{archive}"], capture_output=True, text=True, check=True
+    ).stdout
+    config = json.loads(raw)["config"]
+    assert config["User"] == USER
+    assert config["Entrypoint"] == ["/usr/local/bin/enclave-admission"]
+    labels = config["Labels"]
+    assert labels["org.opencontainers.image.version"] == image["tag"]
+    assert image["tag"].split("-")[1].startswith(labels["org.opencontainers.image.revision"][:7])
+    assert labels["org.opencontainers.image.source"].startswith("https://")
+
+
+def test_tenancy_end_to_end_with_every_process_from_the_image(
+    control_plane: ControlPlane,
+    impersonate: Callable[..., Any],
+    enclave_crds: list[str],
+    launcher: Callable[[ComponentSpec], list[str]],
+) -> None:
+    stack = start_tenancy(control_plane, users=[{"kind": "Group", "name": "enclave.dev"}], launcher=launcher)
+    try:
+        tenant, alice = unique("imaged"), unique("alice")
+        stack.tenant(tenant, [{"kind": "User", "name": alice}], namespaceOptions={"quota": 1})
+        api = impersonate(alice, ["enclave.dev"])
+        name = f"{tenant}-one"
+        create_namespace(api, name)
+        labels = client.CoreV1Api(stack.kube).read_namespace(name).metadata.labels or {}
+        assert labels.get(TENANT_LABEL) == tenant
+        with pytest.raises(client.ApiException) as refused:
+            client.CoreV1Api(api).create_namespace({"metadata": {"name": f"{tenant}-two"}})
+        assert "quota" in str(refused.value.body)
+        poll(lambda: stack.tenant_status(tenant).get("namespaces") == [name], what="tenant status from the image")
+    finally:
+        stack.close()
+
+
+@pytest.mark.parametrize(
+    "name", [spec.name for spec in COMPONENTS if spec.name not in ("config", "tenants", "admission")]
+)
+def test_other_components_become_ready_from_the_image(
+    control_plane: ControlPlane,
+    enclave_crds: list[str],
+    launcher: Callable[[ComponentSpec], list[str]],
+    namespace: str,
+    name: str,
+) -> None:
+    specs = {spec.name: spec for spec in COMPONENTS}
+
+    def start(component: str, endpoints: dict[str, str], args: list[str] | None = None) -> RunningComponent:
+        return start_component(
+            specs[component],
+            kubeconfig=control_plane.kubeconfig,
+            log_dir=control_plane.log_dir,
+            namespace=namespace,
+            endpoints=endpoints,
+            args=args,
+            launcher=launcher,
+            identity=unique(component),
+        )
+
+    config = start("config", {}, [f"--service-configuration-name={unique('img')}"])
+    try:
+        start(name, {"config": config.grpc_target}).process.stop()
+    finally:
+        config.process.stop()
