@@ -125,7 +125,7 @@ def start_tenancy(
         config = start("config", {}, args=[f"--service-configuration-name={stack.config_name}", "--resync=5s"])
         endpoints = {"config": config.grpc_target}
         endpoints["tenants"] = start("tenants", endpoints).grpc_target
-        admission = start("admission", endpoints, wait_ready=False)
+        admission = start("admission", endpoints, wait_ready=False, args=plane.webhook_client_args())
         rendered = webhooks(url_client(admission.webhook_url), namespace=stack.namespace)
         assert rendered.mutating is not None
         assert rendered.validating is not None
