@@ -120,7 +120,7 @@ def whoami(plane: ControlPlane, token: str) -> tuple[str, list[str]]:
     return str(info.username), list(info.groups or [])
 
 
-def wait_for_issuer(plane: ControlPlane, provider: Provider, timeout: float = 60.0) -> None:
+def wait_for_issuer(plane: ControlPlane, provider: Provider, timeout: float = 180.0) -> None:
     """kube-apiserver fetches the issuer's keys in the background after it starts: wait until a token works."""
     token = provider.id_token("alice")
     deadline = time.monotonic() + timeout

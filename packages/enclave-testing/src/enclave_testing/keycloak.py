@@ -117,7 +117,7 @@ class Keycloak:
     def issuer(self, realm: str) -> str:
         return f"{self.url}/realms/{realm}"
 
-    def start(self, timeout: float = 240.0) -> Keycloak:
+    def start(self, timeout: float = 480.0) -> Keycloak:
         dist = distribution()
         home = self.workdir / "home"
         shutil.rmtree(home, ignore_errors=True)
@@ -209,7 +209,7 @@ class Keycloak:
             headers["Authorization"] = "Basic " + base64.b64encode(f"{basic[0]}:{basic[1]}".encode()).decode()
         req = urllib.request.Request(f"{self.url}{path}", data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(req, context=self.ssl_context(), timeout=30) as response:
+            with urllib.request.urlopen(req, context=self.ssl_context(), timeout=180) as response:
                 raw = response.read()
                 status = int(response.status)
         except urllib.error.HTTPError as err:
@@ -237,6 +237,7 @@ class Keycloak:
     def import_realm(self, realm_file: Path) -> str:
         """Create the realm described by ``realm_file`` (a RealmRepresentation, as Keycloak exports it)."""
         realm = json.loads(realm_file.read_text())
+        # Keycloak's first admin requests warm up its caches: on a busy machine they can take a minute or more.
         status, answer = self.request("/admin/realms", body=realm, token=self.admin_token())
         if status not in (201, 409):
             raise RuntimeError(f"importing realm {realm['realm']} failed: {status} {answer}")
