@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 SNAPSHOT_REVISION = Gauge(
     "enclave_admission_snapshot_revision", "Revision of the snapshot decisions are made from", ["kind"]
 )
+TENANT_LEDGERS = Gauge(
+    "enclave_admission_tenant_ledgers", "Tenants whose namespace quota admission reserves on a QuantityLedger"
+)
 QUOTAS = Gauge("enclave_admission_quotas", "Custom quotas in the QuotaTargets snapshot decisions are made from")
 BUILD = Gauge(
     "enclave_admission_build_info",
@@ -149,12 +152,14 @@ async def body(process: component.Component) -> None:
     def accept_tenancy(snapshot: Snapshot) -> None:
         tenancy = TenancySnapshot.model_validate_json(snapshot.payload)
         state.set_tenancy(tenancy)
+        TENANT_LEDGERS.set(sum(1 for view in tenancy.tenants if view.namespace_ledger))
         SNAPSHOT_REVISION.labels(TENANCY_KIND).set(snapshot.revision)
         log.info("tenancy snapshot", extra={"revision": snapshot.revision, "tenants": len(tenancy.tenants)})
 
     def accept_views(views: Mapping[str, TenantView], snapshot: Snapshot) -> None:
         # Itemized: only the tenants that changed were parsed (see enclave_core.snapshots.hub).
         state.set_tenancy(TenancySnapshot.from_views(views.values()))
+        TENANT_LEDGERS.set(sum(1 for view in views.values() if view.namespace_ledger))
         SNAPSHOT_REVISION.labels(TENANCY_KIND).set(snapshot.revision)
         log.info("tenancy snapshot", extra={"revision": snapshot.revision, "tenants": len(views)})
 
@@ -214,7 +219,7 @@ async def body(process: component.Component) -> None:
     tasks = [asyncio.create_task(events.run(), name="deny-events")]
     if args.quotas_endpoint:
         tasks.append(asyncio.create_task(_follow_quotas(process, kube, state), name="quota-ledgers"))
-    elif args.globalquotas_endpoint:
+    elif args.globalquotas_endpoint or args.tenants_endpoint:  # global quotas, tenant namespace quotas
         tasks.append(asyncio.create_task(_follow_ledgers(process, kube, state), name="quota-ledgers"))
     if args.tls_cert_file:
         watch = certificate.watch_files(args.tls_cert_file, args.tls_key_file)
@@ -265,9 +270,6 @@ class _LedgerMetrics(Collector):
 async def _follow_quotas(process: component.Component, kube: Kube, state: State) -> None:
     """Subscribe to QuotaTargets and keep the ledgers of Enclave's namespace in memory (a watch), so a
     reservation starts from a fresh copy and only a conflict costs a read."""
-    ledgers = state.ledgers = LedgerClient(kube, process.namespace)
-    REGISTRY.register(_LedgerMetrics(ledgers))
-    state.reservation_ttl = process.args.reservation_ttl
 
     def accept_quotas(snapshot: Snapshot) -> None:
         targets = QuotaTargets.model_validate_json(snapshot.payload)
@@ -281,11 +283,12 @@ async def _follow_quotas(process: component.Component, kube: Kube, state: State)
 
 
 async def _follow_ledgers(process: component.Component, kube: Kube, state: State) -> None:
-    """Keep the ledgers of Enclave's namespace in memory (a watch), so a reservation (custom or global quota)
-    starts from a fresh copy and only a conflict costs a read."""
+    """Keep the ledgers of Enclave's namespace in memory (a watch), so a reservation (custom or global quota,
+    tenant namespace quota) starts from a fresh copy and only a conflict costs a read."""
     if state.ledgers is None:
         state.ledgers = LedgerClient(kube, process.namespace)
         REGISTRY.register(_LedgerMetrics(state.ledgers))
+    state.reservation_ttl = process.args.reservation_ttl
     ledgers = state.ledgers
 
     def observed(key: str) -> None:

@@ -21,6 +21,7 @@ import orjson
 
 from enclave_admission.events import DenyEvents
 from enclave_admission.listener import Answer, Limits, Listener
+from enclave_admission.quotas import namespaces as namespace_ledger
 from enclave_admission.review import AdmissionRequest, Decision, MalformedReviewError, response
 from enclave_admission.routes import ROUTES, Handler
 from enclave_admission.state import State
@@ -113,6 +114,10 @@ class AdmissionServer:
             metrics.decided("error")
             return _error(500, "internal error while deciding; see the admission server's log")
         if isinstance(decided, Decision):  # mypy narrows a NamedTuple by its class, not by ``tuple``
+            if decided.reserve is not None and decided.allowed and not request.dry_run:
+                held = namespace_ledger.reserve(self.state, request, decided)  # None: no ledger for the tenant
+                if held is not None:
+                    return self._later(path, metrics, request, held, started)
             return self._finish(path, metrics, request, decided, started)
         return self._later(path, metrics, request, decided, started)
 

@@ -51,7 +51,11 @@ async def body(process: component.Component) -> None:
     assert process.api is not None
     kube = process.kube(MANAGER)
     hub = SnapshotHub(args.identity)
-    settings = Settings(resync_seconds=parse_duration(args.resync).total_seconds(), concurrency=args.concurrency)
+    settings = Settings(
+        resync_seconds=parse_duration(args.resync).total_seconds(),
+        concurrency=args.concurrency,
+        namespace=args.namespace,
+    )
     controller = TenantsController(
         kube, settings, hub, EventRecorder(kube, MANAGER), wait_for_configuration=bool(args.config_endpoint)
     )

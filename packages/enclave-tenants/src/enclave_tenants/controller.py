@@ -22,13 +22,17 @@ from datetime import UTC, datetime
 from prometheus_client import Counter, Gauge, Histogram
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api.ledger import QuantityLedgerStatus
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError, fold, new_ledger
+from enclave_core.quantity import Quantity
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.tenancy import PROMOTED_LABEL, TENANCY_KIND, TenantView
 from enclave_tenants import bindings as rb
+from enclave_tenants import ledgers
 from enclave_tenants import namespaces as ns
 from enclave_tenants import status as st
 from enclave_tenants.plan import Plan, build_plan, stale_bindings
@@ -55,6 +59,8 @@ class Settings:
     """Full pass without any change, a safety net for missed events."""
     concurrency: int = 8
     """Namespaces written in parallel."""
+    namespace: str = "enclave-system"
+    """Where the tenants' namespace-quota ledgers live."""
 
 
 @dataclass
@@ -103,6 +109,15 @@ class TenantsController:
         self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants")
         self.owners = Informer(kube, OWNERS_PATH, on_change=change, name="tenantowners")
         self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
+        self.ledgers = LedgerClient(kube, settings.namespace)
+        self.ledger_cache = Informer(
+            kube,
+            self.ledgers.path(""),
+            label_selector=f"{ledgers.MANAGED_BY}={ledgers.MANAGER}",
+            on_change=self._ledger_changed,
+            name="quantityledgers",
+        )
+        self._fold_due = float("inf")
         self.bindings = Informer(
             kube, BINDINGS_PATH, label_selector=f"{rb.MANAGED_BY}={rb.MANAGER}", on_change=change, name="rolebindings"
         )
@@ -115,7 +130,15 @@ class TenantsController:
         )
 
     def informers(self) -> list[Informer]:
-        return [self.tenants, self.owners, self.namespaces, self.bindings, self.accounts]
+        return [self.tenants, self.owners, self.namespaces, self.bindings, self.accounts, self.ledger_cache]
+
+    def _ledger_changed(self, key: str) -> None:
+        obj = self.ledger_cache.get(key)
+        if obj is None:
+            self.ledgers.forget(key.rpartition("/")[2])
+        else:
+            self.ledgers.observe(obj)
+        self._changed()
 
     def _changed(self, _key: str = "") -> None:
         self._publish_trigger.set()
@@ -165,6 +188,7 @@ class TenantsController:
                 started = time.monotonic()
                 try:
                     await self.reconcile()
+                    wait = min(wait, self._fold_due)  # an unconfirmed reservation's expiry
                     RECONCILES.labels("ok").inc()
                     backoff = 0.5
                 except Exception:
@@ -186,6 +210,10 @@ class TenantsController:
             self.accounts.values(),
             self.policy,
             previous_views=self._views,
+            ledgers=ledgers.initialised(
+                self.ledger_cache.values(),
+                {str(t["metadata"]["name"]): str(t["metadata"].get("uid", "")) for t in self.tenants.values()},
+            ),
         )
         self._views = {name: p.view for name, p in plan.tenants.items() if p.view is not None}
         return plan
@@ -226,6 +254,64 @@ class TenantsController:
         await asyncio.gather(*(bounded(self._release(name)) for name in plan.release))
         await self._tenant_statuses(plan, outcomes, stale_outcomes)
         await self._owner_statuses(plan)
+        await self._namespace_ledgers(plan)
+
+    async def _namespace_ledgers(self, plan: Plan) -> None:
+        """Each tenant with a namespace quota has its ledger, folded; ledgers of others are removed."""
+        wanted: set[str] = set()
+        due = float("inf")
+        now = datetime.now(UTC)
+        for name, tenant_plan in plan.tenants.items():
+            tenant = tenant_plan.tenant
+            options = tenant.spec.namespace_options if tenant is not None else None
+            if tenant is None or options is None or options.quota is None:
+                continue
+            uid = str(tenant_plan.raw["metadata"].get("uid", ""))
+            ledger = ledgers.name_of(name, uid)
+            wanted.add(ledger)
+            live = self.ledger_cache.get(f"{self.settings.namespace}/{ledger}")
+            try:
+                if live is not None and (live.get("spec") or {}).get("targetRef", {}).get("uid") != uid:
+                    await self.ledgers.delete(ledger)  # left over from a deleted tenant of the same name
+                    live = None
+                if live is None:
+                    body = new_ledger(
+                        ledgers.target(name, uid), self.settings.namespace, {ledgers.MANAGED_BY: ledgers.MANAGER}
+                    )
+                    await self.ledgers.ensure(body)
+                    WRITES.labels("QuantityLedger", "create").inc()
+                present = set(tenant_plan.namespaces)
+                used = Quantity.from_units(len(present))
+
+                def step(
+                    status: QuantityLedgerStatus | None, present: set[str] = present, used: Quantity = used
+                ) -> QuantityLedgerStatus:
+                    return fold(
+                        status,
+                        used,
+                        settled=lambda r: (r.object_ref.name or "") in present,
+                        gone=lambda hint: (hint.object_ref.name or "") not in present,
+                        now=now,
+                    )
+
+                _, stored = await self.ledgers.update(ledger, step)
+                if stored is not None:
+                    WRITES.labels("QuantityLedger", "fold").inc()
+            except (KubeError, LedgerMissingError, LedgerBusyError) as err:
+                log.warning("namespace quota ledger not folded", extra={"tenant": name, "error": str(err)})
+                due = min(due, 1.0)
+                continue
+            cached = self.ledgers.cached(ledger)
+            for reservation in (cached.status.reservations or []) if cached and cached.status else []:
+                if reservation.expires_at is not None:
+                    due = min(due, max((reservation.expires_at - now).total_seconds(), 0.0) + 0.1)
+        for key, raw in list(self.ledger_cache.items.items()):
+            name = raw["metadata"]["name"]
+            if name not in wanted:
+                await self.ledgers.delete(name)
+                self.ledger_cache.items.pop(key, None)
+                WRITES.labels("QuantityLedger", "delete").inc()
+        self._fold_due = due
 
     async def _namespace(self, plan: Plan, name: str, outcome: _Outcome) -> None:
         """Metadata first (the owner reference and tenant label matter most), then RoleBindings."""

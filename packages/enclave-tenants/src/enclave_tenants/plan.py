@@ -93,7 +93,12 @@ def _forbidden(value: ForbiddenList | None, where: str, problems: list[Problem])
 
 
 def tenant_view(
-    tenant: Tenant, uid: str, owners: list[Owner], namespaces: list[str], problems: list[Problem]
+    tenant: Tenant,
+    uid: str,
+    owners: list[Owner],
+    namespaces: list[str],
+    problems: list[Problem],
+    namespace_ledger: str | None = None,
 ) -> TenantView:
     """What admission needs of one tenant (owners resolved, namespaces sorted)."""
     options = tenant.spec.namespace_options
@@ -105,6 +110,7 @@ def tenant_view(
         promoted=[owner.entity for owner in owners if owner.promoted_only],
         namespaces=sorted(namespaces),
         namespace_quota=options.quota if options else None,
+        namespace_ledger=namespace_ledger if options and options.quota is not None else None,
         force_tenant_prefix=tenant.spec.force_tenant_prefix,
         cordoned=tenant.spec.cordoned,
         prevent_deletion=tenant.spec.prevent_deletion,
@@ -145,11 +151,13 @@ def build_plan(
     promoted_accounts: Iterable[JSON],
     policy: Policy,
     previous_views: Mapping[str, TenantView] | None = None,
+    ledgers: Mapping[str, str] | None = None,
 ) -> Plan:
     """Compile the observed objects into a :class:`Plan`.
 
     ``previous_views`` are the last good views by tenant name: a Tenant that stops parsing keeps its last
     good rules in the snapshot (with current namespaces), so admission does not suddenly forget its owners.
+    ``ledgers`` names the initialised namespace-quota ledger of each tenant (see :mod:`enclave_tenants.ledgers`).
     """
     plan = Plan()
     valid_owners, plan.owners = _parse_owners(tenant_owners)
@@ -191,7 +199,9 @@ def build_plan(
         tenant_plan.owners = owners
         tenant_plan.problems += [Problem(reason="InvalidOwner", message=m) for m in owner_problems]
         uid = str(raw["metadata"].get("uid", ""))
-        tenant_plan.view = tenant_view(tenant, uid, owners, tenant_plan.namespaces, tenant_plan.problems)
+        tenant_plan.view = tenant_view(
+            tenant, uid, owners, tenant_plan.namespaces, tenant_plan.problems, (ledgers or {}).get(name)
+        )
         views.append(tenant_plan.view)
         for owner in valid_owners:
             if selects(name, tenant.spec.permissions, owner.metadata.labels):

@@ -50,6 +50,9 @@ class TenantView(BaseModel):
     """Sorted names of the tenant's namespaces (terminating ones included)."""
     namespace_quota: int | None = None
     """spec.namespaceOptions.quota: the most namespaces the tenant may have."""
+    namespace_ledger: str | None = None
+    """The QuantityLedger (in Enclave's namespace) enclave-tenants keeps for the quota, once it is initialised:
+    admission then reserves each new namespace on it, so replicas never admit more than the quota together."""
     force_tenant_prefix: bool | None = None
     """spec.forceTenantPrefix; None means the global setting applies."""
     cordoned: bool = False
