@@ -23,7 +23,7 @@ from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
-from .harness import GROUP, SPECS, VERSION, metric, start_admission, wide_client
+from .harness import GROUP, SPECS, VERSION, metric, remove_configuration, start_admission, wide_client
 
 OWNER = "quota-owner"
 
@@ -73,20 +73,11 @@ def tenant_enclave(control_plane: ControlPlane, kube: Any, enclave_crds: list[st
             tenants.wait_ready(60)
             for admission in admissions:
                 admission.wait_ready(60)
-            try:
-                yield {"namespace": namespace, "admissions": admissions, "balancer": balancer}
-            finally:
-                registrations = client.AdmissionregistrationV1Api(kube)
-                for kind in ("validating", "mutating"):
-                    with contextlib.suppress(ApiException):
-                        getattr(registrations, f"delete_{kind}_webhook_configuration")(f"{config_name}-{kind}")
+            yield {"namespace": namespace, "admissions": admissions, "balancer": balancer}
     finally:
         for component in reversed(running):
             component.process.stop()
-        with contextlib.suppress(ApiException):
-            client.CustomObjectsApi(kube).delete_cluster_custom_object(
-                GROUP, VERSION, "serviceconfigurations", config_name
-            )
+        remove_configuration(kube, config_name)  # the components are stopped: nothing writes it back
         with contextlib.suppress(ApiException):
             core.delete_namespace(namespace)
 
