@@ -1,7 +1,9 @@
 """Components never import each other, and the shared library imports no component.
 
 They meet only in protos/ (gRPC snapshots) and in the cluster (ledgers); an import across would make two
-separately deployable processes secretly one. (The test-support package may use component helpers.)
+separately deployable processes secretly one. (The test-support package may use component helpers, and so
+may the tools: the ``enclave`` command line imports admission's decisions and the tenants compiler as a
+library, so that offline answers are the cluster's; no component may import a tool.)
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from pathlib import Path
 import pytest
 
 PACKAGES = Path(__file__).resolve().parents[2]
+TOOLS = ("enclave-cli",)
+"""Packages that run outside the cluster and may import components (never the other way round)."""
 COMPONENTS = sorted(
     p.name.removeprefix("enclave-").replace("-", "_")
     for p in PACKAGES.iterdir()
-    if p.is_dir() and p.name.startswith("enclave-") and p.name not in ("enclave-core", "enclave-testing")
+    if p.is_dir() and p.name.startswith("enclave-") and p.name not in ("enclave-core", "enclave-testing", *TOOLS)
 )
 
 
@@ -34,6 +38,7 @@ def _imports(package_dir: Path) -> set[tuple[str, str]]:
 @pytest.mark.parametrize("package", ["core", *COMPONENTS])
 def test_no_component_imports_another(package: str) -> None:
     forbidden = {f"enclave_{c}" for c in COMPONENTS if c != package}
+    forbidden |= {tool.replace("-", "_") for tool in TOOLS}
     crossings = sorted(
         f"{path}: imports {module}"
         for path, module in _imports(PACKAGES / f"enclave-{package}")
@@ -44,3 +49,8 @@ def test_no_component_imports_another(package: str) -> None:
 
 def test_components_are_found() -> None:
     assert {"admission", "config", "tenants"} <= set(COMPONENTS)
+
+
+def test_tools_are_not_components() -> None:
+    assert "cli" not in COMPONENTS
+    assert all((PACKAGES / tool).is_dir() for tool in TOOLS)

@@ -1,0 +1,227 @@
+"""One request through the webhooks kube-apiserver would call, in its order, with admission's own functions.
+
+kube-apiserver runs every matching mutating webhook, applies each patch, then every matching validating
+webhook on the final object; the first denial ends the request. The webhooks and their rules are the
+defaults admission ships (:func:`enclave_admission.defaults.webhooks`, the same ones the chart renders); the
+decision behind each path is :data:`enclave_admission.routes.ROUTES`.
+
+What the offline run does not model: namespace and object selectors and CEL matchConditions of the hooks
+(which only narrow *who is sent*; the decision functions pass everyone they do not concern), and the hooks
+whose decisions read snapshots of other controllers (quotas, pools, replication, shared quotas).
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from enclave_admission.defaults import url_client, webhooks
+from enclave_admission.review import REVIEW_API_VERSION, AdmissionRequest, Decision
+from enclave_admission.routes import ROUTES
+from enclave_admission.state import State, Subject
+from enclave_core.api import KINDS_BY_NAME
+from enclave_core.api.configuration import WebhookRule
+
+JSON = dict[str, Any]
+
+CORE_RESOURCES = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "Node": "nodes"}
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+@dataclass(frozen=True)
+class Hook:
+    name: str
+    path: str
+    mutating: bool
+    rules: tuple[WebhookRule, ...]
+
+    def matches(self, group: str, resource: str, operation: str) -> bool:
+        for rule in self.rules:
+            if group not in (rule.api_groups or []) and "*" not in (rule.api_groups or []):
+                continue
+            if operation not in (rule.operations or []) and "*" not in (rule.operations or []):
+                continue
+            if resource in (rule.resources or []) or "*" in (rule.resources or []):
+                return True
+        return False
+
+
+def hooks(namespace: str) -> list[Hook]:
+    """Admission's default hooks (mutating first, in order), with the node hook that is off by default."""
+    rendered = webhooks(url_client("https://enclave.offline"), namespace=namespace, nodes=True)
+    found: list[Hook] = []
+    for side, mutating in ((rendered.mutating, True), (rendered.validating, False)):
+        for webhook in (side.webhooks or []) if side is not None else []:
+            found.append(Hook(webhook.name, webhook.path or "", mutating, tuple(webhook.rules or ())))
+    return found
+
+
+@dataclass
+class Request:
+    """A request as a test writes it: who, what operation, the object before and after."""
+
+    user: str
+    groups: tuple[str, ...]
+    operation: str
+    obj: JSON | None
+    old: JSON | None
+    group: str
+    resource: str
+    sub_resource: str = ""
+    kind: str = ""
+    api_version: str = ""
+    name: str = ""
+    namespace: str = ""
+
+    @property
+    def full_resource(self) -> str:
+        return f"{self.resource}/{self.sub_resource}" if self.sub_resource else self.resource
+
+    def review(self, obj: JSON | None, *, dry_run: bool = False) -> JSON:
+        """The AdmissionReview kube-apiserver would send with ``obj`` as the object."""
+        group, _, version = self.api_version.rpartition("/")
+        request: JSON = {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": group, "version": version, "kind": self.kind},
+            "resource": {"group": self.group, "version": version, "resource": self.resource},
+            "operation": self.operation,
+            "name": self.name,
+            "userInfo": {"username": self.user, "groups": list(self.groups)},
+            "object": obj,
+            "oldObject": self.old,
+            "dryRun": dry_run,
+        }
+        if self.sub_resource:
+            request["subResource"] = self.sub_resource
+        if self.namespace:
+            request["namespace"] = self.namespace
+        return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "request": request}
+
+
+def resource_of(kind: str, api_version: str) -> tuple[str, str] | None:
+    """(group, plural) of a kind the offline world knows."""
+    if kind in CORE_RESOURCES and "/" not in api_version:
+        return "", CORE_RESOURCES[kind]
+    info = KINDS_BY_NAME.get(kind)
+    if info is not None:
+        return info.group, info.plural
+    return None
+
+
+@dataclass
+class Step:
+    """One webhook's answer."""
+
+    hook: str
+    path: str
+    decision: Decision
+
+
+@dataclass
+class Outcome:
+    """The request's fate: the steps taken, the final object, and the answer the user would see."""
+
+    steps: list[Step] = field(default_factory=list)
+    obj: JSON | None = None
+    subject: Subject | None = None
+    skipped: list[str] = field(default_factory=list)
+    """Hooks whose rules do not match the request (for explain)."""
+    not_reached: list[str] = field(default_factory=list)
+    """Hooks that match but come after a denial (kube-apiserver stops at the first)."""
+
+    @property
+    def denial(self) -> Step | None:
+        return next((step for step in self.steps if not step.decision.allowed), None)
+
+    @property
+    def allowed(self) -> bool:
+        return self.denial is None
+
+    @property
+    def patch(self) -> list[JSON]:
+        return [op for step in self.steps for op in step.decision.patch]
+
+    @property
+    def result(self) -> str:
+        if not self.allowed:
+            return "denied"
+        return "patched" if self.patch else "allowed"
+
+    @property
+    def decided_by(self) -> Step | None:
+        """The denying step; else the last step that patched; else the last step."""
+        if self.denial is not None:
+            return self.denial
+        patched = [step for step in self.steps if step.decision.patch]
+        if patched:
+            return patched[-1]
+        return self.steps[-1] if self.steps else None
+
+    @property
+    def message(self) -> str:
+        denial = self.denial
+        return denial.decision.message if denial is not None else ""
+
+
+class UnsupportedRouteError(Exception):
+    """A hook whose decision needs a snapshot the offline world does not compile."""
+
+
+def _unescape(part: str) -> str:
+    return part.replace("~1", "/").replace("~0", "~")
+
+
+def apply_patch(obj: JSON, patch: tuple[JSON, ...]) -> JSON:
+    """RFC 6902 ``add``/``replace``/``remove`` on objects and arrays: the operations admission emits."""
+    result = copy.deepcopy(obj)
+    for op in patch:
+        parts = [_unescape(p) for p in str(op["path"]).split("/")[1:]]
+        parent: Any = result
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent.setdefault(part, {})
+        last = parts[-1]
+        if op["op"] in ("add", "replace"):
+            if isinstance(parent, list):
+                if last == "-":
+                    parent.append(copy.deepcopy(op["value"]))
+                elif op["op"] == "add":
+                    parent.insert(int(last), copy.deepcopy(op["value"]))
+                else:
+                    parent[int(last)] = copy.deepcopy(op["value"])
+            else:
+                parent[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            if isinstance(parent, list):
+                del parent[int(last)]
+            else:
+                parent.pop(last, None)
+        else:
+            raise ValueError(f"unsupported JSON patch operation {op['op']!r}")
+    return result
+
+
+def evaluate(request: Request, state: State, namespace: str) -> Outcome:
+    """Run ``request`` through every matching hook, as kube-apiserver does, on ``state``."""
+    outcome = Outcome(obj=request.obj, subject=state.subject(request.user, request.groups))
+    obj = request.obj
+    for hook in hooks(namespace):
+        if not hook.matches(request.group, request.full_resource, request.operation):
+            outcome.skipped.append(hook.name)
+            continue
+        if outcome.denial is not None:
+            outcome.not_reached.append(hook.name)
+            continue
+        handler = ROUTES[hook.path]
+        decided = handler(AdmissionRequest.from_review(request.review(obj, dry_run=True)), state)
+        if not isinstance(decided, Decision):
+            close = getattr(decided, "close", None)
+            if close is not None:
+                close()
+            raise UnsupportedRouteError(f"{hook.path} writes quota reservations; it is not evaluated offline")
+        outcome.steps.append(Step(hook.name, hook.path, decided))
+        if decided.allowed and decided.patch and obj is not None:
+            obj = apply_patch(obj, decided.patch)
+    outcome.obj = obj
+    return outcome

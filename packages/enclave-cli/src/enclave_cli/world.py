@@ -1,0 +1,165 @@
+"""The objects of a directory compiled exactly as the controllers compile them, into admission's state.
+
+* The ServiceConfiguration goes through the model, :func:`enclave_core.api.validation.service_configuration_problems`
+  and :func:`enclave_core.snapshots.configuration.effective`, as enclave-config does before publishing it.
+* Tenants, TenantOwners, Namespaces and promoted ServiceAccounts go through
+  :func:`enclave_tenants.plan.build_plan`, the function every enclave-tenants replica runs to publish the
+  Tenancy snapshot.
+* The results are handed to :class:`enclave_admission.state.State` through the same setters the admission
+  process calls when a snapshot arrives.
+
+Nothing is re-implemented here: a difference between this and the cluster would be a bug in the inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from enclave_admission.state import State
+from enclave_cli.documents import Document, InputError
+from enclave_core.api import KINDS_BY_NAME
+from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
+from enclave_core.api.validation import service_configuration_problems
+from enclave_core.snapshots.configuration import EffectiveConfiguration, effective
+from enclave_core.snapshots.tenancy import PROMOTED_LABEL
+from enclave_tenants.plan import Plan, build_plan
+from enclave_tenants.policy import Policy
+
+TEST_KIND = "EnclaveTest"
+CORE_KINDS = ("Namespace", "ServiceAccount", "Node")
+"""Kubernetes kinds a directory may hold: the namespaces (and promoted accounts) tenants already have."""
+DEFAULT_NAMESPACE = "enclave-system"
+
+
+def validation_message(err: ValidationError, document: Document, loc: tuple[str | int, ...] = ()) -> InputError:
+    first = err.errors()[0]
+    where = (*loc, *first["loc"])
+    path = ".".join(str(p) for p in where)
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return document.error(f"{document.kind} {document.name!r}: {path}: {first['msg']}{more}", where)
+
+
+@dataclass
+class World:
+    """Everything a directory declares, grouped by kind, plus the test manifests."""
+
+    configuration: Document | None = None
+    tenants: list[Document] = field(default_factory=list)
+    owners: list[Document] = field(default_factory=list)
+    namespaces: list[Document] = field(default_factory=list)
+    accounts: list[Document] = field(default_factory=list)
+    tests: list[Document] = field(default_factory=list)
+    others: list[Document] = field(default_factory=list)
+    """Enclave kinds whose compilers are not part of the offline world (quotas, pools, replication): checked,
+    never used for a decision (a request on a route that needs them is reported, not guessed)."""
+
+    @classmethod
+    def collect(cls, documents: list[Document]) -> World:
+        world = cls()
+        for document in documents:
+            kind = document.kind
+            if not kind:
+                raise document.error("object has no kind")
+            if kind == TEST_KIND:
+                world.tests.append(document)
+            elif kind == "ServiceConfiguration":
+                if world.configuration is not None:
+                    raise document.error(
+                        f"a second ServiceConfiguration ({document.name!r}); the first is at "
+                        f"{world.configuration.path}:{world.configuration.line}"
+                    )
+                world.configuration = document
+            elif kind == "Tenant":
+                world.tenants.append(document)
+            elif kind == "TenantOwner":
+                world.owners.append(document)
+            elif kind == "Namespace":
+                world.namespaces.append(document)
+            elif kind == "ServiceAccount":
+                world.accounts.append(document)
+            elif kind in KINDS_BY_NAME or kind == "Node":
+                world.others.append(document)
+            else:
+                known = ", ".join(sorted({*KINDS_BY_NAME, *CORE_KINDS, TEST_KIND}))
+                raise document.error(f"unknown kind {kind!r} (known: {known})", ("kind",))
+            if kind != TEST_KIND and not document.name:
+                raise document.error(f"{kind} has no metadata.name", ("metadata",))
+        return world
+
+    def tenant_names(self) -> set[str]:
+        return {document.name for document in self.tenants}
+
+
+@dataclass
+class Compiled:
+    config: EffectiveConfiguration
+    plan: Plan
+    namespace: str
+
+    def state(self) -> State:
+        """A fresh admission state (fresh per request: no reservation of one case leaks into the next)."""
+        state = State(expect_tenancy=True, namespace=self.namespace)
+        state.set_config(self.config)
+        state.set_tenancy(self.plan.snapshot)
+        return state
+
+
+def compile_configuration(document: Document | None) -> EffectiveConfiguration:
+    if document is None:
+        return effective("default", 0, ServiceConfigurationSpec())
+    try:
+        config = ServiceConfiguration.model_validate(document.data)
+    except ValidationError as err:
+        raise validation_message(err, document) from None
+    problems = service_configuration_problems(config.spec)
+    if problems:
+        first = problems[0]
+        loc = tuple(first.field.split("."))
+        raise document.error(f"ServiceConfiguration {document.name!r}: {first}", loc)
+    generation = int((document.data.get("metadata") or {}).get("generation") or 0)
+    return effective(document.name, generation, config.spec)
+
+
+def _with_uid(document: Document) -> dict[str, object]:
+    """Tenants in files rarely carry a uid; the cluster always does. A stable stand-in keeps owner references
+    (which name the uid) consistent between the mutation and the validation of one request."""
+    raw = dict(document.data)
+    meta = dict(raw.get("metadata") or {})
+    meta.setdefault("uid", f"offline-{document.name}")
+    raw["metadata"] = meta
+    return raw
+
+
+def compile_world(world: World, namespace: str = DEFAULT_NAMESPACE) -> Compiled:
+    config = compile_configuration(world.configuration)
+    for document in world.tenants + world.owners:
+        # build_plan would report these too, without a line: parse first, so the error names the field's line
+        try:
+            KINDS_BY_NAME[document.kind].model.model_validate(document.data)
+        except ValidationError as err:
+            raise validation_message(err, document) from None
+    promoted = [
+        document.data
+        for document in world.accounts
+        if ((document.data.get("metadata") or {}).get("labels") or {}).get(PROMOTED_LABEL) == "true"
+    ]
+    for document in world.accounts:
+        if not (document.data.get("metadata") or {}).get("namespace"):
+            raise document.error(f"ServiceAccount {document.name!r} has no metadata.namespace", ("metadata",))
+    plan = build_plan(
+        [_with_uid(document) for document in world.tenants],
+        [document.data for document in world.owners],
+        [document.data for document in world.namespaces],
+        promoted,
+        Policy.from_configuration(config),
+    )
+    by_name = {document.name: document for document in world.tenants + world.owners}
+    for name, tenant_plan in plan.tenants.items():
+        if tenant_plan.problems and tenant_plan.tenant is None:
+            raise by_name[name].error(f"Tenant {name!r}: {tenant_plan.problems[0].message}")
+    for name, owner_plan in plan.owners.items():
+        if owner_plan.problems:
+            raise by_name[name].error(f"TenantOwner {name!r}: {owner_plan.problems[0].message}")
+    return Compiled(config, plan, namespace)

@@ -1,0 +1,216 @@
+"""``enclave test``, ``check`` and ``explain`` offline: the policy cases, the output formats, and bad input."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from enclave_cli import testing
+from enclave_cli.__main__ import main
+from enclave_cli.cases import Case
+from enclave_cli.output import Style, table
+from enclave_cli.world import compile_world
+
+POLICIES = Path(__file__).parent / "policies"
+WORLD = testing.load_world([POLICIES])
+COMPILED = compile_world(WORLD)
+CASES = testing.collect_cases(WORLD)
+
+
+def test_there_are_enough_cases() -> None:
+    assert len(CASES) >= 30
+    paths = {step for case in CASES for step in (case.request.resource,)}
+    assert {"namespaces", "tenants", "tenantowners", "serviceaccounts", "nodes", "serviceconfigurations"} <= paths
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_policy_case(case: Case) -> None:
+    result = testing.run_case(case, COMPILED)
+    assert result.passed, "\n".join(result.problems)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_table_json_and_junit(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "test", str(POLICIES))
+    assert code == 0
+    assert f"{len(CASES)} passed, 0 failed" in out
+    assert "\x1b[" not in out  # not a terminal: no colour
+    code, out, _ = _run(capsys, "test", str(POLICIES), "--output", "json")
+    body = json.loads(out)
+    assert code == 0
+    assert body["failed"] == 0
+    cordoned = next(r for r in body["results"] if r["name"] == "nothing is created in a cordoned tenant")
+    assert cordoned["decidedBy"] == "/namespaces"
+    assert cordoned["reason"] == "TenantCordoned"
+    code, out, _ = _run(capsys, "test", str(POLICIES), "-o", "junit", "-k", "cordoned")
+    suites = ET.fromstring(out.split("?>", 1)[1])
+    assert code == 0
+    assert int(suites[0].get("tests") or 0) >= 2
+
+
+def _copy_policies(tmp_path: Path) -> Path:
+    for path in POLICIES.iterdir():
+        (tmp_path / path.name).write_text(path.read_text())
+    return tmp_path
+
+
+def test_a_wrong_expectation_fails_with_exit_code_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _copy_policies(tmp_path)
+    (tmp_path / "extra.test.yaml").write_text(
+        "kind: EnclaveTest\nmetadata: {name: wrong}\ntests:\n- name: cordoned but expected allowed\n"
+        "  user: bob\n  object: {apiVersion: v1, kind: Namespace, metadata: {name: cli-beta-x}}\n  expect: patched\n"
+    )
+    code, out, _ = _run(capsys, "test", str(tmp_path), "-k", "expected allowed")
+    assert code == 1
+    assert "FAIL" in out
+    assert "expected patched, got denied: cannot create namespace 'cli-beta-x': tenant cli-beta is cordoned" in out
+    code, out, _ = _run(capsys, "test", str(tmp_path), "-o", "junit", "-k", "expected allowed")
+    assert code == 1
+    assert "<failure" in out
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "message"),
+    [
+        ("broken.yaml", "kind: Tenant\nmetadata: {name: x\nspec: {}\n", "broken.yaml:3: malformed YAML"),
+        (
+            "unknown.yaml",
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: x}\n",
+            "unknown.yaml:2: unknown kind 'Secret'",
+        ),
+        (
+            "missing.test.yaml",
+            "kind: EnclaveTest\ntests:\n- name: ghost\n  tenant: nope\n  user: a\n"
+            "  object: {apiVersion: v1, kind: Namespace, metadata: {name: n}}\n  expect: allowed\n",
+            "missing.test.yaml:4: test 'ghost' names tenant 'nope', which no file defines",
+        ),
+        (
+            "badexpect.test.yaml",
+            "kind: EnclaveTest\ntests:\n- name: x\n  user: a\n"
+            "  object: {apiVersion: v1, kind: Namespace, metadata: {name: n}}\n  expect: {result: maybe}\n",
+            "badexpect.test.yaml:6: expect.result must be one of allowed, patched, denied",
+        ),
+        (
+            "badtenant.yaml",
+            "apiVersion: enclave.dev/v1beta2\nkind: Tenant\nmetadata: {name: t}\nspec:\n  namespaceOptions:\n"
+            "    quota: -1\n",
+            "badtenant.yaml:6: Tenant 't': spec.namespaceOptions.quota",
+        ),
+        (
+            "noobject.test.yaml",
+            "kind: EnclaveTest\ntests:\n- name: x\n  user: a\n  operation: UPDATE\n"
+            "  object: {apiVersion: v1, kind: Namespace, metadata: {name: n}}\n  expect: allowed\n",
+            "noobject.test.yaml:3: an UPDATE needs oldObject",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], file: str, text: str, message: str
+) -> None:
+    _copy_policies(tmp_path)
+    (tmp_path / file).write_text(text)
+    code, out, err = _run(capsys, "test", str(tmp_path))
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_no_such_path_and_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = _run(capsys, "test", str(tmp_path / "absent"))
+    assert code == 2
+    assert "absent: no such file or directory" in err
+    with pytest.raises(SystemExit) as exited:
+        main(["test"])
+    assert exited.value.code == 2
+
+
+def test_check_valid_objects(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "check", str(POLICIES))
+    assert code == 0, out
+    assert "0 problem(s)" in out
+
+
+def test_check_reports_every_problem_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "objects.yaml").write_text(
+        "apiVersion: enclave.dev/v1beta2\nkind: ServiceConfiguration\nmetadata: {name: default}\nspec:\n"
+        "  protectedNamespaceRegex: '(open'\n  cacheInvalidation: 10ms\n---\n"
+        "apiVersion: enclave.dev/v1beta2\nkind: Tenant\nmetadata: {name: t}\nspec:\n  owners:\n"
+        "  - {kind: Robot, name: r2}\n---\n"
+        "apiVersion: enclave.dev/v1beta2\nkind: Tenant\nmetadata: {name: u}\nspec:\n  owners: [{kind: User, name: a}]\n"
+        "  namespaceOptions:\n    forbiddenLabels: {deniedRegex: '[x'}\n---\n"
+        "apiVersion: enclave.dev/v1beta2\nkind: Tenant\nmetadata: {name: v}\nspec:\n"
+        "  owners: [{kind: User, name: 'system:kube-scheduler'}]\n"
+    )
+    code, out, _ = _run(capsys, "check", str(tmp_path))
+    assert code == 1
+    path = tmp_path / "objects.yaml"
+    assert f"{path}:5: ServiceConfiguration 'default': spec.protectedNamespaceRegex: invalid regular expression" in out
+    assert f"{path}:6: ServiceConfiguration 'default': spec.cacheInvalidation: must be at least 1s" in out
+    assert f"{path}:13: Tenant 't': spec.owners.0.kind" in out
+    assert "Tenant 'u': spec.namespaceOptions.forbiddenLabels.deniedRegex" in out
+    assert "Tenant 'v': spec.owners[0].name: User 'system:kube-scheduler' cannot own a tenant" in out
+    assert "5 problem(s)" in out
+
+
+def test_explain_a_case_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(
+        capsys, "explain", str(POLICIES), "a group owner is an owner too (and the tenant is still cordoned)"
+    )
+    assert code == 0
+    assert "role: tenant-user: owner of tenant cli-beta (as Group cli-beta-team)" in out
+    assert "1. namespaces.mutate.enclave.dev (/namespaces/mutate): patched [Assigned]" in out
+    assert "2. namespaces.enclave.dev (/namespaces): denied [TenantCordoned]" in out
+    assert "tenant cli-beta: 1 namespace(s), cordoned; owners: User bob, Group cli-beta-team" in out
+    assert "not called (rules do not match): serviceaccounts.enclave.dev" in out
+    assert out.strip().endswith("tenant cli-beta is cordoned")
+
+
+def test_explain_a_request_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    request = tmp_path / "request.yaml"
+    request.write_text("user: cli-admin\nobject: {apiVersion: v1, kind: Namespace, metadata: {name: plain}}\n")
+    code, out, _ = _run(capsys, "explain", str(POLICIES), str(request))
+    assert code == 0
+    assert "matches spec.administrators entry User cli-admin" in out
+    assert "answer: allowed" in out
+    code, _, err = _run(capsys, "explain", str(POLICIES), "no such case")
+    assert code == 2
+    assert "neither a file nor the name of a test case" in err
+
+
+def test_completion_scripts_name_every_verb(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "completion", "bash")
+    assert code == 0
+    assert "complete -o filenames -F _enclave enclave" in out
+    for verb in ("test", "check", "explain", "completion"):
+        assert verb in out
+    code, out, _ = _run(capsys, "completion", "zsh")
+    assert out.startswith("#compdef enclave")
+
+
+def test_colour_only_when_asked() -> None:
+    assert Style(colour=False).red("x") == "x"
+    assert Style(colour=True).red("x") == "\x1b[31mx\x1b[0m"
+    assert (
+        table(["A", "B"], [[Style(colour=True).green("ok"), "z"], ["longer", "y"]])
+        .splitlines()[1]
+        .startswith("\x1b[32mok\x1b[0m      z")
+    )
+
+
+def test_every_verb_has_help_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    from enclave_cli.__main__ import build_parser
+
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if a.dest == "verb")
+    for name, sub in verbs.choices.items():  # type: ignore[union-attr]
+        assert "examples:" in (sub.epilog or ""), name
