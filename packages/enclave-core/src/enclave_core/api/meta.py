@@ -22,6 +22,7 @@ from pydantic.alias_generators import to_camel
 
 from enclave_core.api.schema import Extra, Rule, TypeExtras
 from enclave_core.conditions import Condition
+from enclave_core.resourcequota import ScopeName
 from enclave_core.selectors import LabelSelector, LabelSelectorRequirement
 
 __all__ = [
@@ -184,8 +185,9 @@ class ScopedResourceSelectorRequirement(ApiModel):
 
     operator: SelectorOperator
     """In, NotIn, Exists or DoesNotExist."""
-    scope_name: Annotated[str, Field(min_length=1, max_length=128)]
-    """The quota scope, e.g. PriorityClass, Terminating, BestEffort."""
+    scope_name: ScopeName
+    """The quota scope: Terminating, NotTerminating, BestEffort, NotBestEffort, PriorityClass,
+    CrossNamespacePodAffinity or VolumeAttributesClass."""
     values: Annotated[list[str] | None, Field(max_length=64)] = None
     """Non-empty for In and NotIn, empty for Exists and DoesNotExist."""
 

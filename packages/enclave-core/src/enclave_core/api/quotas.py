@@ -19,6 +19,7 @@ from enclave_core.api.meta import (
 )
 from enclave_core.api.schema import REQUIRED, Rule, TypeExtras
 from enclave_core.quantity import QuantityValue
+from enclave_core.resourcequota import ScopeName
 
 __all__ = [
     "CustomQuota",
@@ -231,19 +232,26 @@ class QuotaSpec(ApiModel):
 
     hard: _ResourceMap | None = None
     """Hard limit per resource name."""
-    scopes: Annotated[list[Annotated[str, Field(max_length=64)]] | None, Field(max_length=16)] = None
+    scopes: Annotated[list[ScopeName] | None, Field(max_length=16)] = None
     """Quota scopes; absent matches all objects."""
     scope_selector: ScopeSelector | None = None
     """Scope selector; an object matches only if scopes and scopeSelector both match."""
 
 
 class GlobalResourceQuotaSpec(ApiModel):
-    """One native quota shared by every selected namespace."""
+    """One native quota shared by every selected namespace.
+
+    enclave-globalquotas keeps a ResourceQuota `globalquota-<name>` in each selected namespace whose `hard` is
+    that namespace's usage plus what is left globally, so kube-apiserver refuses at the shared limit; admission
+    reserves concurrent creates across namespaces on the quota's QuantityLedger. `hard` may not be lowered below
+    what is used and reserved, and the selection may not change while reservations are pending.
+    """
 
     quota: QuotaSpec
-    """The shared quota."""
+    """The shared quota: resource names, scopes and scope selector as in a ResourceQuota."""
     namespace_selectors: Annotated[list[LabelSelector] | None, Field(max_length=16)] = None
-    """Namespaces sharing the quota (selectors ORed; an empty selector matches all)."""
+    """Namespaces sharing the quota: selectors ORed; an empty selector `{}` matches every namespace; an absent
+    or empty list matches none."""
 
 
 class QuotaTotals(StatusModel):
@@ -265,7 +273,12 @@ class NamespaceUsage(StatusModel):
 
 
 class GlobalResourceQuotaStatus(StatusModel):
-    """Observed usage of a global resource quota."""
+    """Observed usage of a global resource quota, summed from the namespaces' ResourceQuota status.
+
+    Ready reasons: Active; WaitingForUsage (a namespace's ResourceQuota has not reported usage yet);
+    InvalidSpec (nothing is changed until it is fixed); ApplyFailed; ConflictingResourceQuota (a ResourceQuota
+    of the provisioned name exists and is not Enclave's).
+    """
 
     conditions: Annotated[list[Condition], REQUIRED] = Field(default_factory=list)
     """Ready."""
@@ -282,7 +295,10 @@ class GlobalResourceQuotaStatus(StatusModel):
 
 
 class GlobalResourceQuota(KubeObject):
-    """A native resource quota shared by every namespace the selectors match (cluster-scoped)."""
+    """A native resource quota shared by every namespace the selectors match (cluster-scoped, short name `grq`).
+
+    Tenant rule `quota` entries become GlobalResourceQuotas named `<tenant>-rule<index>-<entry>`, owned by the
+    Tenant."""
 
     kind: Literal["GlobalResourceQuota"] = "GlobalResourceQuota"
     spec: GlobalResourceQuotaSpec

@@ -31,6 +31,7 @@ from enclave_core.api.meta import (
 )
 from enclave_core.api.schema import Extra, Rule, TypeExtras
 from enclave_core.quantity import IntOrString, QuantityValue
+from enclave_core.resourcequota import ScopeName
 
 __all__ = [
     "AppliedRule",
@@ -456,7 +457,7 @@ class RuleQuota(ApiModel):
     """Name of the entry, unique within the rule; part of the name of the quota objects Enclave creates."""
     hard: Annotated[dict[str, QuantityValue], Field(min_length=1, max_length=64)]
     """Hard limit per resource name."""
-    scopes: Annotated[list[Annotated[str, Field(max_length=64)]] | None, Field(max_length=16)] = None
+    scopes: Annotated[list[ScopeName] | None, Field(max_length=16)] = None
     """Quota scopes; absent matches all objects."""
     scope_selector: ScopeSelector | None = None
     """Quota scope selector; scopes and scopeSelector must both match."""
