@@ -939,6 +939,88 @@ def test_pools_runs_with_exactly_the_charts_rbac(
                 core.delete_namespace(name)
 
 
+def test_globalquotas_runs_with_exactly_the_charts_rbac(
+    helm: Path, kube: Any, control_plane: ControlPlane, enclave_crds: list[str], tmp_path: Path
+) -> None:
+    """enclave-globalquotas, authenticated as the chart's service account, does its whole job: a tenant rule
+    quota becomes a GlobalResourceQuota, which gets its ResourceQuota, ledger and status; removing the rule
+    deletes them all."""
+    namespace, token = f"enclave-rbac-gq-{secrets.token_hex(3)}", secrets.token_hex(3)
+    core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
+    core.create_namespace({"metadata": {"name": namespace}})
+    tenant = f"rbac-gq-{token}"
+    tenant_ns = f"{tenant}-dev"
+    core.create_namespace({"metadata": {"name": tenant_ns, "labels": {"enclave.dev/tenant": tenant}}})
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    manifests = [
+        doc
+        for doc in render(helm, namespace, sets=("globalquotas.enabled=true",))
+        if doc["kind"] in kinds and doc["metadata"]["name"] == "enclave-globalquotas"
+    ]
+    assert sorted(doc["kind"] for doc in manifests) == sorted(kinds)
+    created: list[tuple[Any, Manifest]] = []
+    running: list[Any] = []
+    quota = f"{tenant}-rule0-objects"
+    try:
+        created += _create_fresh(kube, manifests, namespace)
+        kubeconfig = _token_kubeconfig(
+            control_plane, kube, namespace, "enclave-globalquotas", tmp_path / "globalquotas.kubeconfig"
+        )
+        spec = next(spec for spec in COMPONENTS if spec.name == "globalquotas")
+        running.append(
+            start_component(
+                spec,
+                kubeconfig=kubeconfig,
+                log_dir=control_plane.log_dir,
+                namespace=namespace,
+                endpoints={},
+                identity="rbac-globalquotas",
+            )
+        )
+        rule = {"quota": [{"name": "objects", "hard": {"configmaps": 10}}]}
+        body = {
+            "apiVersion": "enclave.dev/v1beta2",
+            "kind": "Tenant",
+            "metadata": {"name": tenant},
+            "spec": {"owners": [{"kind": "User", "name": "rbac-alice"}], "rules": [rule]},
+        }
+        custom.create_cluster_custom_object("enclave.dev", "v1beta2", "tenants", body)
+
+        def provisioned() -> bool:
+            rq = core.read_namespaced_resource_quota(f"globalquota-{quota}", tenant_ns)
+            ledger = custom.get_namespaced_custom_object(
+                "enclave.dev", "v1beta2", namespace, "quantityledgers", f"globalresourcequota.{quota}"
+            )
+            grq = custom.get_cluster_custom_object("enclave.dev", "v1beta2", "globalresourcequotas", quota)
+            return bool(
+                dict(rq.spec.hard or {}) == {"configmaps": "10"}
+                and (ledger.get("status") or {}).get("resourceQuota")
+                and (grq.get("status") or {}).get("namespaces") == [tenant_ns]
+            )
+
+        _poll(provisioned, what="quota, ResourceQuota, ledger and status")
+        custom.patch_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant, {"spec": {"rules": [{}]}})
+
+        def removed() -> bool:
+            quotas = core.list_namespaced_resource_quota(tenant_ns).items
+            grqs = custom.list_cluster_custom_object("enclave.dev", "v1beta2", "globalresourcequotas")["items"]
+            return not quotas and quota not in {g["metadata"]["name"] for g in grqs}
+
+        _poll(removed, what="rule quota and its ResourceQuota removed")
+    finally:
+        for component in reversed(running):
+            component.process.stop()
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant)
+        for resource, doc in reversed(created):
+            if not resource.namespaced:
+                with contextlib.suppress(ApiException):
+                    resource.delete(name=doc["metadata"]["name"])
+        for name in (namespace, tenant_ns):
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(name)
+
+
 def test_config_renders_the_defaults_into_the_narrowed_hooks() -> None:
     """The third spelling of the same hooks: what enclave-config writes from enclave_admission.defaults keeps
     the control-plane skip, the audience (with tenant metadata on the validating namespace hook) and, on the
