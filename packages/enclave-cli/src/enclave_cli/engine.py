@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,8 +203,29 @@ def apply_patch(obj: JSON, patch: tuple[JSON, ...]) -> JSON:
     return result
 
 
-def evaluate(request: Request, state: State, namespace: str) -> Outcome:
-    """Run ``request`` through every matching hook, as kube-apiserver does, on ``state``."""
+Decide = Callable[[Hook, JSON], Decision]
+"""One hook's answer to one AdmissionReview (offline: the route's function; in a test: the real server)."""
+
+
+def decide_locally(state: State) -> Decide:
+    """The decision functions of :data:`ROUTES` on ``state``, exactly as the server calls them."""
+
+    def decide(hook: Hook, review: JSON) -> Decision:
+        decided = ROUTES[hook.path](AdmissionRequest.from_review(review), state)
+        if not isinstance(decided, Decision):
+            close = getattr(decided, "close", None)
+            if close is not None:
+                close()
+            raise UnsupportedRouteError(f"{hook.path} writes quota reservations; it is not evaluated offline")
+        return decided
+
+    return decide
+
+
+def evaluate(request: Request, state: State, namespace: str, decide: Decide | None = None) -> Outcome:
+    """Run ``request`` through every matching hook, as kube-apiserver does; ``decide`` answers each (by default
+    admission's functions on ``state``, which also classifies the requester for :mod:`enclave_cli.explain`)."""
+    decide = decide or decide_locally(state)
     outcome = Outcome(obj=request.obj, subject=state.subject(request.user, request.groups))
     obj = request.obj
     for hook in hooks(namespace):
@@ -213,13 +235,7 @@ def evaluate(request: Request, state: State, namespace: str) -> Outcome:
         if outcome.denial is not None:
             outcome.not_reached.append(hook.name)
             continue
-        handler = ROUTES[hook.path]
-        decided = handler(AdmissionRequest.from_review(request.review(obj, dry_run=True)), state)
-        if not isinstance(decided, Decision):
-            close = getattr(decided, "close", None)
-            if close is not None:
-                close()
-            raise UnsupportedRouteError(f"{hook.path} writes quota reservations; it is not evaluated offline")
+        decided = decide(hook, request.review(obj, dry_run=True))
         outcome.steps.append(Step(hook.name, hook.path, decided))
         if decided.allowed and decided.patch and obj is not None:
             obj = apply_patch(obj, decided.patch)
