@@ -28,6 +28,18 @@ COMPILED = [
     "namespaces/assignment.py",
     "namespaces/mutation.py",
     "namespaces/validation.py",
+    "rules/matching.py",
+    "rules/compiled.py",
+    "rules/engine.py",
+    "rules/exempt.py",
+    "rules/metadata.py",
+    "rules/services.py",
+    "rules/ingress.py",
+    "rules/network.py",
+    "rules/storage.py",
+    "rules/workloads.py",
+    "rules/validation.py",
+    "rules/mutation.py",
 ]
 """Modules on the path of every namespace review; the rest of the package stays interpreted."""
 

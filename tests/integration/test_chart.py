@@ -256,10 +256,12 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
         }
         hooks |= {hook["name"]: {**hook, "side": side} for hook in admission[side]["webhooks"]}
 
-    # Only what the built components serve; quotas, replication, tenant rules and node metadata are off.
+    # Only what the built components serve; quotas, replication and node metadata are off.
     assert sorted(hooks) == [
         "namespaces.enclave.dev",
         "namespaces.mutate.enclave.dev",
+        "resources.enclave.dev",
+        "resources.mutate.enclave.dev",
         "serviceaccounts.enclave.dev",
         "serviceconfigurations.enclave.dev",
         "tenants.enclave.dev",
@@ -271,7 +273,9 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
     }
     for hook in hooks.values():
         assert hook["timeoutSeconds"] <= 5, hook["name"]
-        assert hook["sideEffects"] == "None", hook["name"]
+        # The tenant-rules hook posts audit Events (never for dry runs).
+        wanted_effects = "NoneOnDryRun" if hook["name"] == "resources.enclave.dev" else "None"
+        assert hook["sideEffects"] == wanted_effects, hook["name"]
         assert hook["admissionReviewVersions"] == ["v1"], hook["name"]
         if hook["name"].startswith("namespaces.") or hook["name"] == "tenants.enclave.dev":
             # Guards kube-system's namespace object too (Tenants are cluster-scoped); the control plane is
@@ -281,7 +285,7 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
             assert "system:serviceaccount:enclave-system:" in condition
         else:
             assert exclusion in hook["namespaceSelector"]["matchExpressions"], hook["name"]
-        for chart_only in ("enabled", "type", "requires", "skipControlPlane"):
+        for chart_only in ("enabled", "type", "requires", "skipControlPlane", "skipUnjudged"):
             assert chart_only not in hook
 
     namespaces = hooks["namespaces.enclave.dev"]

@@ -129,7 +129,8 @@ enabled, the admission server is enabled, and (when `requires` is set) one of th
 The chart-only keys are stripped. Every webhook's namespaceSelector gets
 `kubernetes.io/metadata.name NotIn [excludedNamespaces..., <release namespace>]`, except the namespace hooks
 (`skipControlPlane: true`): their selector matches the namespace object itself, so excluding kube-system
-there would stop guarding it; they get the skip-control-plane matchCondition instead.
+there would stop guarding it; they get the skip-control-plane matchCondition instead. The tenant-rules hooks
+(`skipUnjudged: true`) get the skip-unjudged matchCondition of enclave_admission.defaults.skip_unjudged.
 */}}
 {{- define "enclave.webhooks" -}}
 {{- $root := . -}}
@@ -148,7 +149,11 @@ there would stop guarding it; they get the skip-control-plane matchCondition ins
 {{- end -}}
 {{- end -}}
 {{- if and $hook.enabled $needed -}}
-{{- $entry := omit $hook "enabled" "type" "requires" "skipControlPlane" -}}
+{{- $entry := omit $hook "enabled" "type" "requires" "skipControlPlane" "skipUnjudged" -}}
+{{- if $hook.skipUnjudged -}}
+{{- $unjudged := printf "!request.userInfo.username.startsWith('system:serviceaccount:%s:') && !('system:masters' in request.userInfo.groups) && !(request.userInfo.username.startsWith('system:') && !request.userInfo.username.startsWith('system:serviceaccount:')) && !((request.resource.group == '' && request.resource.resource == 'events') || (request.resource.group == 'events.k8s.io' && request.resource.resource == 'events') || (request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases') || (request.resource.group == '' && request.resource.resource == 'endpoints') || (request.resource.group == 'discovery.k8s.io' && request.resource.resource == 'endpointslices')) && !(request.resource.group == '' && request.resource.resource == 'configmaps' && has(request.name) && request.name == 'kube-root-ca.crt') && !(request.resource.group == '' && request.resource.resource == 'serviceaccounts' && has(request.name) && request.name == 'default')" $root.Release.Namespace -}}
+{{- $_ := set $entry "matchConditions" (append ($hook.matchConditions | default list) (dict "name" "enclave.dev/skip-unjudged" "expression" $unjudged)) -}}
+{{- end -}}
 {{- if $hook.skipControlPlane -}}
 {{- $user := "request.userInfo.username" -}}
 {{- $expression := printf "!(%s.startsWith('system:') && !%s.startsWith('system:serviceaccount:')) && !%s.startsWith('system:serviceaccount:kube-system:') && !%s.startsWith('system:serviceaccount:%s:') && !('system:masters' in request.userInfo.groups)" $user $user $user $user $root.Release.Namespace -}}

@@ -94,9 +94,9 @@ def apply_patch(obj: JSON, decision: Decision | list[JSON]) -> JSON:
         *parents, last = [_unescape(p) for p in operation["path"].split("/")[1:]]
         target = result
         for part in parents:
-            target = target[part]
+            target = target[int(part)] if isinstance(target, list) else target[part]
         if operation["op"] in ("add", "replace"):
-            target[last] = copy.deepcopy(operation["value"])
+            target[int(last) if isinstance(target, list) else last] = copy.deepcopy(operation["value"])
         elif operation["op"] == "remove":
             del target[last]
         else:

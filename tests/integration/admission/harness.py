@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_admission.defaults import url_client, webhooks
 from enclave_core.api.meta import Entity
+from enclave_core.snapshots.rules import RULES_KIND, RulesSnapshot
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TENANT_LABEL, TenancySnapshot, TenantView
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
@@ -62,6 +63,16 @@ class TenancyPublisher:
         assert self.process.stdin is not None
         assert self.process.stdout is not None
         self.process.stdin.write(snapshot.model_dump_json() + "\n")
+        self.process.stdin.flush()
+        self.revision = int(self.process.stdout.readline().split()[1])
+        return self.revision
+
+    def publish_rules(self, snapshot: RulesSnapshot) -> int:
+        """Publish a Rules snapshot (the tests play the tenants controller's compilation too)."""
+        assert self.process is not None
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write("Rules " + snapshot.payload().decode() + "\n")
         self.process.stdin.flush()
         self.revision = int(self.process.stdout.readline().split()[1])
         return self.revision
@@ -135,6 +146,18 @@ class Enclave:
         self.views[name] = view
         self.sync()
         return view
+
+    def rules(self, snapshot: RulesSnapshot) -> None:
+        """Publish ``snapshot`` as the Rules and wait until admission has it."""
+        revision = self.publisher.publish_rules(snapshot)
+
+        def arrived() -> bool:
+            value = metric_value(
+                self.admission.probe_url, "enclave_admission_snapshot_revision", f'kind="{RULES_KIND}"'
+            )
+            return value is not None and value >= revision
+
+        poll(arrived, timeout=10, what="rules snapshot at admission")
 
     def update(self, name: str, **fields: Any) -> None:
         if self.tenants is not None:

@@ -47,6 +47,7 @@ from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaTargets
 from enclave_core.snapshots.replication import REPLICATION_KIND, ReplicationSnapshot
 from enclave_core.snapshots.subscriber import ItemsConsumer
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
+from enclave_core.snapshots.rules import RULES_KIND, RulesSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ async def body(process: component.Component) -> None:
         expect_globalquotas=bool(args.globalquotas_endpoint),
         namespace=args.namespace,
         expect_replication=bool(args.replication_endpoint),
+        expect_rules=bool(args.tenants_endpoint),
     )
     kube = Kube(process.api, field_manager="enclave-admission")
     events = DenyEvents(EventRecorder(kube, "enclave-admission"))
@@ -174,6 +176,12 @@ async def body(process: component.Component) -> None:
         state.set_replication(replication)
         SNAPSHOT_REVISION.labels(REPLICATION_KIND).set(snapshot.revision)
         log.info("replication snapshot", extra={"revision": snapshot.revision, "objects": len(replication.objects)})
+
+    def accept_rules(snapshot: Snapshot) -> None:
+        rules = RulesSnapshot.model_validate_json(snapshot.payload)
+        state.set_rules(rules)
+        SNAPSHOT_REVISION.labels(RULES_KIND).set(snapshot.revision)
+        log.info("rules snapshot", extra={"revision": snapshot.revision, "namespaces": len(rules.namespaces)})
 
     grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
     if args.replication_endpoint:
@@ -212,6 +220,7 @@ async def body(process: component.Component) -> None:
             accept_tenancy,
             items=ItemsConsumer(parse=TenancySnapshot.parse_item, accept=accept_views),
         )
+        grpc.subscribe(process, args.tenants_endpoint, tenants_pb2_grpc.TenantServiceStub, RULES_KIND, accept_rules)
     else:
         log.warning("no --tenants-endpoint: running without tenants (tenant users own nothing)")
     process.readiness.add_check("serving-certificate", certificate.loaded.is_set)

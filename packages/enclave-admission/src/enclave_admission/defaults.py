@@ -33,6 +33,9 @@ Every choice scopes a hook as tightly as its rule allows:
   cascade to its namespaces, nor a Tenant or TenantOwner name an owner the namespace hooks skip (a ``system:``
   user, a kube-system service account). Cluster-scoped, so the namespace exclusion would mean nothing; the
   control plane's own updates (the garbage collector's finalizers) are skipped by the same matchCondition.
+* **Tenant rules** also pass through this hook: it refuses a Tenant or RuleStatus whose rules cannot work (CEL,
+  regular expressions, CIDRs, naming the field) and a RuleStatus written by a tenant user (whose rules would
+  override the tenant's).
 * **ServiceConfiguration** fails open: the config component validates again and refuses to apply a bad
   configuration, and a fail-closed hook would keep you from repairing the configuration during an outage.
 * **Nodes** is off unless asked for and narrowed to service users (the set admission treats as tenant users)
@@ -63,6 +66,18 @@ Every choice scopes a hook as tightly as its rule allows:
   the provisioned ResourceQuotas keep enforcing every shared limit during an outage (only the race between
   two namespaces for the last unit reopens), and the controller validates a quota again and reports it, so
   a fail-closed hook would stop every pod in the cluster for no safety gained.
+* **Tenant rules** (``/resources`` validating, ``/resources/mutate`` mutating) see only namespaces carrying the
+  tenant label (plus PersistentVolumes, whose tenant label they guard), every namespaced resource and
+  ``pods/ephemeralcontainers``, on CREATE and UPDATE; no objectSelector, since a label a tenant can write must
+  never decide whether its object is judged. A matchCondition (:func:`skip_unjudged`) keeps away what
+  :mod:`enclave_admission.rules.exempt` never judges, so those requests cost no call: Enclave's own service
+  accounts, ``system:masters``, ``system:`` users that are not service accounts, Events, Leases, Endpoints,
+  EndpointSlices and the control plane's ``kube-root-ca.crt`` ConfigMap and ``default`` ServiceAccount.
+  kube-system's controller service accounts are *not* skipped: Pods of a ReplicaSet are judged like a
+  user's. Both fail closed (docs/architecture.md argues it: rules are what a platform promises, and an
+  outage or a slow answer must not be a way around them); the validating one is ``NoneOnDryRun`` because
+  it posts audit Events, never for dry runs. The mutating one is reinvoked ``IfNeeded``: managed values must
+  survive later mutating plugins, and its patch is idempotent.
 * ``timeoutSeconds`` is 5 or less everywhere: decisions come from memory in milliseconds, and a long timeout
   only stretches an outage into slow API calls.
 """
@@ -267,6 +282,51 @@ def _replication_protection_hook() -> ValidatingWebhook:
     )
 
 
+RESOURCES_SKIPPED = (
+    ("", "events"),
+    ("events.k8s.io", "events"),
+    ("coordination.k8s.io", "leases"),
+    ("", "endpoints"),
+    ("discovery.k8s.io", "endpointslices"),
+)
+"""Resources the rules hooks are never called for (mirrors ``enclave_admission.rules.exempt.UNGOVERNED``)."""
+
+
+def skip_unjudged(namespace: str) -> MatchCondition:
+    """A matchCondition keeping away from the rules hooks what they never judge (see the module doc)."""
+    user = "request.userInfo.username"
+    resources = " || ".join(
+        f"(request.resource.group == '{group}' && request.resource.resource == '{resource}')"
+        for group, resource in RESOURCES_SKIPPED
+    )
+    expression = (
+        f"!{user}.startsWith('system:serviceaccount:{namespace}:')"
+        " && !('system:masters' in request.userInfo.groups)"
+        f" && !({user}.startsWith('system:') && !{user}.startsWith('system:serviceaccount:'))"
+        f" && !({resources})"
+        # request.name is absent for generateName creations: test it before reading it
+        " && !(request.resource.group == '' && request.resource.resource == 'configmaps'"
+        " && has(request.name) && request.name == 'kube-root-ca.crt')"
+        " && !(request.resource.group == '' && request.resource.resource == 'serviceaccounts'"
+        " && has(request.name) && request.name == 'default')"
+    )
+    return MatchCondition(name="enclave.dev/skip-unjudged", expression=expression)
+
+
+def _resources_rules() -> list[WebhookRule]:
+    return [
+        WebhookRule(
+            api_groups=["*"], api_versions=["*"], operations=["CREATE", "UPDATE"], resources=["*"], scope="Namespaced"
+        ),
+        _rule("", ["pods/ephemeralcontainers"], ["CREATE", "UPDATE"], "Namespaced"),
+        _rule("", ["persistentvolumes"], ["CREATE", "UPDATE"], "Cluster"),
+    ]
+
+
+def _tenant_namespaces() -> LabelSelector:
+    return LabelSelector(match_expressions=[LabelSelectorRequirement(key=TENANT_LABEL, operator="Exists")])
+
+
 def webhooks(
     client: WebhookClient,
     *,
@@ -299,7 +359,20 @@ def webhooks(
             admission_review_versions=["v1"],
             side_effects="None",
             match_policy="Equivalent",
-        )
+        ),
+        MutatingWebhook(
+            name="resources.mutate.enclave.dev",
+            path=routes.RESOURCES_MUTATE,
+            failure_policy="Fail",
+            timeout_seconds=5,
+            reinvocation_policy="IfNeeded",
+            namespace_selector=_tenant_namespaces(),
+            match_conditions=[skip_unjudged(namespace)],
+            rules=_resources_rules(),
+            admission_review_versions=["v1"],
+            side_effects="None",
+            match_policy="Equivalent",
+        ),
     ]
     validating = [
         ValidatingWebhook(
@@ -339,6 +412,7 @@ def webhooks(
             rules=[
                 _rule(API_GROUP, ["tenants"], ["CREATE", "UPDATE", "DELETE"], "Cluster"),
                 _rule(API_GROUP, ["tenantowners"], ["CREATE", "UPDATE"], "Cluster"),
+                _rule(API_GROUP, ["rulestatuses"], ["CREATE", "UPDATE"], "Namespaced"),
             ],
             admission_review_versions=["v1"],
             side_effects="None",
@@ -355,6 +429,20 @@ def webhooks(
             match_policy="Equivalent",
         ),
     ]
+    validating.append(
+        ValidatingWebhook(
+            name="resources.enclave.dev",
+            path=routes.RESOURCES,
+            failure_policy="Fail",
+            timeout_seconds=5,
+            namespace_selector=_tenant_namespaces(),
+            match_conditions=[skip_unjudged(namespace)],
+            rules=_resources_rules(),
+            admission_review_versions=["v1"],
+            side_effects="NoneOnDryRun",
+            match_policy="Equivalent",
+        )
+    )
     if nodes:
         validating.append(
             ValidatingWebhook(
@@ -379,6 +467,9 @@ def webhooks(
     for webhook in validating:  # every hook but those that skip the control plane by user instead
         if skip not in (webhook.match_conditions or []):
             _exclude_system_namespaces(webhook, namespace)
+    for hook in mutating:
+        if hook.name == "resources.mutate.enclave.dev":
+            _exclude_system_namespaces(hook, namespace)
     if pools:
         mutating.append(
             MutatingWebhook(

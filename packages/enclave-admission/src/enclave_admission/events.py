@@ -95,6 +95,17 @@ class DenyEvents:
 
     def post(self, request: AdmissionRequest, decision: Decision, namespace: str) -> None:
         """Record a denial of ``request``; never blocks, never raises, never writes for a dry run."""
+        self.record(request, decision.reason or "Denied", f"denied: {decision.message}", namespace)
+
+    def audit(self, request: AdmissionRequest, decision: Decision, namespace: str) -> None:
+        """Record what ``audit`` rules matched (reason ``RuleAudit``, one Event per finding, aggregated and
+        rate-limited like denials); never for a dry run."""
+        tenant = f"(tenant {decision.tenant}) " if decision.tenant else ""
+        for finding in decision.audits:
+            self.record(request, "RuleAudit", f"{tenant}audited: {finding}", namespace)
+
+    def record(self, request: AdmissionRequest, reason: str, text: str, namespace: str) -> None:
+        """An Event about ``request``'s object: ``<user> <operation> <resource> in <namespace> <text>``."""
         if request.dry_run:
             return
         source = request.obj or request.old or {}
@@ -108,8 +119,7 @@ class DenyEvents:
             message += f"/{request.sub_resource}"
         if request.namespace:
             message += f" in {request.namespace}"
-        message = (message + f" denied: {decision.message}")[:1024]
-        reason = decision.reason or "Denied"
+        message = (message + f" {text}")[:1024]
         key = (namespace, kind, name, reason, message)
         now = self.clock()
         record = self.records.get(key)

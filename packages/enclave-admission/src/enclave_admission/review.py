@@ -128,6 +128,8 @@ class Decision(NamedTuple):
     reserve: tuple[str, str] | None = None
     """(tenant, namespace) to count toward the tenant's namespace quota until the snapshot shows it."""
     warnings: tuple[str, ...] = ()
+    audits: tuple[str, ...] = ()
+    """What ``audit`` rules matched: one Event each (never for dry runs), whatever the decision."""
 
     @classmethod
     def allow(cls, reason: str = "Allowed", *, tenant: str = "", reserve: tuple[str, str] | None = None) -> Decision:

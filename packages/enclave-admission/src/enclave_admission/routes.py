@@ -22,6 +22,8 @@ from enclave_admission.quotas import validation as quotas
 from enclave_admission.replication import mutation as replication_mutation
 from enclave_admission.replication import validation as replication
 from enclave_admission.review import AdmissionRequest, Decision
+from enclave_admission.rules import mutation as rules_mutation
+from enclave_admission.rules import validation as rules_validation
 from enclave_admission.serviceaccounts import validation as serviceaccounts
 from enclave_admission.state import State
 from enclave_admission.tenants import validation as tenants
@@ -44,6 +46,8 @@ GLOBAL_QUOTAS: Final = "/globalquotas"
 GLOBAL_RESOURCE_QUOTAS: Final = "/globalresourcequotas"
 RESOURCE_POOL_CLAIMS: Final = "/resourcepoolclaims"
 RESOURCE_POOL_CLAIMS_MUTATE: Final = "/resourcepoolclaims/mutate"
+RESOURCES_MUTATE: Final = "/resources/mutate"
+RESOURCES: Final = "/resources"
 
 ROUTES: Final[dict[str, Handler]] = {
     NAMESPACES_MUTATE: namespace_mutation.mutate,
@@ -61,6 +65,8 @@ ROUTES: Final[dict[str, Handler]] = {
     GLOBAL_RESOURCE_QUOTAS: globalquotas.validate_quota,
     RESOURCE_POOL_CLAIMS: pools.validate_claim,
     RESOURCE_POOL_CLAIMS_MUTATE: pool_mutation.mutate,
+    RESOURCES_MUTATE: rules_mutation.mutate,
+    RESOURCES: rules_validation.validate,
 }
-"""Path -> decision. ``/namespaces/mutate``, ``/resourcepoolclaims/mutate`` and ``/replication/mutate``
-mutate; every other path only validates."""
+"""Path -> decision. ``/namespaces/mutate``, ``/resourcepoolclaims/mutate``, ``/replication/mutate`` and
+``/resources/mutate`` mutate; every other path only validates."""

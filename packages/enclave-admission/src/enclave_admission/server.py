@@ -145,6 +145,8 @@ class AdmissionServer:
             self._log(path, request, decision, elapsed)  # a line per decision, batched (see HotLines)
         if not decision.allowed and self.events is not None and self.state.config is not None:
             self.events.post(request, decision, self.state.config.spec.events.namespace)
+        if decision.audits and self.events is not None and self.state.config is not None and not request.dry_run:
+            self.events.audit(request, decision, self.state.config.spec.events.namespace)
         return 200, payload
 
     @staticmethod

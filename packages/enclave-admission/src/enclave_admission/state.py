@@ -18,6 +18,7 @@ from datetime import timedelta
 from functools import lru_cache
 
 from enclave_admission.quotas.index import QuotaIndex
+from enclave_admission.rules.compiled import EMPTY, NamespaceSet, compile_namespace
 from enclave_core.api.configuration import ForbiddenMetadata
 from enclave_core.ledger import DEFAULT_TTL, LedgerClient
 from enclave_core.snapshots.configuration import EffectiveConfiguration
@@ -25,6 +26,7 @@ from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
 from enclave_core.snapshots.quotas import QuotaTargets
 from enclave_core.snapshots.replication import ReplicationSnapshot
+from enclave_core.snapshots.rules import RulesSnapshot
 from enclave_core.snapshots.tenancy import (
     SERVICE_ACCOUNT_PREFIX,
     Forbidden,
@@ -177,6 +179,7 @@ class State:
         expect_globalquotas: bool = False,
         namespace: str = "",
         expect_replication: bool = False,
+        expect_rules: bool = False,
     ) -> None:
         self.expect_replication = expect_replication
         """True when ``--replication-endpoint`` is given: no decision before the first Replication snapshot."""
@@ -197,6 +200,11 @@ class State:
         """True when the pools component is configured: wait for its snapshot, then decide claims from it."""
         self.pools = PoolsSnapshot()
         self.pools_received = False
+        self.expect_rules = expect_rules
+        """True when the tenants component publishes Rules: no decision before they arrive."""
+        self.rules = RulesSnapshot()
+        self.rules_received = False
+        self._rule_sets: dict[str, NamespaceSet] = {}
         self.config: EffectiveConfiguration | None = None
         self.tenancy = TenancySnapshot()
         self.tenancy_received = False
@@ -221,6 +229,7 @@ class State:
             and (self.replication_received or not self.expect_replication)
             and (self.pools_received or not self.expect_pools)
             and (self.globalquotas_received or not self.expect_globalquotas)
+            and (self.rules_received or not self.expect_rules)
         )
 
     def set_config(self, config: EffectiveConfiguration) -> None:
@@ -254,6 +263,21 @@ class State:
     def set_globalquotas(self, quotas: GlobalQuotasSnapshot) -> None:
         self.globalquotas = quotas
         self.globalquotas_received = True
+
+    def set_rules(self, rules: RulesSnapshot) -> None:
+        self.rules = rules
+        self.rules_received = True
+        self._rule_sets = {}
+
+    def rule_set(self, namespace: str) -> NamespaceSet:
+        """The namespace's rules, compiled on first use after each Rules snapshot (CEL programs, matchers,
+        address ranges), then read from memory by every request."""
+        found = self._rule_sets.get(namespace)
+        if found is None:
+            item = self.rules.by_namespace.get(namespace)
+            found = EMPTY if item is None else compile_namespace(item)
+            self._rule_sets[namespace] = found
+        return found
 
     def subject(self, username: str, groups: tuple[str, ...]) -> Subject:
         """Who is asking, memoised per snapshot (a handful of distinct users make most requests)."""

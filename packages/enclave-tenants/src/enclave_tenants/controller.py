@@ -30,10 +30,13 @@ from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingErro
 from enclave_core.quantity import Quantity
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.snapshots.rules import RULE_STATUS_NAME, RULES_KIND
 from enclave_core.snapshots.tenancy import PROMOTED_LABEL, TENANCY_KIND, TenantView
 from enclave_tenants import bindings as rb
 from enclave_tenants import ledgers
+from enclave_tenants import managed as mg
 from enclave_tenants import namespaces as ns
+from enclave_tenants import rules as rl
 from enclave_tenants import status as st
 from enclave_tenants.plan import Plan, build_plan, stale_bindings
 from enclave_tenants.policy import Policy
@@ -51,6 +54,8 @@ RECONCILE_SECONDS = Histogram("enclave_tenants_reconcile_seconds", "Duration of 
 TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
 OWNERS_PATH = f"/apis/{GROUP_VERSION}/tenantowners"
 BINDINGS_PATH = "/apis/rbac.authorization.k8s.io/v1/rolebindings"
+RULE_STATUSES_PATH = f"/apis/{GROUP_VERSION}/rulestatuses"
+VOLUMES_PATH = "/api/v1/persistentvolumes"
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,10 @@ class TenantsController:
         self._write_trigger = asyncio.Event()
         self._views: dict[str, TenantView] = {}
         self._encoded: dict[str, tuple[TenantView, bytes]] = {}
+        self._rules: dict[str, rl.NamespaceRulePlan] = {}
+        """The last compiled rules per tenant namespace (the write loop writes their RuleStatus status)."""
+        self._managed: dict[str, str] = {}
+        """Namespace -> signature of the managed metadata last reconciled onto its objects."""
         self._warned: dict[str, tuple[str, str]] = {}
         change = self._changed
         self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants")
@@ -128,9 +137,20 @@ class TenantsController:
             on_change=change,
             name="serviceaccounts",
         )
+        self.rule_statuses = Informer(kube, RULE_STATUSES_PATH, on_change=change, name="rulestatuses")
+        self.volumes = Informer(kube, VOLUMES_PATH, on_change=change, name="persistentvolumes")
 
     def informers(self) -> list[Informer]:
-        return [self.tenants, self.owners, self.namespaces, self.bindings, self.accounts, self.ledger_cache]
+        return [
+            self.tenants,
+            self.owners,
+            self.namespaces,
+            self.bindings,
+            self.accounts,
+            self.ledger_cache,
+            self.rule_statuses,
+            self.volumes,
+        ]
 
     def _ledger_changed(self, key: str) -> None:
         obj = self.ledger_cache.get(key)
@@ -218,6 +238,17 @@ class TenantsController:
         self._views = {name: p.view for name, p in plan.tenants.items() if p.view is not None}
         return plan
 
+    def compile_rules(self, plan: Plan) -> dict[str, rl.NamespaceRulePlan]:
+        """The rules of every tenant namespace (see :mod:`enclave_tenants.rules`), from the same informers."""
+        own = {
+            item["metadata"]["namespace"]: item
+            for item in self.rule_statuses.values()
+            if item["metadata"]["name"] == RULE_STATUS_NAME
+        }
+        live = {item["metadata"]["name"]: item for item in self.namespaces.values()}
+        tenants = {name: tenant_plan.tenant for name, tenant_plan in plan.tenants.items()}
+        return rl.compile_namespaces(tenants, plan.namespace_tenant, live, own)
+
     def publish(self) -> Plan:
         plan = self.plan()
         # Itemized (tenant name -> view JSON): subscribers get only what changed. A view the plan reused from
@@ -232,6 +263,10 @@ class TenantsController:
         self._encoded = encoded
         if self.hub.publish_items(TENANCY_KIND, items, envelope="tenants") is not None:
             log.debug("tenancy snapshot published", extra={"tenants": len(plan.snapshot.tenants)})
+        self._rules = self.compile_rules(plan)
+        rules = rl.snapshot(self._rules, self.volumes.values())
+        if self.hub.publish(RULES_KIND, rules.payload()) is not None:
+            log.debug("rules snapshot published", extra={"namespaces": len(rules.namespaces)})
         PUBLISHES.labels("ok").inc()
         TENANTS.set(len(plan.tenants))
         NAMESPACES.set(len(plan.namespace_tenant))
@@ -255,6 +290,9 @@ class TenantsController:
         await self._tenant_statuses(plan, outcomes, stale_outcomes)
         await self._owner_statuses(plan)
         await self._namespace_ledgers(plan)
+        compiled = self.compile_rules(plan)
+        await asyncio.gather(*(bounded(self._rule_status(rules)) for rules in compiled.values()))
+        await self._managed_metadata(compiled)
 
     async def _namespace_ledgers(self, plan: Plan) -> None:
         """Each tenant with a namespace quota has its ledger, folded; ledgers of others are removed."""
@@ -442,6 +480,55 @@ class TenantsController:
             await self._warn("TenantOwner", owner_plan.raw, owner_plan.problems)
             status = st.owner_status(owner_plan.raw, tenants=owner_plan.tenants, problems=owner_plan.problems, now=now)
             await self._write_status(self.owners, OWNERS_PATH, name, owner_plan.raw, status)
+
+    async def _managed_metadata(self, compiled: dict[str, rl.NamespaceRulePlan]) -> None:
+        """Reconcile managed label/annotation values onto existing objects of namespaces whose managed set
+        changed (see :mod:`enclave_tenants.managed`); nothing in a steady state."""
+        changed = {}
+        for namespace, plan in compiled.items():
+            found = mg.entries(plan.rules)
+            signature = mg.signature(found)
+            if self._managed.get(namespace) != signature:
+                changed[namespace] = (found, signature)
+        for namespace in set(self._managed) - set(compiled):
+            del self._managed[namespace]
+        if not changed:
+            return
+        resources: list[mg.Resource] | None = None
+        for namespace, (found, signature) in changed.items():
+            if found:
+                if resources is None:
+                    resources = await mg.discover(self.kube)
+                patched, errors = await mg.reconcile(self.kube, namespace, found, resources)
+                if patched:
+                    WRITES.labels("managed-metadata", "patch").inc(patched)
+                    log.info("managed metadata reconciled", extra={"namespace": namespace, "objects": patched})
+                if errors:
+                    log.warning("managed metadata incomplete", extra={"namespace": namespace, "errors": errors[:5]})
+                    continue  # not recorded: the next pass tries again
+            self._managed[namespace] = signature
+
+    async def _rule_status(self, plan: rl.NamespaceRulePlan) -> None:
+        """Create the namespace's ``RuleStatus/default`` when missing, then keep its status on the compiled rules."""
+        key = f"{plan.namespace}/{RULE_STATUS_NAME}"
+        path = resource_path(GROUP_VERSION, "rulestatuses", namespace=plan.namespace)
+        try:
+            if plan.live is None:
+                plan.live = await self.kube.create(path, rl.new_rule_status(plan.namespace))
+                self.rule_statuses.items[key] = plan.live
+                WRITES.labels("RuleStatus", "create").inc()
+            status = rl.desired_status(plan, datetime.now(UTC))
+            if not rl.status_changed(plan.live, status):
+                return
+            stored = await self.kube.merge_patch(f"{path}/{RULE_STATUS_NAME}/status", {"status": status})
+        except KubeError as err:
+            if err.conflict:  # created meanwhile (another pass, a user): the watch brings it, the next pass writes
+                return
+            if not _ignorable(err):
+                log.warning("RuleStatus write failed", extra={"namespace": plan.namespace, "error": str(err)})
+            return
+        self.rule_statuses.items[key] = stored
+        WRITES.labels("RuleStatus", "status").inc()
 
     async def _write_status(self, informer: Informer, base: str, name: str, raw: JSON, status: JSON) -> None:
         if not st.changed(raw, status):

@@ -41,6 +41,7 @@ CONTROLLERS = [
     "serviceaccount-token-controller",
     "clusterrole-aggregation-controller",
     "root-ca-certificate-publisher-controller",
+    "replicaset-controller",  # tenant rules judge the Pods controllers create (tests/integration/rules)
 ]
 
 SERVICE_CIDR = "10.0.0.0/24"

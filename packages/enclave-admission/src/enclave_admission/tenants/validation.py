@@ -12,19 +12,30 @@
   among them would act on the tenant's namespaces with no fence at all, silently; refusing it at the API says
   so instead. An UPDATE that leaves the owners as they were passes (the garbage collector's finalizer updates
   on a Tenant admitted before this rule must not be blocked).
+* A Tenant's ``spec.rules[]`` and a RuleStatus' ``spec[]`` are refused when a rule cannot work: CEL that does
+  not compile, a regular expression, CIDR, kind name or quantity that does not parse, each named by its field
+  (:func:`enclave_core.api.validation.rule_problems`, which the tenants controller also reports in status).
+* Tenant users may not write a RuleStatus: its ``spec`` rules come after the tenant's and the last matching
+  rule decides, so writing one would be a way around every rule of the tenant.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
+from enclave_core.api.rules import RuleStatus
+from enclave_core.api.tenancy import Tenant
+from enclave_core.api.validation import Problem, rules_problems
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 
 _SYSTEM_NAMESPACES = ("kube-system",)
 _ALLOWED_SYSTEM_GROUPS = ("system:authenticated", "system:serviceaccounts")
 _SERVICE_ACCOUNT_GROUP = "system:serviceaccounts:"
+MAX_PROBLEMS = 10
 
 
 def validate(request: AdmissionRequest, state: State) -> Decision:
@@ -33,7 +44,10 @@ def validate(request: AdmissionRequest, state: State) -> Decision:
     if request.operation == "DELETE":
         return _delete(request, state) if request.resource == "tenants" else Decision.allow()
     if request.operation in ("CREATE", "UPDATE"):
-        return _owners(request, state)
+        owners = _owners(request, state)
+        if not owners.allowed:
+            return owners
+        return _rules(request, state) or owners
     return Decision.deny(
         "UnknownOperation", f"operation {request.operation!r} on {request.resource} is not one Enclave decides"
     )
@@ -115,3 +129,38 @@ def unfenced_owner(kind: str, name: str, enclave_namespace: str) -> str:
     if username.startswith("system:"):
         return "it is a system: user (the control plane's identities), whose requests the hooks skip"
     return ""
+
+
+def _rules(request: AdmissionRequest, state: State) -> Decision | None:
+    if request.obj is None:
+        return None
+    if request.resource == "rulestatuses":
+        if state.subject(request.username, request.groups).tenant_subject:
+            return Decision.deny(
+                "RuleStatusNotForTenants",
+                f"RuleStatus {request.namespace}/{request.name}: tenant users cannot write RuleStatus objects "
+                "(their rules would override the tenant's); ask an administrator to change the Tenant's spec.rules",
+            )
+        try:
+            problems = rules_problems(RuleStatus.model_validate(request.obj).spec, "spec")
+        except ValidationError:
+            return None  # kube-apiserver's schema validation names the field itself
+        what = f"RuleStatus {request.namespace}/{request.name}"
+    elif request.resource == "tenants":
+        try:
+            problems = rules_problems(Tenant.model_validate(request.obj).spec.rules, "spec.rules")
+        except ValidationError:
+            return None
+        what = f"Tenant {request.name}"
+    else:
+        return None
+    return _refuse(what, problems)
+
+
+def _refuse(what: str, problems: list[Problem]) -> Decision | None:
+    if not problems:
+        return None
+    listed = "; ".join(str(p) for p in problems[:MAX_PROBLEMS])
+    if len(problems) > MAX_PROBLEMS:
+        listed += f"; and {len(problems) - MAX_PROBLEMS} more"
+    return Decision.deny("InvalidRule", f"{what}: a rule cannot work: {listed}")

@@ -12,6 +12,7 @@ rule from those bounds and refuses a CRD whose estimate exceeds its budget.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, ClassVar, Final, Literal, TypeAlias
 
 from pydantic import Field
@@ -43,6 +44,7 @@ __all__ = [
     "EnforceCondition",
     "HostnameList",
     "IngressPolicy",
+    "KindScope",
     "MetadataMutation",
     "MetadataRule",
     "MetadataValue",
@@ -523,3 +525,40 @@ class RuleStatus(KubeObject):
     """Rules declared directly for this namespace (reserved for users managing rules themselves)."""
     status: RuleStatusStatus | None = None
     """Accumulated rules."""
+
+
+@dataclass(frozen=True, slots=True)
+class KindScope:
+    """``kinds`` + ``apiGroups`` of a metadata rule or mutation, as the specification reads them: ``*`` for all,
+    ``<group>`` (any version), ``<group>/<version>``, empty or omitted for core ``v1`` (``""`` or ``core`` for
+    the core group in any version). Shared by admission (what a request is about) and the tenants controller
+    (which existing objects managed metadata is reconciled onto)."""
+
+    any_kind: bool
+    kinds: frozenset[str]
+    any_group: bool
+    groups: frozenset[str]
+    versions: frozenset[str]
+
+    @classmethod
+    def of(cls, kinds: list[str], api_groups: list[str] | None) -> KindScope:
+        groups: set[str] = set()
+        versions: set[str] = set()
+        if not api_groups:
+            versions.add("v1")
+        for entry in api_groups or ():
+            if entry in ("", "core"):
+                groups.add("")
+            elif "/" in entry or entry == "v1":
+                versions.add(entry)
+            elif entry != "*":
+                groups.add(entry)
+        return cls("*" in kinds, frozenset(kinds), "*" in (api_groups or ()), frozenset(groups), frozenset(versions))
+
+    def matches(self, kind: str, api_version: str) -> bool:
+        """Whether an object of ``kind`` in ``api_version`` (``v1``, ``apps/v1``) is in scope."""
+        if not (self.any_kind or kind in self.kinds):
+            return False
+        if self.any_group:
+            return True
+        return api_version.rpartition("/")[0] in self.groups or api_version in self.versions

@@ -15,6 +15,7 @@ __all__ = [
     "POLICY_CONDITION_ENV",
     "QUOTA_SELECTOR_ENV",
     "QUOTA_SOURCE_ENV",
+    "RULE_AUDIENCE_ENV",
     "RULE_CONDITION_ENV",
     "Environment",
     "ResultType",
@@ -78,6 +79,9 @@ RULE_CONDITION_ENV = Environment.of(
     now=VarType.TIMESTAMP,
 )
 """RuleStatus ``enforce.conditions``: evaluated on an admission request."""
+
+RULE_AUDIENCE_ENV = Environment.of("rule-audience", request=VarType.DYN)
+"""RuleStatus ``audience[]`` entries of kind ``Custom``: a boolean over ``request`` (``request.userInfo``)."""
 
 QUOTA_SOURCE_ENV = Environment.of("quota-source", object=VarType.DYN)
 """CustomQuota ``sources[].cel``: must yield a quantity or a list of quantities."""

@@ -1,0 +1,573 @@
+"""Workload rules (``enforce.workloads``) and workload mutations (``mutate[].workloads``).
+
+**Targets** select what a rule judges: ``<Kind>`` or ``<Kind>/<containers|initContainers|ephemeralContainers>``;
+omitted means every container list of Pods. Controller kinds (Deployment, StatefulSet, DaemonSet, ReplicaSet,
+ReplicationController, Job, CronJob) are opt-in and judged on their Pod template, so a bad Deployment is
+refused at ``kubectl apply``, not only when its ReplicaSet fails to make Pods. Ephemeral containers arrive
+through the ``pods/ephemeralcontainers`` subresource and are judged there: ``kubectl debug`` is no way around
+a rule. A rule with targets and no workload policy matches the selected kinds themselves (deny CronJobs).
+
+**Items** (each judged as in :mod:`~enclave_admission.rules.engine`, the last matching allow/deny deciding):
+
+* ``registries``: every image, normalised as the container runtime does (``nginx`` is
+  ``docker.io/library/nginx:latest``), against each entry's regular expression (searched from the start of the
+  reference), with the entry's allowed pull policies when it lists them;
+* ``qosClasses``: the Pod's QoS class, computed as Kubernetes does;
+* ``resources``: per container, required request/limit names and min/max per resource; a container outside
+  the bounds is what deny and audit match and what allow refuses;
+* ``security``: the features a container or Pod uses (privileged, allowPrivilegeEscalation, host
+  namespaces, host ports, hostPath volumes by path, added capabilities). A deny or audit matches a used
+  feature it sets true (or lists); an allow governs the features it mentions and refuses one it sets false or
+  whose value (path, capability) it does not list;
+* ``placement`` (and the deprecated ``schedulers``, merged): schedulerName, priorityClassName,
+  runtimeClassName, each nodeSelector key, each toleration;
+* ``disruptionBudgets``: a PodDisruptionBudget's ``maxUnavailable`` above the rule's bound.
+
+On UPDATE only items the old object did not have are judged. Messages name the container and the field
+(``spec.template.spec.containers[1].image``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, NamedTuple
+
+from enclave_admission.review import JSON, pointer
+from enclave_admission.rules import matching
+from enclave_admission.rules.compiled import CompiledRule
+from enclave_admission.rules.engine import Finding as EngineFinding
+from enclave_admission.rules.engine import Item, Review
+from enclave_core.api.rules import Toleration, WorkloadMutation, WorkloadsPolicy
+from enclave_core.quantity import Quantity
+
+CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
+
+_TEMPLATES: Final[dict[tuple[str, str], tuple[str, tuple[str, ...]]]] = {
+    ("", "pods"): ("Pod", ("spec",)),
+    ("apps", "deployments"): ("Deployment", ("spec", "template", "spec")),
+    ("apps", "statefulsets"): ("StatefulSet", ("spec", "template", "spec")),
+    ("apps", "daemonsets"): ("DaemonSet", ("spec", "template", "spec")),
+    ("apps", "replicasets"): ("ReplicaSet", ("spec", "template", "spec")),
+    ("", "replicationcontrollers"): ("ReplicationController", ("spec", "template", "spec")),
+    ("batch", "jobs"): ("Job", ("spec", "template", "spec")),
+    ("batch", "cronjobs"): ("CronJob", ("spec", "jobTemplate", "spec", "template", "spec")),
+}
+"""(API group, resource) -> (target kind, path of the Pod spec in the object)."""
+
+
+def workload_kind(group: str, resource: str) -> tuple[str, tuple[str, ...]] | None:
+    return _TEMPLATES.get((group, resource))
+
+
+def _dig(obj: Any, path: tuple[str, ...]) -> dict[str, Any]:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj if isinstance(obj, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# -- image references ------------------------------------------------------------------------------------------
+
+
+def normalize_image(image: str) -> str:
+    """The reference the runtime pulls: registry, repository, and tag (``latest`` when none) or digest."""
+    name, at, digest = image.partition("@")
+    first, slash, rest = name.partition("/")
+    if not slash or ("." not in first and ":" not in first and first != "localhost"):
+        registry, path = "docker.io", name
+    else:
+        registry, path = first, rest
+    if registry == "docker.io" and "/" not in path:
+        path = f"library/{path}"
+    last = path.rsplit("/", 1)[-1]
+    if ":" not in last and not at:
+        path += ":latest"
+    return f"{registry}/{path}{at}{digest}"
+
+
+# -- what a Pod spec is made of --------------------------------------------------------------------------------
+
+
+class Container(NamedTuple):
+    list_name: str
+    position: int
+    body: dict[str, Any]
+    path: str
+    """Field path of the container, e.g. ``spec.template.spec.containers[1]``."""
+
+
+def containers(spec: Mapping[str, Any], base: str, lists: tuple[str, ...] = CONTAINER_LISTS) -> Iterator[Container]:
+    for list_name in lists:
+        for index, body in enumerate(_list(spec.get(list_name))):
+            if isinstance(body, dict):
+                yield Container(list_name, index, body, f"{base}.{list_name}[{index}]")
+
+
+def _quantity(value: Any) -> Quantity | None:
+    try:
+        return Quantity.parse(value if isinstance(value, int) else str(value))
+    except (ValueError, TypeError):
+        return None
+
+
+def qos_class(spec: Mapping[str, Any]) -> str:
+    """BestEffort, Burstable or Guaranteed, as the kubelet computes it (init and regular containers)."""
+    any_set = False
+    guaranteed = True
+    for container in containers(spec, "", ("initContainers", "containers")):
+        resources = _map(container.body.get("resources"))
+        requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
+        for name in ("cpu", "memory"):
+            request, limit = requests.get(name), limits.get(name)
+            if request is not None or limit is not None:
+                any_set = True
+            if limit is None or (request is not None and _quantity(request) != _quantity(limit)):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+# -- targets ---------------------------------------------------------------------------------------------------
+
+
+def _targets(policy: WorkloadsPolicy | WorkloadMutation) -> dict[str, tuple[str, ...]]:
+    """Target kind -> container lists it covers."""
+    found: dict[str, set[str]] = {}
+    for target in policy.targets or ["Pod"]:
+        kind, _, part = target.partition("/")
+        found.setdefault(kind, set()).update([part] if part else CONTAINER_LISTS)
+    return {kind: tuple(name for name in CONTAINER_LISTS if name in lists) for kind, lists in found.items()}
+
+
+def _has_policies(policy: WorkloadsPolicy) -> bool:
+    return any(
+        value is not None
+        for value in (
+            policy.qos_classes,
+            policy.registries,
+            policy.resources,
+            policy.security,
+            policy.placement,
+            policy.schedulers,
+            policy.disruption_budgets,
+        )
+    )
+
+
+# -- judging ---------------------------------------------------------------------------------------------------
+
+
+class Finding:
+    """One item of a workload: what a policy looks at, its field path and value (compared on UPDATE), and the
+    piece of the spec it came from (``data``: a container or a toleration)."""
+
+    __slots__ = ("data", "path", "value", "what")
+
+    def __init__(self, what: str, path: str, value: str, data: Mapping[str, Any] | None = None) -> None:
+        self.what, self.path, self.value, self.data = what, path, value, data or {}
+
+    def _key(self) -> tuple[str, str, str]:
+        return (self.what, self.path, self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Finding) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+def judge(review: Review) -> None:
+    request = review.request
+    if request.obj is None or not review.rules.workloads:
+        return
+    if request.group == "policy" and request.resource == "poddisruptionbudgets":
+        _disruption_budgets(review)
+        return
+    located = workload_kind(request.group, request.resource)
+    if located is None:
+        return
+    kind, spec_path = located
+    base = ".".join(spec_path)
+    spec = _dig(request.obj, spec_path)
+    malformed = _shape(spec, base)
+    if malformed:
+        # Never an allow by mistake: a spec we cannot read is refused (kube-apiserver refuses it first anyway).
+        review.findings.append(EngineFinding(True, "workload rules", f"cannot judge {kind}: {malformed}"))
+        return
+    old_spec = _dig(request.old, spec_path) if request.operation == "UPDATE" and request.old else None
+    for rule in review.rules.workloads:
+        policy = rule.workloads
+        assert policy is not None
+        targets = _targets(policy)
+        if kind not in targets or not review.applies(rule):
+            continue
+        if not _has_policies(policy):
+            if request.operation == "CREATE" or request.sub_resource:
+                item = Item()
+                why = f"{rule.origin} {'denies' if rule.action != 'audit' else 'audits'} {kind} objects"
+                if rule.action == "allow":
+                    item.allow(rule, True, "")
+                else:
+                    item.hit(rule, why)
+                review.settle(item)
+            continue
+        lists = targets[kind]
+        old_items = set(_items(policy, old_spec, base, lists)) if old_spec is not None else set()
+        for found in _items(policy, spec, base, lists):
+            if found in old_items:
+                continue
+            item = Item()
+            _judge_item(item, rule, policy, found)
+            review.settle(item)
+
+
+def _items(policy: WorkloadsPolicy, spec: Mapping[str, Any], base: str, lists: tuple[str, ...]) -> Iterator[Finding]:
+    """The items ``policy`` judges in a Pod spec."""
+    if policy.qos_classes:
+        yield Finding("qos", base, qos_class(spec))
+    chosen = list(containers(spec, base, lists))
+    if policy.registries:
+        for container in chosen:
+            image = str(container.body.get("image") or "")
+            pull = str(container.body.get("imagePullPolicy") or "")
+            yield Finding("registry", f"{container.path}.image", f"{image}\x00{pull}")
+    if policy.resources:
+        for container in chosen:
+            resources = _map(container.body.get("resources"))
+            yield Finding("resources", f"{container.path}.resources", repr(sorted(resources.items())), resources)
+    if policy.security:
+        yield from _security_items(spec, base, chosen)
+    placement = policy.placement
+    if placement is not None or policy.schedulers:
+        yield Finding("scheduler", f"{base}.schedulerName", str(spec.get("schedulerName") or "default-scheduler"))
+        if spec.get("priorityClassName"):
+            yield Finding("priority", f"{base}.priorityClassName", str(spec["priorityClassName"]))
+        if spec.get("runtimeClassName"):
+            yield Finding("runtime", f"{base}.runtimeClassName", str(spec["runtimeClassName"]))
+        for key in sorted(_map(spec.get("nodeSelector"))):
+            yield Finding("nodeSelector", f"{base}.nodeSelector[{key!r}]", key)
+        for index, toleration in enumerate(_list(spec.get("tolerations"))):
+            body = _map(toleration)
+            if _defaulted(body):
+                continue
+            yield Finding("toleration", f"{base}.tolerations[{index}]", repr(sorted(body.items())), body)
+
+
+_DEFAULT_TOLERATIONS: Final = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def _defaulted(toleration: Mapping[str, Any]) -> bool:
+    """The tolerations kube-apiserver's DefaultTolerationSeconds plugin adds to every Pod before webhooks run:
+    not the tenant's choice, so never judged."""
+    return (
+        toleration.get("key") in _DEFAULT_TOLERATIONS
+        and toleration.get("operator") == "Exists"
+        and toleration.get("effect") == "NoExecute"
+    )
+
+
+def _shape(spec: Mapping[str, Any], base: str) -> str:
+    """Why the Pod spec cannot be judged (a field of the wrong JSON type), or an empty string."""
+    for name in (*CONTAINER_LISTS, "volumes", "tolerations"):
+        if name in spec and spec[name] is not None and not isinstance(spec[name], list):
+            return f"{base}.{name} must be a list, not {type(spec[name]).__name__}"
+    for name in CONTAINER_LISTS:
+        for index, entry in enumerate(_list(spec.get(name))):
+            if not isinstance(entry, dict):
+                return f"{base}.{name}[{index}] must be an object"
+    if "nodeSelector" in spec and spec["nodeSelector"] is not None and not isinstance(spec["nodeSelector"], dict):
+        return f"{base}.nodeSelector must be an object"
+    return ""
+
+
+def _security_items(spec: Mapping[str, Any], base: str, chosen: list[Container]) -> Iterator[Finding]:
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(flag) is True:
+            yield Finding("hostNamespaces", f"{base}.{flag}", "true")
+    for index, volume in enumerate(_list(spec.get("volumes"))):
+        host_path = _map(_map(volume).get("hostPath"))
+        if host_path.get("path"):
+            yield Finding("hostPaths", f"{base}.volumes[{index}].hostPath.path", str(host_path["path"]))
+    for container in chosen:
+        context = _map(container.body.get("securityContext"))
+        if context.get("privileged") is True:
+            yield Finding("privileged", f"{container.path}.securityContext.privileged", "true")
+        if context.get("allowPrivilegeEscalation") is True:
+            yield Finding(
+                "allowPrivilegeEscalation", f"{container.path}.securityContext.allowPrivilegeEscalation", "true"
+            )
+        for index, port in enumerate(_list(container.body.get("ports"))):
+            if _map(port).get("hostPort"):
+                yield Finding("hostPorts", f"{container.path}.ports[{index}].hostPort", str(_map(port)["hostPort"]))
+        added = _list(_map(context.get("capabilities")).get("add"))
+        for index, capability in enumerate(added):
+            yield Finding(
+                "capabilities", f"{container.path}.securityContext.capabilities.add[{index}]", str(capability)
+            )
+
+
+def _verdict(item: Item, rule: CompiledRule, inside: bool, path: str, shown: str, constraint: str) -> None:
+    """``inside``: the item is within what the rule lists (what deny/audit match and allow requires)."""
+    if rule.action == "allow":
+        item.allow(rule, inside, f"{rule.origin} allows {path} only {constraint}; got {shown}")
+    elif inside:
+        verb = "denies" if rule.action == "deny" else "audits"
+        item.hit(rule, f"{rule.origin} {verb} {path}={shown} ({constraint})")
+
+
+def _judge_item(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, found: Finding) -> None:
+    what, path, value = found.what, found.path, found.value
+    if what == "qos":
+        classes = sorted(policy.qos_classes or ())
+        _verdict(item, rule, value in classes, path + " (QoS class)", value, f"QoS classes {classes}")
+    elif what == "registry":
+        _registry(item, rule, policy, path, value)
+    elif what == "resources":
+        _resources(item, rule, policy, path, found.data)
+    elif what in _SECURITY_FLAGS or what in ("hostPaths", "capabilities"):
+        _security(item, rule, policy, what, path, value)
+    else:
+        _placement(item, rule, policy, found)
+
+
+def _registry(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, path: str, value: str) -> None:
+    image, _, pull = value.partition("\x00")
+    reference = normalize_image(image)
+    matched = False
+    for entry in policy.registries or ():
+        if _search(entry.url, reference) and (not entry.pull_policies or not pull or pull in entry.pull_policies):
+            matched = True
+            break
+    urls = ", ".join(repr(entry.url) for entry in policy.registries or ())
+    shown = repr(image) + (f" ({reference}, imagePullPolicy {pull})" if pull else f" ({reference})")
+    _verdict(item, rule, matched, path, shown, f"registries {urls} with their pull policies")
+
+
+def _search(pattern: str, value: str) -> bool:
+    """Patterns were compiled when the rule was (a broken one makes the whole rule broken), so this is a cache
+    hit in ``re``."""
+    return re.match(pattern, value) is not None
+
+
+def _resources(
+    item: Item, rule: CompiledRule, policy: WorkloadsPolicy, path: str, resources: Mapping[str, Any]
+) -> None:
+    bounds = policy.resources
+    assert bounds is not None
+    problems: list[str] = []
+    for part, limit in (("requests", bounds.requests), ("limits", bounds.limits)):
+        if limit is None:
+            continue
+        declared = _map(resources.get(part))
+        for name in limit.required or ():
+            if name not in declared:
+                problems.append(f"{path}.{part}[{name!r}] is missing")
+        for name, low in (limit.min or {}).items():
+            have = _quantity(declared.get(name)) if name in declared else None
+            if have is not None and have < Quantity.parse(low):
+                problems.append(f"{path}.{part}[{name!r}]={declared[name]} is below {low}")
+        for name, high in (limit.max or {}).items():
+            have = _quantity(declared.get(name)) if name in declared else None
+            if have is not None and have > Quantity.parse(high):
+                problems.append(f"{path}.{part}[{name!r}]={declared[name]} is above {high}")
+    outside = bool(problems)
+    if rule.action == "allow":
+        item.allow(rule, not outside, f"{rule.origin} bounds container resources: {'; '.join(problems)}")
+    elif outside:
+        verb = "denies" if rule.action == "deny" else "audits"
+        item.hit(rule, f"{rule.origin} {verb} container resources out of bounds: {'; '.join(problems)}")
+
+
+_SECURITY_FLAGS: Final = {
+    "privileged": "privileged",
+    "allowPrivilegeEscalation": "allow_privilege_escalation",
+    "hostNamespaces": "host_namespaces",
+    "hostPorts": "host_ports",
+}
+
+
+def _security(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, what: str, path: str, value: str) -> None:
+    security = policy.security
+    assert security is not None
+    if what in _SECURITY_FLAGS:
+        setting = getattr(security, _SECURITY_FLAGS[what])
+        if setting is None:
+            return
+        if rule.action == "allow":
+            item.allow(rule, bool(setting), f"{rule.origin} does not allow {what}: {path}={value}")
+        elif setting:
+            item.hit(rule, f"{rule.origin} {'denies' if rule.action == 'deny' else 'audits'} {what}: {path}={value}")
+        return
+    if what == "hostPaths":
+        if security.host_paths is None:
+            return
+        compiled = matching.matchers(security.host_paths)
+        _verdict(
+            item,
+            rule,
+            matching.match_any(compiled, value),
+            path,
+            repr(value),
+            f"hostPaths {matching.describe(compiled)}",
+        )
+        return
+    listed = set(security.capabilities or ())
+    if security.capabilities is None:
+        return
+    inside = value in listed or "ALL" in listed
+    _verdict(item, rule, inside, path, repr(value), f"capabilities {sorted(listed)}")
+
+
+def _tolerates(rule_toleration: Toleration, toleration: Mapping[str, Any]) -> bool:
+    return (
+        (rule_toleration.key or "") == str(toleration.get("key") or "")
+        and rule_toleration.operator == str(toleration.get("operator") or "Equal")
+        and (rule_toleration.value or "") == str(toleration.get("value") or "")
+        and (rule_toleration.effect is None or rule_toleration.effect == toleration.get("effect"))
+    )
+
+
+def _placement(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, found: Finding) -> None:
+    what, path, value = found.what, found.path, found.value
+    placement = policy.placement
+    if what == "scheduler":
+        listed = [*(placement.schedulers if placement and placement.schedulers else []), *(policy.schedulers or [])]
+        if listed:
+            compiled = matching.matchers(listed)
+            _verdict(
+                item,
+                rule,
+                matching.match_any(compiled, value),
+                path,
+                repr(value),
+                f"schedulers {matching.describe(compiled)}",
+            )
+        return
+    if placement is None:
+        return
+    if what in ("priority", "runtime"):
+        values = placement.priority_classes if what == "priority" else placement.runtime_classes
+        if values:
+            compiled = matching.matchers(values)
+            _verdict(item, rule, matching.match_any(compiled, value), path, repr(value), matching.describe(compiled))
+    elif what == "nodeSelector":
+        if placement.node_selector_keys:
+            keys = sorted(placement.node_selector_keys)
+            _verdict(item, rule, value in keys, path, repr(value), f"nodeSelector keys {keys}")
+    elif what == "toleration" and placement.tolerations:
+        toleration = found.data
+        inside = any(_tolerates(entry, toleration) for entry in placement.tolerations)
+        shown = ", ".join(f"{k}={v}" for k, v in toleration.items())
+        _verdict(item, rule, inside, path, f"{{{shown}}}", "the rule's tolerations")
+
+
+def _disruption_budgets(review: Review) -> None:
+    request = review.request
+    spec = _map(_map(request.obj).get("spec"))
+    value = spec.get("maxUnavailable")
+    if value is None:
+        return
+    for rule in review.rules.workloads:
+        budgets = rule.workloads.disruption_budgets if rule.workloads else None
+        if budgets is None or budgets.max_unavailable is None or not review.applies(rule):
+            continue
+        item = Item()
+        bound = budgets.max_unavailable
+        inside = _within(value, bound)
+        _verdict(item, rule, inside, "spec.maxUnavailable", repr(value), f"maxUnavailable at most {bound!r}")
+        review.settle(item)
+
+
+def _within(value: Any, bound: Any) -> bool:
+    """Both numbers or both percentages compare; a number against a percentage cannot be judged (admitted)."""
+    text, limit = str(value), str(bound)
+    if text.endswith("%") != limit.endswith("%"):
+        return True
+    try:
+        return int(text.rstrip("%")) <= int(limit.rstrip("%"))
+    except ValueError:
+        return False
+
+
+# -- mutations -------------------------------------------------------------------------------------------------
+
+
+def mutation_patch(review: Review) -> list[JSON]:
+    """``mutate[].workloads`` on Pod creation, in rule and entry order, over what earlier entries set."""
+    request = review.request
+    if request.operation != "CREATE" or request.group or request.resource != "pods" or request.sub_resource:
+        return []
+    if request.obj is None:
+        return []
+    spec = _map(request.obj.get("spec"))
+    operations: list[JSON] = []
+    node_selector = dict(_map(spec.get("nodeSelector")))
+    tolerations = list(_list(spec.get("tolerations")))
+    scalars: dict[str, str] = {}
+    lists_changed = {"nodeSelector": False, "tolerations": False}
+    container_ops: dict[tuple[str, int], dict[str, Any]] = {}
+    for rule in review.rules.mutations:
+        entries = [part.workloads for part in rule.mutations if isinstance(part.workloads, WorkloadMutation)]
+        if not entries or not review.applies(rule):
+            continue
+        for mutation in entries:
+            for key, value in (mutation.node_selector or {}).items():
+                if node_selector.get(key) != value:
+                    node_selector[key] = value
+                    lists_changed["nodeSelector"] = True
+            for toleration in mutation.tolerations or ():
+                wanted = toleration.to_k8s()
+                if wanted not in tolerations:
+                    tolerations.append(wanted)
+                    lists_changed["tolerations"] = True
+            for field, scalar in (
+                ("schedulerName", mutation.scheduler_name),
+                ("priorityClassName", mutation.priority_class_name),
+                ("runtimeClassName", mutation.runtime_class_name),
+            ):
+                if scalar and not spec.get(field) and field not in scalars:
+                    scalars[field] = scalar
+            lists = _targets(mutation).get("Pod", ())
+            for container in containers(spec, "spec", lists):
+                _container_mutation(
+                    container, mutation, container_ops.setdefault((container.list_name, container.position), {})
+                )
+    if lists_changed["nodeSelector"]:
+        operations.append({"op": "add", "path": "/spec/nodeSelector", "value": node_selector})
+    if lists_changed["tolerations"]:
+        operations.append({"op": "add", "path": "/spec/tolerations", "value": tolerations})
+    for field, value in scalars.items():
+        operations.append({"op": "add", "path": pointer("spec", field), "value": value})
+    for (list_name, index), changes in container_ops.items():
+        for key, value in changes.items():
+            operations.append({"op": "add", "path": pointer("spec", list_name, str(index), key), "value": value})
+    return operations
+
+
+def _container_mutation(container: Container, mutation: WorkloadMutation, changes: dict[str, Any]) -> None:
+    body = container.body
+    if mutation.image_pull_policy and body.get("imagePullPolicy") != mutation.image_pull_policy:
+        changes["imagePullPolicy"] = mutation.image_pull_policy
+    if container.list_name == "ephemeralContainers" or not (mutation.default_requests or mutation.default_limits):
+        return
+    resources = dict(changes.get("resources") or _map(body.get("resources")))
+    changed = False
+    for part, defaults in (("requests", mutation.default_requests), ("limits", mutation.default_limits)):
+        current = dict(_map(resources.get(part)))
+        for name, amount in (defaults or {}).items():
+            if name not in current:
+                current[name] = str(amount)
+                changed = True
+        if current:
+            resources[part] = current
+    if changed:
+        changes["resources"] = resources

@@ -1,0 +1,62 @@
+"""The Rules snapshot: every tenant namespace's compiled rule set, for admission's ``/resources`` hooks.
+
+Published by enclave-tenants (TenantService, kind ``Rules``) beside the Tenancy snapshot and never inside it:
+rules change on their own schedule (a RuleStatus edit, a namespace label selecting another rule) and can be
+large, while the Tenancy snapshot is on the path of every namespace decision. The content per namespace is
+exactly ``RuleStatus/default.status.rules`` of that namespace, so what ``kubectl get rulestatus -o yaml``
+shows is what admission enforces. Persistent volume labels ride along because storage rules decide a
+PersistentVolumeClaim's binding from the labels of the volume it names, and admission reads no API.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from enclave_core.api.rules import AppliedRule
+
+RULES_KIND: Final = "Rules"
+RULE_STATUS_NAME: Final = "default"
+"""The RuleStatus the tenants controller keeps in every tenant namespace."""
+
+
+class NamespaceRules(BaseModel):
+    """The rules in effect in one tenant namespace, in evaluation order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    tenant: str
+    rules: list[AppliedRule] = Field(default_factory=list)
+
+
+class VolumeView(BaseModel):
+    """A PersistentVolume as storage rules see it: its name and labels."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RulesSnapshot(BaseModel):
+    """Every tenant namespace's rules, and the persistent volumes claims may name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespaces: list[NamespaceRules] = Field(default_factory=list)
+    volumes: list[VolumeView] = Field(default_factory=list)
+
+    @cached_property
+    def by_namespace(self) -> dict[str, NamespaceRules]:
+        return {item.namespace: item for item in self.namespaces}
+
+    @cached_property
+    def volume_labels(self) -> dict[str, dict[str, str]]:
+        return {volume.name: volume.labels for volume in self.volumes}
+
+    def payload(self) -> bytes:
+        """The wire form (camelCase rule bodies, unset fields left out) admission parses back."""
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()

@@ -1,0 +1,72 @@
+"""RuleStatus compilation: which rules a tenant namespace gets, with their origins, and its status."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from enclave_core.api.tenancy import Tenant
+from enclave_core.snapshots.rules import RulesSnapshot
+from enclave_tenants import rules as rl
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+DENY_ENV = {"enforce": {"metadata": [{"kinds": ["*"], "labels": {"env": {}}}]}}
+
+
+def namespace(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"enclave.dev/tenant": "solar", **labels}}}
+
+
+def tenant(*rules: dict[str, Any]) -> Tenant:
+    return Tenant.model_validate({"metadata": {"name": "solar"}, "spec": {"rules": list(rules)}})
+
+
+def test_selected_tenant_rules_then_own_spec_with_origins() -> None:
+    prod_only = {**DENY_ENV, "namespaceSelector": {"matchLabels": {"env": "prod"}}}
+    own = {
+        "metadata": {"name": "default", "namespace": "solar-prod", "generation": 3},
+        "spec": [{"enforce": {"action": "audit"}}],
+    }
+    plans = rl.compile_namespaces(
+        {"solar": tenant(DENY_ENV, prod_only)},
+        {"solar-dev": "solar", "solar-prod": "solar"},
+        {"solar-dev": namespace("solar-dev"), "solar-prod": namespace("solar-prod", env="prod")},
+        {"solar-prod": own},
+    )
+    assert [r.origin.index for r in plans["solar-dev"].rules] == [0]
+    prod = plans["solar-prod"].rules
+    assert [(r.origin.kind, r.origin.index) for r in prod] == [("Tenant", 0), ("Tenant", 1), ("RuleStatus", 0)]
+    status = rl.desired_status(plans["solar-prod"], NOW)
+    assert status["size"] == 3
+    assert status["observedGeneration"] == 3
+    assert status["conditions"][0]["status"] == "True"
+    assert "namespaceSelector" not in status["rules"][1]
+    snapshot = rl.snapshot(plans, [{"metadata": {"name": "pv1", "labels": {"a": "b"}}}])
+    parsed = RulesSnapshot.model_validate_json(snapshot.payload())
+    assert parsed.by_namespace["solar-prod"].rules[2].origin.namespace == "solar-prod"
+    assert parsed.volume_labels == {"pv1": {"a": "b"}}
+
+
+def test_a_rule_that_cannot_work_is_reported_not_dropped() -> None:
+    bad = {"enforce": {"conditions": [{"expression": "object.("}]}}
+    plans = rl.compile_namespaces(
+        {"solar": tenant(bad)}, {"solar-dev": "solar"}, {"solar-dev": namespace("solar-dev")}, {}
+    )
+    plan = plans["solar-dev"]
+    assert len(plan.rules) == 1
+    status = rl.desired_status(plan, NOW)
+    ready = status["conditions"][0]
+    assert ready["status"] == "False"
+    assert ready["reason"] == "InvalidRule"
+    assert "spec.rules[0].enforce.conditions[0].expression" in ready["message"]
+
+
+def test_terminating_namespaces_get_nothing_and_status_is_written_only_on_change() -> None:
+    terminating = {**namespace("solar-old"), "status": {"phase": "Terminating"}}
+    plans = rl.compile_namespaces({"solar": tenant()}, {"solar-old": "solar"}, {"solar-old": terminating}, {})
+    assert plans == {}
+    plans = rl.compile_namespaces(
+        {"solar": tenant()}, {"solar-dev": "solar"}, {"solar-dev": namespace("solar-dev")}, {}
+    )
+    status = rl.desired_status(plans["solar-dev"], NOW)
+    assert not rl.status_changed({"status": status}, status)

@@ -1,0 +1,321 @@
+"""Tenant-rules benchmark, printed as one table (on demand: ``tox -e bench`` or ``pytest tests/bench -s``).
+
+1. ``/resources`` direct over HTTPS: a Pod CREATE by a tenant user in a namespace with 1, 10 and 50 applicable
+   rules, each with a CEL condition, at concurrency 1 and 32; next to them, loaded in the same interleaved
+   rounds, the ``/namespaces`` handler and aiohttp's bare allow (the floor), so the targets are read as ratios
+   measured in the same minute (this host's speed swings twofold from one minute to the next).
+2. Pod creation through kube-apiserver by a tenant user with the resources hooks and without them, in
+   alternating blocks (without the hooks the user sends the managed label the mutating hook would add: the
+   same object is stored either way), and kube-apiserver's own timing of each hook.
+
+Targets (shown, never asserted): handler p99 at c=32 with 10 rules at most 1.5x the ``/namespaces`` handler's
+and below the floor's; under 5 ms on a quiet host; end-to-end overhead at the median under 5 ms.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from enclave_core.api.meta import Entity
+from enclave_core.api.rules import AppliedRule
+from enclave_core.snapshots.rules import NamespaceRules, RulesSnapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from admission.harness import Enclave, namespace_rights, start_enclave, stop_enclave
+from loadgen import address_of, closed_loop, percentile
+from test_admission_bench import Sample, Variant, floor_servers, review, run, webhook_calls
+
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
+
+RULE_COUNTS = (1, 10, 50)
+REQUESTS = {1: 1500, 32: 8000}
+ROUNDS = 3
+E2E_ROUNDS = 2
+E2E_BLOCK = 40
+GROUP = "enclave.dev"
+PROBE_LABEL = "bench.enclave.dev/managed"
+RESOURCES_HOOKS = ("resources.enclave.dev", "resources.mutate.enclave.dev")
+
+
+@pytest.fixture(scope="module")
+def bench_enclave(
+    control_plane: Any, kube: Any, impersonate: Callable[..., Any], enclave_crds: list[str]
+) -> Iterator[Enclave]:
+    subjects = [{"kind": "Group", "name": "enclave.dev", "apiGroup": "rbac.authorization.k8s.io"}]
+    with namespace_rights(kube, "enclave-rules-bench", subjects):
+        running = start_enclave(control_plane, kube, impersonate, spec={}, config_args=["--resync=60s"])
+        try:
+            yield running
+        finally:
+            stop_enclave(running)
+
+
+def bench_rules(count: int, tenant: str) -> list[AppliedRule]:
+    """``count`` rules that all apply to the bench Pod (a true CEL condition each) and all admit it: the worst
+    case for a request, every rule evaluated, none short-circuiting the rest. The first is the managed label."""
+    rules = []
+    for index in range(count):
+        if index == 0:
+            enforce: dict[str, Any] = {
+                "action": "allow",
+                "metadata": [{"kinds": ["Pod"], "labels": {PROBE_LABEL: {"managed": "yes"}}}],
+            }
+        elif index % 2:
+            enforce = {
+                "action": "deny",
+                "metadata": [{"kinds": ["Pod"], "labels": {f"forbidden-{index}": {"values": [{"exp": "x.*"}]}}}],
+            }
+        else:
+            enforce = {
+                "action": "allow",
+                "metadata": [{"kinds": ["Pod"], "labels": {"app": {"values": [{"exp": "[a-z]+"}]}}}],
+            }
+        enforce["conditions"] = [
+            {"name": "named", "expression": f"object.metadata.name.startsWith('p') && {index} >= 0"}
+        ]
+        rules.append(
+            AppliedRule.model_validate(
+                {"enforce": enforce, "origin": {"kind": "Tenant", "name": tenant, "index": index}}
+            )
+        )
+    return rules
+
+
+def pod_review(namespace: str, owner: str, index: int) -> dict[str, Any]:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"p{index}", "namespace": namespace, "labels": {"app": "web", PROBE_LABEL: "yes"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.example/app:1"}]},
+    }
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": f"rules-{index}",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": f"p{index}",
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": owner, "groups": ["enclave.dev", "system:authenticated"]},
+            "object": pod,
+            "oldObject": None,
+            "dryRun": True,
+        },
+    }
+
+
+def _row(label: str, samples: list[Sample]) -> tuple[str, ...]:
+    median = statistics.median
+    return (
+        label,
+        f"{median([s.rate for s in samples]):,.0f}/s",
+        f"{median([s.p50 for s in samples]):.2f} ms",
+        f"{median([s.p99 for s in samples]):.2f} ms ({', '.join(f'{s.p99:.1f}' for s in samples)})",
+        f"{median([s.server_us for s in samples]):.0f} us",
+    )
+
+
+def handler_rows(bench: Enclave, owner: str, tenant: Any, namespaces: dict[int, str]) -> list[tuple[str, ...]]:
+    context = bench.ssl_context()
+    target = [address_of(bench.admission.webhook_url)]
+    pids = [bench.admission.process.popen.pid] if bench.admission.process.popen is not None else []
+    variants: list[Variant] = []
+    with floor_servers(1) as (floor_targets, floor_pids, floor_context):
+        for count in RULE_COUNTS:
+            for c in (1, 32):
+                reviews = [pod_review(namespaces[count], owner, i) for i in range(REQUESTS[c])]
+                variants.append(
+                    Variant(
+                        f"/resources Pod CREATE, {count} rules, c={c}", target, pids, context, "/resources", reviews, c
+                    )
+                )
+        namespace_reviews = [review("/namespaces", owner, tenant.name, tenant.uid, i) for i in range(REQUESTS[32])]
+        variants.append(
+            Variant("/namespaces CREATE, c=32", target, pids, context, "/namespaces", namespace_reviews, 32)
+        )
+        variants.append(
+            Variant(
+                "floor: aiohttp bare allow, c=32",
+                floor_targets,
+                floor_pids,
+                floor_context,
+                "/namespaces",
+                namespace_reviews,
+                32,
+            )
+        )
+        for variant in variants:
+            closed_loop(variant.targets, variant.path, variant.context, variant.reviews[:400], 8)
+        samples: list[list[Sample]] = [[] for _ in variants]
+        for _ in range(ROUNDS):
+            for index, variant in enumerate(variants):
+                samples[index].append(run(variant))
+    rows = [_row(variant.label, taken) for variant, taken in zip(variants, samples, strict=True)]
+    p99 = {
+        variant.label: statistics.median([s.p99 for s in taken])
+        for variant, taken in zip(variants, samples, strict=True)
+    }
+    ten = p99["/resources Pod CREATE, 10 rules, c=32"]
+    namespaces_p99 = p99["/namespaces CREATE, c=32"]
+    floor = p99["floor: aiohttp bare allow, c=32"]
+    ratio = ten / namespaces_p99
+    rows.append(
+        (
+            "10 rules c=32 p99 / /namespaces c=32 p99",
+            "",
+            f"{ratio:.2f}x",
+            "",
+            f"target <= 1.5x: {'met' if ratio <= 1.5 else 'MISSED'}",
+        )
+    )
+    rows.append(
+        (
+            "10 rules c=32 p99 / floor c=32 p99",
+            "",
+            f"{ten / floor:.2f}x",
+            "",
+            f"target < 1x: {'met' if ten < floor else 'MISSED'}",
+        )
+    )
+    rows.append(("10 rules c=32 p99", "", f"{ten:.2f} ms", "", f"target <= 5 ms: {'met' if ten <= 5 else 'MISSED'}"))
+    return rows
+
+
+class ResourcesHooks:
+    """Takes the resources hooks out of the bench configuration and puts them back, each time waiting until
+    kube-apiserver follows (a dry-run Pod gets the managed label only while the mutating hook is called)."""
+
+    def __init__(self, bench: Enclave, api: client.CoreV1Api, namespace: str) -> None:
+        self.bench, self.api, self.namespace = bench, api, namespace
+        self.custom = client.CustomObjectsApi(bench.kube)
+        spec = self.custom.get_cluster_custom_object(GROUP, "v1beta2", "serviceconfigurations", bench.config_name)
+        self.admission = spec["spec"]["admission"]
+
+    def _without(self) -> dict[str, Any]:
+        result = {**self.admission}
+        for side in ("mutating", "validating"):
+            result[side] = {
+                **self.admission[side],
+                "webhooks": [h for h in self.admission[side]["webhooks"] if h["name"] not in RESOURCES_HOOKS],
+            }
+        return result
+
+    def _called(self) -> bool:
+        pod = {"metadata": {"name": unique("probe")}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        created = self.api.create_namespaced_pod(self.namespace, pod, dry_run="All")
+        return PROBE_LABEL in (created.metadata.labels or {})
+
+    def set(self, on: bool) -> None:
+        admission = self.admission if on else self._without()
+        self.custom.patch_cluster_custom_object(
+            GROUP, "v1beta2", "serviceconfigurations", self.bench.config_name, {"spec": {"admission": admission}}
+        )
+        poll(lambda: self._called() == on, what=f"kube-apiserver {'calls' if on else 'skips'} the resources hooks")
+
+
+def pod_latencies(api: client.CoreV1Api, namespace: str, names: list[str], labels: dict[str, str]) -> list[float]:
+    latencies = []
+    for name in names:
+        body = {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        started = time.perf_counter()
+        api.create_namespaced_pod(namespace, body)
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+def end_to_end_rows(bench: Enclave, owner: str, namespace: str) -> list[tuple[str, ...]]:
+    api = bench.owner(owner)
+    hooks = ResourcesHooks(bench, api, namespace)
+    poll(hooks._called, what="the resources hooks called")
+    pod_latencies(api, namespace, [f"warm-{i}" for i in range(5)], {"app": "web"})
+    with_hooks: list[float] = []
+    without_hooks: list[float] = []
+    calls: dict[str, tuple[float, int]] = {}
+    state = True
+    for block in range(2 * E2E_ROUNDS):
+        on = block % 4 in (0, 3)
+        if on != state:
+            hooks.set(on)
+            state = on
+        names = [f"{'with' if on else 'without'}-{block}-{i}" for i in range(E2E_BLOCK)]
+        if on:
+            before = webhook_calls(bench.kube)
+            with_hooks += pod_latencies(api, namespace, names, {"app": "web"})
+            after = webhook_calls(bench.kube)
+            for name in RESOURCES_HOOKS:
+                seconds, count = after.get(name, (0.0, 0))
+                base_seconds, base_count = before.get(name, (0.0, 0))
+                total_seconds, total_count = calls.get(name, (0.0, 0))
+                calls[name] = (total_seconds + seconds - base_seconds, total_count + count - base_count)
+        else:
+            without_hooks += pod_latencies(api, namespace, names, {"app": "web", PROBE_LABEL: "yes"})
+    if not state:
+        hooks.set(True)
+    with_median, without_median = statistics.median(with_hooks) * 1000, statistics.median(without_hooks) * 1000
+    overhead = with_median - without_median
+    rows: list[tuple[str, ...]] = []
+    for label, values in (("with the resources hooks", with_hooks), ("without them", without_hooks)):
+        rows.append(
+            (
+                f"create Pod via kube-apiserver (10 rules), {label}",
+                f"{len(values) / sum(values):,.0f}/s",
+                f"{statistics.median(values) * 1000:.2f} ms",
+                f"{percentile(values, 0.99) * 1000:.2f} ms",
+                "",
+            )
+        )
+    verdict = f"target < 5 ms: {'met' if overhead < 5 else 'MISSED'}"
+    rows.append(("end-to-end overhead at the median", "", f"{overhead:.2f} ms", "", verdict))
+    for name, (seconds, count) in sorted(calls.items()):
+        if count:
+            rows.append((f"  {name} as kube-apiserver times it (mean)", "", f"{seconds / count * 1000:.2f} ms", "", ""))
+    return rows
+
+
+def test_rules_benchmark(bench_enclave: Enclave) -> None:
+    owner = unique("rules-owner")
+    tenant = bench_enclave.tenant(unique("rbench"), owners=[Entity(kind="User", name=owner)])
+    core = client.CoreV1Api(bench_enclave.kube)
+    namespaces = {count: f"{tenant.name}-r{count}" for count in RULE_COUNTS}
+    for name in namespaces.values():
+        core.create_namespace({"metadata": {"name": name, "labels": {"enclave.dev/tenant": tenant.name}}})
+        client.RbacAuthorizationV1Api(bench_enclave.kube).create_namespaced_role_binding(
+            name,
+            {
+                "metadata": {"name": "bench-edit"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": owner}],
+            },
+        )
+    bench_enclave.sync()
+    bench_enclave.rules(
+        RulesSnapshot(
+            namespaces=[
+                NamespaceRules(namespace=name, tenant=tenant.name, rules=bench_rules(count, tenant.name))
+                for count, name in namespaces.items()
+            ]
+        )
+    )
+    try:
+        rows = handler_rows(bench_enclave, owner, tenant, namespaces)
+        rows += end_to_end_rows(bench_enclave, owner, namespaces[10])
+    finally:
+        for name in namespaces.values():
+            core.delete_namespace(name)
+    header = ("measurement", "throughput", "p50", "p99 (each round)", "server CPU/review / verdict")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    print()
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

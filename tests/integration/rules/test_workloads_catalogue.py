@@ -1,0 +1,320 @@
+"""Issue 13's catalogue: workload rules and mutations through kube-apiserver, as a tenant user.
+
+One tenant, one namespace, one set of rules (below); each row is a request a tenant user could make and what
+Enclave must answer. Rows run as dry runs (``dryRun=All``: kube-apiserver calls the hooks, stores nothing),
+except those that need a stored object (an update, a debug container, an audit Event: audits are never
+posted for dry runs).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
+
+from .conftest import Stack, eventually_refused, refusal
+
+GOOD = "registry.example/team/app:1.0"
+ALL_KINDS = ["Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"]
+
+
+def _labelled(label: str) -> list[dict[str, str]]:
+    return [
+        {
+            "name": label,
+            "expression": f"has(object.metadata.labels) && object.metadata.labels.exists(k, k == '{label}')",
+        }
+    ]
+
+
+RULES: list[dict[str, Any]] = [
+    {  # 0: approved registries everywhere, with the pull policies allowed for them
+        "enforce": {
+            "action": "allow",
+            "workloads": {
+                "targets": ALL_KINDS,
+                "registries": [
+                    {"url": r"^registry\.example/", "pullPolicies": ["Always", "IfNotPresent"]},
+                    {"url": r"^docker\.io/library/busybox[:@]"},
+                ],
+            },
+        }
+    },
+    {  # 1: no privileged containers, host namespaces, dangerous capabilities, /etc host paths
+        "enforce": {
+            "action": "deny",
+            "workloads": {
+                "targets": ALL_KINDS,
+                "security": {
+                    "privileged": True,
+                    "hostNamespaces": True,
+                    "capabilities": ["NET_ADMIN", "SYS_ADMIN"],
+                    "hostPaths": [{"exp": "/etc(/.*)?"}],
+                },
+            },
+        }
+    },
+    {  # 2: Pods labelled qos-test must be Guaranteed
+        "enforce": {"action": "allow", "conditions": _labelled("qos-test"), "workloads": {"qosClasses": ["Guaranteed"]}}
+    },
+    {  # 3: scheduling stays on the tenant's nodes
+        "enforce": {
+            "action": "allow",
+            "workloads": {
+                "placement": {
+                    "nodeSelectorKeys": ["pool"],
+                    "tolerations": [{"key": "tenant", "operator": "Equal", "value": "solar", "effect": "NoSchedule"}],
+                }
+            },
+        },
+        "mutate": [{"name": "pool", "workloads": {"nodeSelector": {"pool": "tenant-pool"}}}],
+    },
+    {"enforce": {"action": "audit", "workloads": {"security": {"hostPorts": True}}}},  # 4: host ports are audited
+    {"enforce": {"action": "deny", "workloads": {"targets": ["ReplicationController"]}}},  # 5: no RCs at all
+    {  # 6: Pods labelled resources-test stay under 1Gi of memory and declare it
+        "enforce": {
+            "action": "allow",
+            "conditions": _labelled("resources-test"),
+            "workloads": {"resources": {"limits": {"required": ["memory"], "max": {"memory": "1Gi"}}}},
+        }
+    },
+]
+
+
+def container(image: str = GOOD, name: str = "c", **fields: Any) -> dict[str, Any]:
+    return {"name": name, "image": image, **fields}
+
+
+def pod_spec(*containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"containers": list(containers) or [container()], **spec}
+
+
+def workload(kind: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A ``kind`` object running ``spec`` (a Pod spec)."""
+    name = unique(kind.lower())
+    meta = {"name": name, "labels": labels or {}}
+    template = {"metadata": {"labels": {"app": name}}, "spec": spec}
+    selector = {"matchLabels": {"app": name}}
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    if kind in ("Deployment", "ReplicaSet", "DaemonSet"):
+        return {
+            "apiVersion": "apps/v1",
+            "kind": kind,
+            "metadata": meta,
+            "spec": {"selector": selector, "template": template},
+        }
+    if kind == "StatefulSet":
+        body = {"selector": selector, "template": template, "serviceName": name}
+        return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": body}
+    if kind == "ReplicationController":
+        return {
+            "apiVersion": "v1",
+            "kind": kind,
+            "metadata": meta,
+            "spec": {"selector": {"app": name}, "template": template},
+        }
+    job_template = {**template, "spec": {**spec, "restartPolicy": "Never"}}
+    if kind == "Job":
+        return {"apiVersion": "batch/v1", "kind": kind, "metadata": meta, "spec": {"template": job_template}}
+    cron = {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": job_template}}}
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta, "spec": cron}
+
+
+class Tenant:
+    def __init__(self, stack: Stack, owner: str, namespace: str) -> None:
+        self.stack, self.owner, self.namespace = stack, owner, namespace
+        self.apis = stack.impersonate(owner, ["enclave.dev"])
+
+    def create(self, body: dict[str, Any], dry_run: bool = True) -> Any:
+        kind, ns = body["kind"], self.namespace
+        extra = {"dry_run": "All"} if dry_run else {}
+        core, apps, batch = client.CoreV1Api(self.apis), client.AppsV1Api(self.apis), client.BatchV1Api(self.apis)
+        calls: dict[str, Callable[..., Any]] = {
+            "Pod": core.create_namespaced_pod,
+            "ReplicationController": core.create_namespaced_replication_controller,
+            "Deployment": apps.create_namespaced_deployment,
+            "StatefulSet": apps.create_namespaced_stateful_set,
+            "DaemonSet": apps.create_namespaced_daemon_set,
+            "ReplicaSet": apps.create_namespaced_replica_set,
+            "Job": batch.create_namespaced_job,
+            "CronJob": batch.create_namespaced_cron_job,
+        }
+        return calls[kind](ns, body, **extra)
+
+
+@pytest.fixture(scope="module")
+def tenant(stack: Stack) -> Tenant:
+    owner = unique("wl")
+    name = stack.tenant(owner, RULES)
+    namespace = stack.namespace_of(name, owner)
+    stack.wait_rules(namespace, len(RULES))
+    rbac = client.RbacAuthorizationV1Api(stack.kube)
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "debug"},
+            "rules": [{"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch", "update"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "debug"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "debug"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": owner}],
+        },
+    )
+    result = Tenant(stack, owner, namespace)
+    # The rules reach admission asynchronously: wait for the first refusal, then every row is deterministic.
+    eventually_refused(lambda: result.create(workload("Pod", pod_spec(container("quay.io/x/y:1")))), "registries")
+    return result
+
+
+TOLERATED = {"key": "tenant", "operator": "Equal", "value": "solar", "effect": "NoSchedule"}
+LIMITS = {"cpu": "100m", "memory": "128Mi"}
+
+CASES: list[tuple[str, str, dict[str, Any], dict[str, str] | None, str | None]] = [
+    # (id, kind, Pod spec, labels, refusal fragment or None for admitted)
+    *[(f"{kind}-approved-registry", kind, pod_spec(), None, None) for kind in ALL_KINDS],
+    *[
+        (f"{kind}-unlisted-registry", kind, pod_spec(container("quay.io/evil/miner:1")), None, "containers[0].image")
+        for kind in ALL_KINDS
+    ],
+    *[
+        (f"{kind}-privileged", kind, pod_spec(container(securityContext={"privileged": True})), None, "privileged")
+        for kind in ALL_KINDS
+    ],
+    (
+        "Pod-init-container-unlisted",
+        "Pod",
+        pod_spec(initContainers=[container("quay.io/x:1", "init")]),
+        None,
+        "initContainers[0].image",
+    ),
+    (
+        "Deployment-init-container-unlisted",
+        "Deployment",
+        pod_spec(initContainers=[container("ghcr.io/x:1", "init")]),
+        None,
+        "spec.template.spec.initContainers[0].image",
+    ),
+    ("Pod-short-name-nginx-is-docker-hub", "Pod", pod_spec(container("nginx")), None, "docker.io/library/nginx:latest"),
+    ("Pod-short-name-busybox-allowed", "Pod", pod_spec(container("busybox:1.36")), None, None),
+    ("Pod-pull-policy-never", "Pod", pod_spec(container(imagePullPolicy="Never")), None, "imagePullPolicy Never"),
+    ("Pod-digest-reference", "Pod", pod_spec(container("registry.example/app@sha256:" + "a" * 64)), None, None),
+    ("Pod-host-network", "Pod", pod_spec(hostNetwork=True), None, "hostNamespaces"),
+    (
+        "Pod-host-path-etc",
+        "Pod",
+        pod_spec(volumes=[{"name": "v", "hostPath": {"path": "/etc/kubernetes"}}]),
+        None,
+        "volumes[0].hostPath.path",
+    ),
+    ("Pod-host-path-data", "Pod", pod_spec(volumes=[{"name": "v", "hostPath": {"path": "/data"}}]), None, None),
+    (
+        "Pod-capability-net-admin",
+        "Pod",
+        pod_spec(container(securityContext={"capabilities": {"add": ["NET_ADMIN"]}})),
+        None,
+        "capabilities.add[0]",
+    ),
+    (
+        "Pod-capability-chown",
+        "Pod",
+        pod_spec(container(securityContext={"capabilities": {"add": ["CHOWN"]}})),
+        None,
+        None,
+    ),
+    ("Pod-best-effort-when-guaranteed-only", "Pod", pod_spec(), {"qos-test": "1"}, "QoS class"),
+    (
+        "Pod-guaranteed",
+        "Pod",
+        pod_spec(container(resources={"limits": LIMITS, "requests": LIMITS})),
+        {"qos-test": "1"},
+        None,
+    ),
+    (
+        "Pod-toleration-outside",
+        "Pod",
+        pod_spec(tolerations=[{"key": "gpu", "operator": "Exists"}]),
+        None,
+        "tolerations[0]",
+    ),
+    ("Pod-toleration-allowed", "Pod", pod_spec(tolerations=[TOLERATED]), None, None),
+    ("Pod-node-selector-key-outside", "Pod", pod_spec(nodeSelector={"zone": "a"}), None, "nodeSelector['zone']"),
+    ("ReplicationController-kind-denied", "ReplicationController", pod_spec(), None, "ReplicationController objects"),
+    (
+        "Pod-memory-over-bound",
+        "Pod",
+        pod_spec(container(resources={"limits": {"memory": "2Gi"}})),
+        {"resources-test": "1"},
+        "is above 1Gi",
+    ),
+    ("Pod-memory-missing", "Pod", pod_spec(), {"resources-test": "1"}, "is missing"),
+    (
+        "Pod-memory-within",
+        "Pod",
+        pod_spec(container(resources={"limits": {"memory": "512Mi"}})),
+        {"resources-test": "1"},
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "labels", "fragment"), [case[1:] for case in CASES], ids=[case[0] for case in CASES]
+)
+def test_catalogue(
+    tenant: Tenant, kind: str, spec: dict[str, Any], labels: dict[str, str] | None, fragment: str | None
+) -> None:
+    body = workload(kind, copy.deepcopy(spec), labels)
+    if fragment is None:
+        tenant.create(body)
+    else:
+        message = refusal(lambda: tenant.create(body))
+        assert fragment in message
+
+
+def test_mutation_adds_node_selector_then_passes_enforcement(tenant: Tenant) -> None:
+    created = tenant.create(workload("Pod", pod_spec()))
+    assert created.spec.node_selector == {"pool": "tenant-pool"}  # set by mutate[], then admitted by placement
+
+
+def test_deployment_refused_at_update_when_its_template_turns_bad(tenant: Tenant) -> None:
+    body = workload("Deployment", pod_spec())
+    tenant.create(body, dry_run=False)
+    apps = client.AppsV1Api(tenant.apis)
+    patch = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "quay.io/x:1"}]}}}}
+    message = refusal(lambda: apps.patch_namespaced_deployment(body["metadata"]["name"], tenant.namespace, patch))
+    assert "spec.template.spec.containers[0].image" in message
+    apps.patch_namespaced_deployment(body["metadata"]["name"], tenant.namespace, {"metadata": {"labels": {"a": "b"}}})
+
+
+def test_debug_container_with_privileges_is_refused(tenant: Tenant) -> None:
+    body = workload("Pod", pod_spec())
+    tenant.create(body, dry_run=False)
+    core = client.CoreV1Api(tenant.apis)
+    name = body["metadata"]["name"]
+
+    def debug(image: str, privileged: bool) -> Any:
+        ephemeral = {"name": unique("dbg"), "image": image, "securityContext": {"privileged": privileged}}
+        return core.patch_namespaced_pod_ephemeralcontainers(
+            name, tenant.namespace, {"spec": {"ephemeralContainers": [ephemeral]}}
+        )
+
+    assert "ephemeralContainers[0].securityContext.privileged" in refusal(lambda: debug(GOOD, True))
+    assert "ephemeralContainers[0].image" in refusal(lambda: debug("docker.io/nicolaka/netshoot", False))
+    debug(GOOD, False)
+
+
+def test_audit_only_rule_posts_an_event_and_admits(tenant: Tenant) -> None:
+    body = workload("Pod", pod_spec(container(ports=[{"containerPort": 80, "hostPort": 8080}])))
+    tenant.create(body, dry_run=False)
+    poll(lambda: tenant.stack.events("RuleAudit", "spec.rules[4] audits hostPorts"), what="the audit Event")
