@@ -168,7 +168,3 @@ class Review:
             rule, satisfied, why = item.last
             if not satisfied:
                 self.findings.append(Finding(True, rule.origin, why))
-
-    @property
-    def operation(self) -> str:
-        return self.request.operation

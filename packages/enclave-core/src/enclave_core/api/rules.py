@@ -108,9 +108,9 @@ class Audience(ApiModel):
     """A request subject a rule is limited to."""
 
     kind: AudienceKind
-    """User, Group, ServiceAccount, or Custom (matched by the rule engine's own resolver)."""
+    """User, Group, ServiceAccount (`<namespace>:<name>` or the full `system:serviceaccount:...` username), or Custom."""
     name: Annotated[str, Field(min_length=1, max_length=512)]
-    """Name of the subject."""
+    """Name of the subject; for Custom a CEL boolean over `request` (`request.userInfo.username`, `request.userInfo.groups`, `request.operation`, `request.namespace`, `request.kind`), true to include the requester (an error includes it too: the rule then applies)."""
 
 
 class EnforceCondition(ApiModel):
