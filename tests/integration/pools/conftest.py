@@ -208,6 +208,9 @@ def pools(
                 poll(gone, timeout=20, what="pools finalised")
         for component in reversed(running):
             component.process.stop()
+        for kind in ("validating", "mutating"):  # again: the config component may have recreated them meanwhile
+            with contextlib.suppress(ApiException):
+                getattr(registrations, f"delete_{kind}_webhook_configuration")(f"{config_name}-{kind}")
         with contextlib.suppress(ApiException):
             custom.delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name)
         rbac = client.RbacAuthorizationV1Api(kube)
