@@ -149,6 +149,7 @@ class Enclave:
 
     def rules(self, snapshot: RulesSnapshot) -> None:
         """Publish ``snapshot`` as the Rules and wait until admission has it."""
+        assert self.publisher is not None
         revision = self.publisher.publish_rules(snapshot)
 
         def arrived() -> bool:

@@ -45,9 +45,9 @@ from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotasS
 from enclave_core.snapshots.pools import POOLS_KIND, PoolsSnapshot
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaTargets
 from enclave_core.snapshots.replication import REPLICATION_KIND, ReplicationSnapshot
+from enclave_core.snapshots.rules import RULES_KIND, RulesSnapshot
 from enclave_core.snapshots.subscriber import ItemsConsumer
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
-from enclave_core.snapshots.rules import RULES_KIND, RulesSnapshot
 
 log = logging.getLogger(__name__)
 
