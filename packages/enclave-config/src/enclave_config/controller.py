@@ -221,7 +221,7 @@ class ConfigController:
         with contextlib.suppress(KubeError):
             created = await self.kube.create(f"/apis/{GROUP_VERSION}/serviceconfigurations", body)
             await self.events.emit(created, "Normal", "Created", "created the default configuration")
-            log.info("created the default ServiceConfiguration", extra={"name": self.settings.name})
+            log.info("created the default ServiceConfiguration", extra={"configuration": self.settings.name})
 
     async def _reconcile_tls(self, spec: ServiceConfigurationSpec) -> tuple[bytes | None, float]:
         """The CA to inject, and seconds until the serving certificate needs a look again."""
