@@ -165,3 +165,58 @@ def test_tls_leaf_serves_and_authenticates_clients() -> None:
     upgraded = tls.plan(old, dns_names=names, ip_addresses=[], validity=timedelta(hours=3))
     assert upgraded.reason == "ServingCertificateUsageChanged"
     assert upgraded.data[tls.CA_CERT] == first.data[tls.CA_CERT]
+
+
+def test_a_generated_object_holds_what_was_applied_whatever_the_server_defaulted() -> None:
+    from enclave_config.controller import _holds
+
+    desired = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "v", "labels": {"a": "b"}},
+        "webhooks": [{"name": "x", "rules": [{"operations": ["CREATE"]}]}],
+    }
+    # A list response's item: no apiVersion/kind, server-side defaults and metadata added.
+    live = {
+        "metadata": {"name": "v", "labels": {"a": "b", "other": "c"}, "resourceVersion": "7"},
+        "webhooks": [{"name": "x", "rules": [{"operations": ["CREATE"], "scope": "*"}], "timeoutSeconds": 10}],
+    }
+    assert _holds(live, desired)
+    drifted = {**live, "webhooks": [{"name": "x", "rules": [{"operations": ["DELETE"], "scope": "*"}]}]}
+    assert not _holds(drifted, desired)
+    extra = {**live, "webhooks": [*live["webhooks"], {"name": "y"}]}
+    assert not _holds(extra, desired), "a list item someone added is drift too"
+    assert not _holds({"metadata": {"name": "v"}}, desired)
+
+
+def test_only_tenant_names_and_aggregated_owners_wake_the_configuration() -> None:
+    from typing import Any, cast
+
+    from enclave_config.controller import ConfigController, Settings
+    from enclave_core.snapshots.hub import SnapshotHub
+
+    kube: Any = cast(Any, None)  # nothing here talks to the API: informers are fed by hand
+    controller = ConfigController(kube, Settings("c", "ns", timedelta(days=1)), SnapshotHub("t"), cast(Any, None))
+    woken = controller._trigger
+
+    def tenant(name: str, size: int) -> dict[str, object]:
+        return {"metadata": {"name": name}, "status": {"size": size}}
+
+    controller.tenants.items["a"] = tenant("a", 0)
+    controller._tenants_changed("a")
+    assert woken.is_set()
+    woken.clear()
+    controller.tenants.items["a"] = tenant("a", 5)  # what every namespace event does to a tenant
+    controller._tenants_changed("a")
+    assert not woken.is_set()
+    del controller.tenants.items["a"]
+    controller._tenants_changed("a")
+    assert woken.is_set()
+
+    woken.clear()
+    controller.owners.items["o"] = {"metadata": {"name": "o"}, "spec": {"kind": "User", "name": "u"}}
+    controller._owners_changed("o")
+    assert not woken.is_set(), "an owner that aggregates nothing changes no tenant user"
+    controller.owners.items["o"] = {"metadata": {"name": "o"}, "spec": {"kind": "User", "name": "u", "aggregate": True}}
+    controller._owners_changed("o")
+    assert woken.is_set()

@@ -4,6 +4,12 @@ Every replica watches the same objects and computes the effective configuration,
 ConfigService (subscribers may reach any of them through the Service). Only the Lease holder writes: the
 default object when missing, the TLS Secret, webhook configurations, RBAC and status. Any change to a watched
 object (including drift someone made to what we own) triggers a full reconcile from observed state.
+
+No work where the output does not change: of a Tenant only its name matters here (``status.tenants``) and of
+a TenantOwner only the entity it aggregates, so the far more frequent changes to everything else (a tenant's
+status moves on every namespace event) wake nothing. A reconcile writes a generated object only when this
+replica has not applied that exact body yet or the live object no longer holds it (drift), so a resync of an
+unchanged configuration makes no API call at all.
 """
 
 from __future__ import annotations
@@ -82,11 +88,15 @@ class ConfigController:
         self._trigger = asyncio.Event()
         self._last_event: tuple[str, str] | None = None
         self._owner: list[JSON] | None = None
+        self._tenant_names: frozenset[str] = frozenset()
+        self._aggregated: frozenset[tuple[str, str]] = frozenset()
+        self._applied: dict[tuple[str, str], JSON] = {}
+        """(kind, name) -> the body this replica last applied: what tells a changed desired state from drift."""
         base = f"/apis/{GROUP_VERSION}"
         change = self._changed
         self.configs = Informer(kube, f"{base}/serviceconfigurations", on_change=change, name="configs")
-        self.tenants = Informer(kube, f"{base}/tenants", on_change=change, name="tenants")
-        self.owners = Informer(kube, f"{base}/tenantowners", on_change=change, name="tenantowners")
+        self.tenants = Informer(kube, f"{base}/tenants", on_change=self._tenants_changed, name="tenants")
+        self.owners = Informer(kube, f"{base}/tenantowners", on_change=self._owners_changed, name="tenantowners")
         self.secrets = Informer(
             kube, resource_path("v1", "secrets", namespace=settings.namespace), on_change=change, name="secrets"
         )
@@ -105,6 +115,20 @@ class ConfigController:
 
     def _changed(self, _key: str) -> None:
         self._trigger.set()
+
+    def _tenants_changed(self, _key: str) -> None:
+        """Only the set of names is ours (``status.tenants``): a tenant's spec or status changing is not."""
+        names = frozenset(self.tenants.items)
+        if names != self._tenant_names:
+            self._tenant_names = names
+            self._trigger.set()
+
+    def _owners_changed(self, _key: str) -> None:
+        """Only the entities aggregated into the tenant users are ours (``status.users``, serviceUsers)."""
+        aggregated = frozenset(entity for owner in self.owners.values() if (entity := _aggregated(owner)))
+        if aggregated != self._aggregated:
+            self._aggregated = aggregated
+            self._trigger.set()
 
     def set_leading(self, leading: bool) -> None:
         self.leading = leading
@@ -276,8 +300,7 @@ class ConfigController:
                         f"{kind} {name} exists and was not created by Enclave; choose another name "
                         "(spec.admission.*.name) or delete it",
                     )
-            stored = await self.kube.apply(path, self._own(body))
-            self.managed[kind].items[name] = stored
+            await self._apply_once(kind, path, self._own(body))
         for kind in ADMISSION_PATHS:
             wanted = desired.get(kind, {}).get("metadata", {}).get("name")
             for name in [n for n in self.managed[kind].items if n != wanted]:
@@ -295,12 +318,23 @@ class ConfigController:
             live = self.managed[kind].get(name)
             if kind == "ClusterRoleBinding" and live is not None and live.get("roleRef") != body["roleRef"]:
                 await self.kube.delete(f"{RBAC_PATHS[kind]}/{name}")  # roleRef is immutable
-            stored = await self.kube.apply(f"{RBAC_PATHS[kind]}/{name}", self._own(body))
-            self.managed[kind].items[name] = stored
+                self.managed[kind].items.pop(name, None)
+            await self._apply_once(kind, f"{RBAC_PATHS[kind]}/{name}", self._own(body))
         for kind, path in RBAC_PATHS.items():
             for name in [n for n in self.managed[kind].items if n not in wanted[kind]]:
                 await self.kube.delete(f"{path}/{name}")
                 self.managed[kind].items.pop(name, None)
+
+    async def _apply_once(self, kind: str, path: str, body: JSON) -> None:
+        """Server-side apply ``body`` unless this replica applied exactly it already and the live object still
+        holds every field of it (what the apiserver defaults on top is not a difference)."""
+        name = body["metadata"]["name"]
+        live = self.managed[kind].get(name)
+        if live is not None and self._applied.get((kind, name)) == body and _holds(live, body):
+            return
+        stored = await self.kube.apply(path, body)
+        self.managed[kind].items[name] = stored
+        self._applied[(kind, name)] = body
 
     # -- status --------------------------------------------------------------------------------------------
 
@@ -387,6 +421,32 @@ class ConfigController:
             tick += 1
             payload = {"tick": tick, "at": datetime.now(UTC).isoformat()}
             self.hub.publish(INVALIDATION_KIND, json.dumps(payload).encode(), only_if_changed=False)
+
+
+def _aggregated(owner: JSON) -> tuple[str, str] | None:
+    spec = owner.get("spec") or {}
+    if spec.get("aggregate") and spec.get("kind") and spec.get("name"):
+        return (str(spec["kind"]), str(spec["name"]))
+    return None
+
+
+def _holds(live: Any, desired: Any, *, top: bool = True) -> bool:
+    """Whether ``live`` has every field ``desired`` sets, with the same value (lists item by item, same length).
+    ``apiVersion``/``kind`` are skipped at the top: list responses leave them out of their items."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return False
+        return all(
+            (top and key in ("apiVersion", "kind")) or (key in live and _holds(live[key], value, top=False))
+            for key, value in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(desired)
+            and all(_holds(a, b, top=False) for a, b in zip(live, desired, strict=True))
+        )
+    return bool(live == desired)
 
 
 def _validation_message(err: ValidationError) -> str:

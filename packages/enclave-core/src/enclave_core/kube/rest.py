@@ -25,6 +25,12 @@ FENCED_WRITES = Counter(
     "does not hold its Lease",
     ["result"],
 )
+REQUESTS = Counter(
+    "enclave_kube_requests_total",
+    "Requests this process sent to kube-apiserver, by verb (WATCH for a watch) and resource (plural, with "
+    "its subresource): what a controller costs the API, and proof that a steady state costs nothing",
+    ["method", "resource"],
+)
 
 
 class KubeError(Exception):
@@ -77,6 +83,20 @@ def _writes(method: str, path: str, query: Mapping[str, str | int | bool] | None
     return not (query and query.get("dryRun") == "All")
 
 
+def resource_of(path: str) -> str:
+    """``pods/status`` for ``/api/v1/namespaces/x/pods/y/status``: a bounded metric label (names dropped)."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        parts = parts[2:]
+    elif parts[:1] == ["apis"]:
+        parts = parts[3:]
+    if len(parts) > 2 and parts[0] == "namespaces":
+        parts = parts[2:]
+    if not parts:
+        return ""
+    return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]
+
+
 class FencedWriteError(Exception):
     """A write refused before it left the process: this replica does not hold its Lease (or its renew
     deadline passed). Not a ``KubeError``: nothing reached the API, and no handler should answer it with
@@ -114,6 +134,7 @@ class Kube:
                 FENCED_WRITES.labels("refused").inc()
                 raise FencedWriteError(f"{method} {path}: this replica does not hold its Lease")
             FENCED_WRITES.labels("sent").inc()
+        REQUESTS.labels(method, resource_of(path)).inc()
         response = await self.api.call_api(
             method, url, header_params=headers, body=body, _request_timeout=request_timeout
         )
@@ -216,6 +237,7 @@ class Kube:
             + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
         )
         headers = await self._headers("GET", path, None, {"Accept": "application/json"})
+        REQUESTS.labels("WATCH", resource_of(path)).inc()
         response = await self.api.call_api("GET", url, header_params=headers, _request_timeout=timeout_seconds + 30)
         raw = response.response
         try:

@@ -25,11 +25,18 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
+from prometheus_client import Counter
 
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Item, Snapshot
 
 CHUNK_BYTES = 1024 * 1024
 """Most item bytes per message: a quarter of gRPC's default 4 MiB limit, whatever the state's size."""
+
+PUBLISHED = Counter(
+    "enclave_snapshot_published_total",
+    "Revisions published, by kind: a publisher whose inputs did not change publishes nothing",
+    ["kind"],
+)
 
 
 class _Subscription:
@@ -100,6 +107,7 @@ class SnapshotHub:
             kind=kind, revision=self._revision, incarnation=self.incarnation, payload=payload, produced_at=_stamp()
         )
         self._latest[kind] = snapshot
+        PUBLISHED.labels(kind).inc()
         for subscription in self._subscriptions:
             subscription.offer(snapshot)
         return snapshot
