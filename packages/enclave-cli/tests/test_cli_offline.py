@@ -214,3 +214,14 @@ def test_every_verb_has_help_with_examples(capsys: pytest.CaptureFixture[str]) -
     verbs = next(a for a in parser._actions if a.dest == "verb")
     for name, sub in verbs.choices.items():  # type: ignore[union-attr]
         assert "examples:" in (sub.epilog or ""), name
+
+
+def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: [\n")
+    for argv in (["tenants"], ["cordon", "acme"], ["doctor"], ["quota"], ["promote", "ns/sa"]):
+        code, _, err = _run(capsys, *argv, "--kubeconfig", str(broken))
+        assert code == 2, argv
+        assert err.startswith("enclave: cannot load the kubeconfig:"), err
+        assert err.count("\n") == 1
+        assert "Traceback" not in err

@@ -1,141 +1,24 @@
 """The offline policy cases of ``enclave test``, through the real admission server on the real control plane.
 
-config, tenants and admission run as processes (``enclave_testing.stack.start_tenancy``); the directory's
-ServiceConfiguration settings are patched into the stack's configuration and its Tenants, TenantOwners,
-Namespaces and ServiceAccounts are created in the cluster, so the controllers compile and stream them as in
-production. Each case is then sent, hook by hook in kube-apiserver's order, as an AdmissionReview (dry run, so
-nothing is reserved) over HTTPS with kube-apiserver's webhook client certificate; the answers must be the ones
-``enclave test`` computes offline: the same result, message and patch (tenant uids aside, which offline runs
-cannot know).
+The stack (``conftest.cluster``) holds the directory's objects. Each case is sent, hook by hook in
+kube-apiserver's order, as an AdmissionReview (dry run, so nothing is reserved) over HTTPS with kube-apiserver's
+webhook client certificate; the answers must be the ones ``enclave test`` computes offline: the same result,
+message and patch (tenant uids aside, which offline runs cannot know).
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import json
-import ssl
-import urllib.request
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
-
 import pytest
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from enclave_admission.review import Decision
 from enclave_cli import testing
 from enclave_cli.cases import Case
-from enclave_cli.engine import Hook, Outcome, evaluate
+from enclave_cli.engine import evaluate
 from enclave_cli.world import compile_world
-from enclave_testing.controlplane import ControlPlane
-from enclave_testing.stack import TenancyStack, start_tenancy
-from enclave_testing.waiting import poll
+from enclave_testing.stack import TenancyStack
+
+from .conftest import CASES, WORLD, Remote, answer
 
 pytestmark = pytest.mark.integration
-
-POLICIES = Path(__file__).resolve().parents[3] / "packages" / "enclave-cli" / "tests" / "policies"
-WORLD = testing.load_world([POLICIES])
-CASES = testing.collect_cases(WORLD)
-GROUP, VERSION = "enclave.dev", "v1beta2"
-_STACK_OWNED = ("admission", "events", "rbac", "enableTLSReconciler")
-
-
-class Remote:
-    """Decides by POSTing each review to the running admission server, as kube-apiserver does."""
-
-    def __init__(self, stack: TenancyStack, url: str, plane: ControlPlane) -> None:
-        secret = client.CoreV1Api(stack.kube).read_namespaced_secret("enclave-tls", stack.namespace)
-        self.context = ssl.create_default_context(cadata=base64.b64decode(secret.data["ca.crt"]).decode())
-        self.context.load_cert_chain(*plane.webhook_client_cert)
-        self.url = url
-
-    def __call__(self, hook: Hook, review: dict[str, Any]) -> Decision:
-        body = json.dumps(review).encode()
-        request = urllib.request.Request(
-            self.url + hook.path, body, {"Content-Type": "application/json"}, method="POST"
-        )
-        with urllib.request.urlopen(request, context=self.context, timeout=10) as answer:
-            response = json.loads(answer.read())["response"]
-        patch = json.loads(base64.b64decode(response["patch"])) if response.get("patch") else []
-        message = (response.get("status") or {}).get("message", "")
-        return Decision(bool(response["allowed"]), "", message, tuple(patch))
-
-
-def _uidless(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: ("<uid>" if k == "uid" else _uidless(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_uidless(v) for v in value]
-    return value
-
-
-def answer(outcome: Outcome) -> tuple[str, str, Any]:
-    """What a user sees: the result, the denial message and the patch (tenant uids masked)."""
-    return outcome.result, outcome.message, _uidless(outcome.patch)
-
-
-def _create(kube: Any, body: dict[str, Any]) -> None:
-    kind = body["kind"]
-    if kind == "Namespace":
-        client.CoreV1Api(kube).create_namespace(body)
-    elif kind == "ServiceAccount":
-        client.CoreV1Api(kube).create_namespaced_service_account(body["metadata"]["namespace"], body)
-    else:
-        plural = {"Tenant": "tenants", "TenantOwner": "tenantowners"}[kind]
-        client.CustomObjectsApi(kube).create_cluster_custom_object(GROUP, VERSION, plural, body)
-
-
-def _sized(stack: TenancyStack, name: str, size: int) -> Callable[[], bool]:
-    return lambda: stack.tenant_status(name).get("size") == size
-
-
-@pytest.fixture(scope="module")
-def cluster(control_plane: ControlPlane, enclave_crds: list[str]) -> Iterator[tuple[TenancyStack, Remote]]:
-    assert WORLD.configuration is not None
-    spec = {k: v for k, v in WORLD.configuration.data["spec"].items() if k not in _STACK_OWNED}
-    stack = start_tenancy(control_plane, spec["users"])
-    kube = stack.kube
-    custom = client.CustomObjectsApi(kube)
-    objects = [d.data for d in WORLD.tenants + WORLD.owners + WORLD.namespaces + WORLD.accounts]
-    try:
-        custom.patch_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", stack.config_name, {"spec": spec})
-        for body in objects:
-            _create(kube, body)
-        admission = next(p for p in stack.processes if p.spec.name == "admission")
-        remote = Remote(stack, admission.webhook_url, control_plane)
-        sizes = {d.name: 0 for d in WORLD.tenants}
-        for document in WORLD.namespaces:
-            sizes[document.data["metadata"]["labels"]["enclave.dev/tenant"]] += 1
-        for name, size in sizes.items():
-            poll(_sized(stack, name, size), what=f"tenant {name} with {size} namespace(s)")
-        compiled = compile_world(WORLD)
-        offline = {case.name: answer(testing.run_case(case, compiled).outcome) for case in CASES}  # type: ignore[arg-type]
-
-        def converged() -> bool:  # the snapshots reach admission asynchronously: wait for them, then compare
-            return all(
-                answer(evaluate(c.request, compiled.state(), compiled.namespace, remote)) == offline[c.name]
-                for c in CASES
-            )
-
-        with contextlib.suppress(AssertionError):
-            poll(converged, timeout=60, interval=0.5, what="admission's answers")
-        yield stack, remote
-    finally:
-        for document in WORLD.tenants:
-            with contextlib.suppress(ApiException):
-                custom.patch_cluster_custom_object(
-                    GROUP, VERSION, "tenants", document.name, {"spec": {"preventDeletion": False}}
-                )
-        for body in reversed(objects):
-            with contextlib.suppress(ApiException):
-                if body["kind"] == "Namespace":
-                    client.CoreV1Api(kube).delete_namespace(body["metadata"]["name"])
-                elif body["kind"] in ("Tenant", "TenantOwner"):
-                    plural = {"Tenant": "tenants", "TenantOwner": "tenantowners"}[body["kind"]]
-                    custom.delete_cluster_custom_object(GROUP, VERSION, plural, body["metadata"]["name"])
-        stack.close()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
     except InputError as err:
-        print(f"enclave: {err}", file=sys.stderr)
+        print("enclave: " + " ".join(str(err).split()), file=sys.stderr)  # one line, whatever the cause says
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -1,0 +1,142 @@
+"""The online verbs against the real control plane: tenants, cordon/uncordon, promote, quota, doctor.
+
+They run against the stack of ``conftest.cluster`` (the policy directory's tenants) with the control plane's
+admin kubeconfig; cordon and promote act on a tenant of their own, so the policy cases never see them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+
+from enclave_cli.__main__ import main
+from enclave_testing.controlplane import ControlPlane
+from enclave_testing.names import unique
+from enclave_testing.stack import TenancyStack
+from enclave_testing.waiting import poll
+
+from .conftest import GROUP, VERSION, Remote
+
+pytestmark = pytest.mark.integration
+
+
+def _run(capsys: pytest.CaptureFixture[str], plane: ControlPlane, *argv: str) -> tuple[int, str, str]:
+    verb, *rest = argv
+    code = main([verb, "--kubeconfig", str(plane.kubeconfig), *rest])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tenants_lists_size_quota_cordoned_ready(
+    cluster: tuple[TenancyStack, Remote], control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, control_plane, "tenants", "-o", "json")
+    assert code == 0
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert rows["cli-acme"] == {
+        "name": "cli-acme",
+        "namespaces": 2,
+        "quota": 3,
+        "cordoned": False,
+        "ready": "True (Active)",
+        "owners": "User alice",
+    }
+    assert rows["cli-beta"]["cordoned"] is True
+    code, out, _ = _run(capsys, control_plane, "tenants")
+    assert code == 0
+    header, *lines = out.splitlines()
+    assert header.split() == ["NAME", "NAMESPACES", "QUOTA", "CORDONED", "READY", "OWNERS"]
+    assert any(line.split()[:4] == ["cli-gamma", "1", "1", "False"] for line in lines)
+
+
+def test_cordon_uncordon_and_promote(
+    cluster: tuple[TenancyStack, Remote], control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack, _ = cluster
+    tenant = unique("cli-online")
+    stack.tenant(tenant, [{"kind": "User", "name": "olga"}])
+    custom = client.CustomObjectsApi(stack.kube)
+
+    def cordoned() -> bool:
+        return bool(custom.get_cluster_custom_object(GROUP, VERSION, "tenants", tenant)["spec"].get("cordoned"))
+
+    code, out, _ = _run(capsys, control_plane, "cordon", tenant)
+    assert (code, out.strip()) == (0, f"tenant {tenant} cordoned: no namespace can be created or deleted in it")
+    assert cordoned()
+    code, out, _ = _run(capsys, control_plane, "cordon", tenant)
+    assert out.strip() == f"tenant {tenant} is already cordoned"
+    code, out, _ = _run(capsys, control_plane, "uncordon", tenant)
+    assert code == 0
+    assert not cordoned()
+    code, _, err = _run(capsys, control_plane, "cordon", "cli-no-such-tenant")
+    assert code == 2
+    assert err == "enclave: tenant 'cli-no-such-tenant': not found\n"
+
+    namespace = f"{tenant}-apps"
+    core = client.CoreV1Api(stack.kube)
+    core.create_namespace({"metadata": {"name": namespace, "labels": {"enclave.dev/tenant": tenant}}})
+    try:
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": "deployer"}})
+        code, out, _ = _run(capsys, control_plane, "promote", f"{namespace}/deployer")
+        assert code == 0, out
+        labels = core.read_namespaced_service_account("deployer", namespace).metadata.labels
+        assert labels == {"enclave.dev/promoted": "true"}
+        account = {"kind": "ServiceAccount", "name": f"system:serviceaccount:{namespace}:deployer"}
+        poll(
+            lambda: any(
+                {"kind": o["kind"], "name": o["name"]} == account
+                for o in stack.tenant_status(tenant).get("owners") or []
+            ),
+            what="the promoted account among the tenant's owners",
+        )
+        code, out, _ = _run(capsys, control_plane, "promote", "deployer", "-n", namespace, "--undo")
+        assert code == 0
+        assert not core.read_namespaced_service_account("deployer", namespace).metadata.labels
+    finally:
+        core.delete_namespace(namespace)
+
+
+def test_quota_without_quotas(
+    cluster: tuple[TenancyStack, Remote], control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, control_plane, "quota", "cli-acme-prod")
+    assert code == 0
+    assert out.strip() == "no custom quotas, global quotas or resource pools covering namespace cli-acme-prod"
+
+
+def test_doctor_on_a_healthy_stack(
+    cluster: tuple[TenancyStack, Remote], control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack, _ = cluster
+    grpc = [f"--grpc={p.spec.name}={p.grpc_target}" for p in stack.processes if p.spec.grpc]
+    argv = ["--config", stack.config_name, *grpc]
+    code = main(
+        ["--enclave-namespace", stack.namespace, "doctor", "--kubeconfig", str(control_plane.kubeconfig), *argv]
+    )
+    out, _ = capsys.readouterr()
+    assert code == 0, out
+    assert "FAIL" not in out
+    assert f"ok    ServiceConfiguration {stack.config_name}: Ready True (Applied)" in out
+    assert f"validating webhook configuration {stack.config_name}-validating:" in out
+    assert "every one with a caBundle" in out
+    assert f"serving certificate in {stack.namespace}/enclave-tls" in out
+    assert "config (127.0.0.1:" in out
+    assert "gRPC health: SERVING" in out
+    assert "you may patch tenants (enclave cordon/uncordon)" in out
+
+
+def test_doctor_reports_what_is_wrong(
+    cluster: tuple[TenancyStack, Remote], control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(capsys, control_plane, "doctor", "--config", "cli-absent")
+    assert code == 2
+    assert err == "enclave: ServiceConfiguration 'cli-absent': not found\n"
+    stack, _ = cluster
+    flags = ["--config", stack.config_name, "--grpc", "nothing=127.0.0.1:1"]
+    code = main(["--enclave-namespace", "cli-nowhere", "doctor", "--kubeconfig", str(control_plane.kubeconfig), *flags])
+    out, _ = capsys.readouterr()
+    assert code == 1
+    assert "FAIL  Secret cli-nowhere/enclave-tls: not found" in out
+    assert "FAIL  nothing (127.0.0.1:1) gRPC health: UNAVAILABLE" in out
