@@ -94,6 +94,7 @@ def start_tenancy(
     plane: ControlPlane,
     users: list[dict[str, str]],
     launcher: Callable[[ComponentSpec], list[str]] | None = None,
+    admission_args: list[str] | None = None,
 ) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
@@ -125,7 +126,9 @@ def start_tenancy(
         config = start("config", {}, args=[f"--service-configuration-name={stack.config_name}", "--resync=5s"])
         endpoints = {"config": config.grpc_target}
         endpoints["tenants"] = start("tenants", endpoints).grpc_target
-        admission = start("admission", endpoints, wait_ready=False, args=plane.webhook_client_args())
+        admission = start(
+            "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]
+        )
         rendered = webhooks(url_client(admission.webhook_url), namespace=stack.namespace)
         assert rendered.mutating is not None
         assert rendered.validating is not None
