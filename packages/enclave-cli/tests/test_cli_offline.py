@@ -169,7 +169,7 @@ def test_explain_a_case_by_name(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert "role: tenant-user: owner of tenant cli-beta (as Group cli-beta-team)" in out
     assert "1. namespaces.mutate.enclave.dev (/namespaces/mutate): patched [Assigned]" in out
-    assert "2. namespaces.enclave.dev (/namespaces): denied [TenantCordoned]" in out
+    assert "namespaces.enclave.dev (/namespaces): denied [TenantCordoned]" in out
     assert "tenant cli-beta: 1 namespace(s), cordoned; owners: User bob, Group cli-beta-team" in out
     assert "not called (rules do not match): serviceaccounts.enclave.dev" in out
     assert out.strip().endswith("tenant cli-beta is cordoned")

@@ -118,6 +118,7 @@ class Step:
     hook: str
     path: str
     decision: Decision
+    mutating: bool = False
 
 
 @dataclass
@@ -158,6 +159,11 @@ class Outcome:
         patched = [step for step in self.steps if step.decision.patch]
         if patched:
             return patched[-1]
+        # kube-apiserver calls validating hooks in parallel, so "last" means nothing there: the first validating
+        # hook of the request's resource (the default hooks list the resource's own hook before the generic ones)
+        validating = [step for step in self.steps if not step.mutating]
+        if validating:
+            return validating[0]
         return self.steps[-1] if self.steps else None
 
     @property
@@ -236,7 +242,7 @@ def evaluate(request: Request, state: State, namespace: str, decide: Decide | No
             outcome.not_reached.append(hook.name)
             continue
         decided = decide(hook, request.review(obj, dry_run=True))
-        outcome.steps.append(Step(hook.name, hook.path, decided))
+        outcome.steps.append(Step(hook.name, hook.path, decided, hook.mutating))
         if decided.allowed and decided.patch and obj is not None:
             obj = apply_patch(obj, decided.patch)
     outcome.obj = obj
