@@ -168,9 +168,11 @@ def test_tls_leaf_serves_and_authenticates_clients() -> None:
 
 
 def test_a_generated_object_holds_what_was_applied_whatever_the_server_defaulted() -> None:
+    from typing import Any
+
     from enclave_config.controller import _holds
 
-    desired = {
+    desired: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": "v", "labels": {"a": "b"}},
@@ -182,6 +184,8 @@ def test_a_generated_object_holds_what_was_applied_whatever_the_server_defaulted
         "webhooks": [{"name": "x", "rules": [{"operations": ["CREATE"], "scope": "*"}], "timeoutSeconds": 10}],
     }
     assert _holds(live, desired)
+    with_empty = {**desired, "metadata": {**desired["metadata"], "annotations": {}}}
+    assert _holds(live, with_empty), "the apiserver stores no empty annotations"
     drifted = {**live, "webhooks": [{"name": "x", "rules": [{"operations": ["DELETE"], "scope": "*"}]}]}
     assert not _holds(drifted, desired)
     extra = {**live, "webhooks": [*live["webhooks"], {"name": "y"}]}

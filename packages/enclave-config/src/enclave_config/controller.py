@@ -432,12 +432,15 @@ def _aggregated(owner: JSON) -> tuple[str, str] | None:
 
 def _holds(live: Any, desired: Any, *, top: bool = True) -> bool:
     """Whether ``live`` has every field ``desired`` sets, with the same value (lists item by item, same length).
-    ``apiVersion``/``kind`` are skipped at the top: list responses leave them out of their items."""
+    ``apiVersion``/``kind`` are skipped at the top: list responses leave them out of their items. An empty
+    value (``annotations: {}``) is held by an absent field: the apiserver does not store empty ones."""
     if isinstance(desired, dict):
         if not isinstance(live, dict):
             return False
         return all(
-            (top and key in ("apiVersion", "kind")) or (key in live and _holds(live[key], value, top=False))
+            (top and key in ("apiVersion", "kind"))
+            or (key in live and _holds(live[key], value, top=False))
+            or (key not in live and value in (None, {}, [], ""))
             for key, value in desired.items()
         )
     if isinstance(desired, list):
