@@ -24,6 +24,7 @@ def test_there_are_enough_cases() -> None:
     assert len(CASES) >= 30
     paths = {step for case in CASES for step in (case.request.resource,)}
     assert {"namespaces", "tenants", "tenantowners", "serviceaccounts", "nodes", "serviceconfigurations"} <= paths
+    assert {"configmaps", "secrets"} <= paths  # the rules hooks (/resources)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -171,7 +172,9 @@ def test_explain_a_case_by_name(capsys: pytest.CaptureFixture[str]) -> None:
     assert "1. namespaces.mutate.enclave.dev (/namespaces/mutate): patched [Assigned]" in out
     assert "namespaces.enclave.dev (/namespaces): denied [TenantCordoned]" in out
     assert "tenant cli-beta: 1 namespace(s), cordoned; owners: User bob, Group cli-beta-team" in out
-    assert "not called (rules do not match): serviceaccounts.enclave.dev" in out
+    skipped = next(line for line in out.splitlines() if "not called (rules do not match)" in line)
+    assert "serviceaccounts.enclave.dev" in skipped
+    assert "resources.mutate.enclave.dev" in skipped  # namespaced resources only: a Namespace is not one
     assert out.strip().endswith("tenant cli-beta is cordoned")
 
 

@@ -12,6 +12,7 @@ tests:
   object: {apiVersion: v1, kind: Namespace, metadata: {name: acme-dev}}
   oldObject: ...               # UPDATE and DELETE
   subResource: status          # optional
+  resource: networkpolicies    # optional: the plural, where Kubernetes' naming rule does not give it
   expect:
     result: patched            # allowed | patched | denied
     reason: TenantCordoned     # optional: the reason of the deciding webhook
@@ -30,7 +31,18 @@ from enclave_cli.documents import Document
 from enclave_cli.engine import OPERATIONS, Request, resource_of
 
 RESULTS = ("allowed", "patched", "denied")
-_CASE_KEYS = {"name", "user", "groups", "operation", "tenant", "object", "oldObject", "subResource", "expect"}
+_CASE_KEYS = {
+    "name",
+    "user",
+    "groups",
+    "operation",
+    "tenant",
+    "object",
+    "oldObject",
+    "subResource",
+    "resource",
+    "expect",
+}
 _EXPECT_KEYS = {"result", "reason", "message", "patch"}
 
 
@@ -99,8 +111,8 @@ def parse_request(document: Document, raw: Any, loc: tuple[str | int, ...]) -> R
     if not kind or not api_version:
         raise document.error(f"{key} needs apiVersion and kind", (*loc, key))
     resource = resource_of(kind, api_version)
-    if resource is None:
-        raise document.error(f"no Enclave webhook decides on kind {kind!r}", (*loc, key, "kind"))
+    if raw.get("resource"):
+        resource = (resource[0], _str(document, raw["resource"], (*loc, "resource"), "resource"))
     meta = shown.get("metadata") or {}
     if not isinstance(meta, dict) or not meta.get("name"):
         raise document.error(f"{key} has no metadata.name", (*loc, key))

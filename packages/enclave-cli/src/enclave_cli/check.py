@@ -96,8 +96,6 @@ def _tenancy_problems(world: World) -> list[Problem]:
 
 def _webhook_problems(document: Document, state: State, namespace: str) -> list[Problem]:
     resource = resource_of(document.kind, str(document.data.get("apiVersion") or ""))
-    if resource is None:
-        return []
     meta = document.data.get("metadata") or {}
     request = Request(
         user=CHECK_USER,
@@ -114,7 +112,7 @@ def _webhook_problems(document: Document, state: State, namespace: str) -> list[
     )
     found = []
     for hook in hooks(namespace):
-        if hook.mutating or not hook.matches(request.group, request.resource, "CREATE"):
+        if hook.mutating or not hook.matches(request.group, request.resource, "CREATE", request.namespaced):
             continue
         try:
             decided = ROUTES[hook.path](

@@ -28,6 +28,8 @@ from enclave_core.api.configuration import WebhookRule
 JSON = dict[str, Any]
 
 CORE_RESOURCES = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "Node": "nodes"}
+CLUSTER_KINDS = ("Namespace", "Node", "PersistentVolume")
+"""Core kinds that are cluster-scoped; every other non-Enclave kind is taken as namespaced."""
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 
@@ -38,8 +40,10 @@ class Hook:
     mutating: bool
     rules: tuple[WebhookRule, ...]
 
-    def matches(self, group: str, resource: str, operation: str) -> bool:
+    def matches(self, group: str, resource: str, operation: str, namespaced: bool = True) -> bool:
         for rule in self.rules:
+            if rule.scope not in (None, "*", "Namespaced" if namespaced else "Cluster"):
+                continue
             if group not in (rule.api_groups or []) and "*" not in (rule.api_groups or []):
                 continue
             if operation not in (rule.operations or []) and "*" not in (rule.operations or []):
@@ -77,6 +81,14 @@ class Request:
     namespace: str = ""
 
     @property
+    def namespaced(self) -> bool:
+        """Whether the resource is namespace-scoped (what a hook rule's ``scope`` matches)."""
+        if self.kind in CLUSTER_KINDS and "/" not in self.api_version:
+            return False
+        info = KINDS_BY_NAME.get(self.kind)
+        return info.namespaced if info is not None else True
+
+    @property
     def full_resource(self) -> str:
         return f"{self.resource}/{self.sub_resource}" if self.sub_resource else self.resource
 
@@ -101,14 +113,26 @@ class Request:
         return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "request": request}
 
 
-def resource_of(kind: str, api_version: str) -> tuple[str, str] | None:
-    """(group, plural) of a kind the offline world knows."""
+def plural(kind: str) -> str:
+    """The resource name Kubernetes derives from a kind (``NetworkPolicy`` -> ``networkpolicies``); a test
+    names it with ``resource:`` where the kind is irregular."""
+    lower = kind.lower()
+    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
+        return lower[:-1] + "ies"
+    if lower.endswith(("s", "x", "ch", "sh")):
+        return lower + "es"
+    return lower + "s"
+
+
+def resource_of(kind: str, api_version: str) -> tuple[str, str]:
+    """(group, plural) of a kind: Enclave's from the API registry, others by Kubernetes' naming rule."""
     if kind in CORE_RESOURCES and "/" not in api_version:
         return "", CORE_RESOURCES[kind]
     info = KINDS_BY_NAME.get(kind)
-    if info is not None:
+    if info is not None and api_version.startswith(info.group + "/"):
         return info.group, info.plural
-    return None
+    group = api_version.rpartition("/")[0]
+    return group, plural(kind)
 
 
 @dataclass
@@ -235,7 +259,7 @@ def evaluate(request: Request, state: State, namespace: str, decide: Decide | No
     outcome = Outcome(obj=request.obj, subject=state.subject(request.user, request.groups))
     obj = request.obj
     for hook in hooks(namespace):
-        if not hook.matches(request.group, request.full_resource, request.operation):
+        if not hook.matches(request.group, request.full_resource, request.operation, request.namespaced):
             outcome.skipped.append(hook.name)
             continue
         if outcome.denial is not None:

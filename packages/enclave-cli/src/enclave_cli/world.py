@@ -4,7 +4,9 @@
   and :func:`enclave_core.snapshots.configuration.effective`, as enclave-config does before publishing it.
 * Tenants, TenantOwners, Namespaces and promoted ServiceAccounts go through
   :func:`enclave_tenants.plan.build_plan`, the function every enclave-tenants replica runs to publish the
-  Tenancy snapshot.
+  Tenancy snapshot; the tenants' ``spec.rules``, the namespaces' ``RuleStatus/default`` and PersistentVolumes
+  through :func:`enclave_tenants.rules.compile_namespaces` and :func:`enclave_tenants.rules.snapshot`, which
+  make the Rules snapshot.
 * The results are handed to :class:`enclave_admission.state.State` through the same setters the admission
   process calls when a snapshot arrives.
 
@@ -23,12 +25,14 @@ from enclave_core.api import KINDS_BY_NAME
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.validation import service_configuration_problems
 from enclave_core.snapshots.configuration import EffectiveConfiguration, effective
+from enclave_core.snapshots.rules import RULE_STATUS_NAME, RulesSnapshot
 from enclave_core.snapshots.tenancy import PROMOTED_LABEL
+from enclave_tenants import rules as rl
 from enclave_tenants.plan import Plan, build_plan
 from enclave_tenants.policy import Policy
 
 TEST_KIND = "EnclaveTest"
-CORE_KINDS = ("Namespace", "ServiceAccount", "Node")
+CORE_KINDS = ("Namespace", "ServiceAccount", "Node", "PersistentVolume")
 """Kubernetes kinds a directory may hold: the namespaces (and promoted accounts) tenants already have."""
 DEFAULT_NAMESPACE = "enclave-system"
 
@@ -50,6 +54,8 @@ class World:
     owners: list[Document] = field(default_factory=list)
     namespaces: list[Document] = field(default_factory=list)
     accounts: list[Document] = field(default_factory=list)
+    rule_statuses: list[Document] = field(default_factory=list)
+    volumes: list[Document] = field(default_factory=list)
     tests: list[Document] = field(default_factory=list)
     others: list[Document] = field(default_factory=list)
     """Enclave kinds whose compilers are not part of the offline world (quotas, pools, replication): checked,
@@ -79,6 +85,10 @@ class World:
                 world.namespaces.append(document)
             elif kind == "ServiceAccount":
                 world.accounts.append(document)
+            elif kind == "RuleStatus":
+                world.rule_statuses.append(document)
+            elif kind == "PersistentVolume":
+                world.volumes.append(document)
             elif kind in KINDS_BY_NAME or kind == "Node":
                 world.others.append(document)
             else:
@@ -97,12 +107,14 @@ class Compiled:
     config: EffectiveConfiguration
     plan: Plan
     namespace: str
+    rules: RulesSnapshot = field(default_factory=RulesSnapshot)
 
     def state(self) -> State:
         """A fresh admission state (fresh per request: no reservation of one case leaks into the next)."""
         state = State(expect_tenancy=True, namespace=self.namespace)
         state.set_config(self.config)
         state.set_tenancy(self.plan.snapshot)
+        state.set_rules(self.rules)
         return state
 
 
@@ -162,4 +174,18 @@ def compile_world(world: World, namespace: str = DEFAULT_NAMESPACE) -> Compiled:
     for name, owner_plan in plan.owners.items():
         if owner_plan.problems:
             raise by_name[name].error(f"TenantOwner {name!r}: {owner_plan.problems[0].message}")
-    return Compiled(config, plan, namespace)
+    own = {}
+    for document in world.rule_statuses:
+        meta = document.data.get("metadata") or {}
+        if not meta.get("namespace"):
+            raise document.error(f"RuleStatus {document.name!r} has no metadata.namespace", ("metadata",))
+        if document.name == RULE_STATUS_NAME:
+            own[str(meta["namespace"])] = document.data
+    rule_plans = rl.compile_namespaces(
+        {name: tenant_plan.tenant for name, tenant_plan in plan.tenants.items()},
+        plan.namespace_tenant,
+        {document.name: document.data for document in world.namespaces},
+        own,
+    )
+    rules = rl.snapshot(rule_plans, [document.data for document in world.volumes])
+    return Compiled(config, plan, namespace, rules)
