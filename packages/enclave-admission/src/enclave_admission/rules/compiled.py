@@ -266,6 +266,11 @@ class NamespaceSet:
     storage: tuple[CompiledRule, ...]
     workloads: tuple[CompiledRule, ...]
     mutations: tuple[CompiledRule, ...]
+    conditional: tuple[CompiledRule, ...] = ()
+    """Rules with conditions (and not broken), in order: their conditions are evaluated together."""
+    programs: tuple[cel.Program[bool], ...] = ()
+    """Every condition of ``conditional``, flattened in the same order: one evaluation per request shares the
+    conversion of the object between all of them."""
 
 
 def compile_namespace(item: NamespaceRules) -> NamespaceSet:
@@ -282,6 +287,8 @@ def compile_namespace(item: NamespaceRules) -> NamespaceSet:
         storage=tuple(r for r in rules if r.storage is not None),
         workloads=tuple(r for r in rules if r.workloads is not None),
         mutations=tuple(r for r in rules if r.mutations),
+        conditional=tuple(r for r in rules if r.conditions and not r.broken),
+        programs=tuple(p for r in rules if r.conditions and not r.broken for p in r.conditions),
     )
 
 

@@ -61,7 +61,7 @@ class Item:
 class Review:
     """The state of judging one request: the namespace's rules, memoised applicability, the findings."""
 
-    __slots__ = ("_applies", "_request_vars", "_variables", "findings", "request", "rules")
+    __slots__ = ("_applies", "_conditions", "_request_vars", "_variables", "findings", "request", "rules")
 
     def __init__(self, request: AdmissionRequest, rules: NamespaceSet) -> None:
         self.request = request
@@ -70,6 +70,7 @@ class Review:
         self._applies: dict[int, bool] = {}
         self._variables: dict[str, Any] | None = None
         self._request_vars: dict[str, Any] | None = None
+        self._conditions: dict[int, list[cel.EvalResult[bool]]] | None = None
 
     # -- applicability ----------------------------------------------------------------------------------------
 
@@ -130,7 +131,7 @@ class Review:
             return False  # a broken rule is reported once by check_broken
         if not rule.conditions:
             return True
-        results = cel.default().evaluate_all(list(rule.conditions), self.variables())
+        results = self._condition_results(rule)
         outcome, _ = cel.combine_conditions(results)
         if outcome is cel.ConditionOutcome.MATCH:
             return True
@@ -149,6 +150,20 @@ class Review:
                 )
             )
         return False
+
+    def _condition_results(self, rule: CompiledRule) -> list[cel.EvalResult[bool]]:
+        """The results of ``rule``'s conditions. The first rule asked evaluates the conditions of every rule of
+        the namespace at once: the request's object is converted for CEL once, not once per rule."""
+        found = self._conditions
+        if found is None:
+            results = cel.default().evaluate_all(list(self.rules.programs), self.variables())
+            found = self._conditions = {}
+            position = 0
+            for candidate in self.rules.conditional:
+                count = len(candidate.conditions)
+                found[candidate.index] = results[position : position + count]
+                position += count
+        return found.get(rule.index) or cel.default().evaluate_all(list(rule.conditions), self.variables())
 
     def check_broken(self) -> None:
         """Rules that cannot be evaluated reject every request of their audience (they were refused at the
