@@ -5,6 +5,8 @@ object is created on the test control plane with ``dryRun=All`` and ``fieldValid
 defaulting, schema, CEL and admission validation, and refuses unknown or duplicated fields, without storing
 anything. The RBAC test goes further and applies the chart's roles for real, then acts as the components'
 service accounts to prove the narrow ``escalate`` and ``bind`` grants are enough, and no more than enough.
+Finally helm itself installs, upgrades and uninstalls the release on the test control plane (without ``--wait``:
+no pod can run there; charts/enclave/README.md "Tests" argues why).
 """
 
 from __future__ import annotations
@@ -1065,3 +1067,203 @@ def test_config_renders_the_defaults_into_the_narrowed_hooks() -> None:
     assert TENANT_METADATA_CONDITION in validating
     assert TENANT_METADATA_CONDITION not in mutating
     assert hooks["namespaces.mutate.enclave.dev"]["enclave.dev/assignable"].startswith("request.operation == 'CREATE'")
+
+
+# -- helm install, upgrade and uninstall on the real apiserver ----------------------------------------------
+#
+# The test control plane has no kubelet, scheduler or deployment controller, so no pod ever runs and
+# `helm install --wait` could only time out. What --wait would add is "the pods start", which the image tests
+# (tests/image) prove by running every component from the built image against this same apiserver. Here helm
+# itself installs, upgrades and uninstalls the release: every object goes through kube-apiserver's defaulting,
+# schema, CEL and admission validation, helm's three-way merge and ownership checks, and its deletion order.
+# KWOK nodes (fake kubelets) plus kube-scheduler and the deployment controllers would make --wait meaningful;
+# that is two more Go builds and a second control plane for a signal the image tests already give.
+
+
+def _release_values(tmp_path: Path, token: str, values: dict[str, Any], name: str) -> Path:
+    """``values`` with the cluster-scoped names the release would share with other tests made unique.
+
+    The ServiceConfiguration and the provisioner/deleter ClusterRoles are cluster-scoped; a component stack
+    started by another test of the session may hold the default names, and helm rightly refuses to adopt an
+    object it does not own. The components' own ClusterRoles (enclave-<component>) are fixed names that only
+    this file's RBAC tests create, and they delete them."""
+    merged = json.loads(json.dumps(values))
+    configuration = merged.setdefault("serviceConfiguration", {})
+    configuration["name"] = f"helm-{token}"
+    provisioner, deleter = f"helm-{token}-provisioner", f"helm-{token}-deleter"
+    configuration.setdefault("spec", {})["rbac"] = {
+        "provisioner": provisioner,
+        "deleter": deleter,
+        "administrationClusterRoles": [deleter],
+        "promotionClusterRoles": [provisioner, deleter],
+    }
+    # ServiceMonitor is served only where the Prometheus Operator's CRDs are installed.
+    merged.setdefault("metrics", {})["serviceMonitor"] = {"enabled": False}
+    return _values_file(tmp_path, merged, name)
+
+
+def _release(helm: Path, control_plane: ControlPlane, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``helm <args>`` against release ``enclave`` in ``namespace`` of the test control plane."""
+    return _helm(helm, *args, "--namespace", namespace, "--kubeconfig", str(control_plane.kubeconfig))
+
+
+def _installed(helm: Path, control_plane: ControlPlane, namespace: str) -> list[Manifest]:
+    """The objects of the deployed release, as helm recorded them (`helm get manifest`)."""
+    result = _release(helm, control_plane, namespace, "get", "manifest", "enclave")
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def _live(kube: Any, doc: Manifest, namespace: str) -> Any | None:
+    """The object on the server, or None when it is gone."""
+    resource = DynamicClient(kube).resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+    try:
+        return resource.get(name=doc["metadata"]["name"], namespace=namespace if resource.namespaced else None)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _assert_on_server(kube: Any, manifests: list[Manifest], namespace: str) -> None:
+    """Every object of the release exists, labelled as helm's, with the spec it was rendered with."""
+    for doc in manifests:
+        live = _live(kube, doc, namespace)
+        assert live is not None, f"{doc['kind']}/{doc['metadata']['name']} missing after helm install"
+        annotations = live.metadata.annotations or {}
+        assert annotations.get("meta.helm.sh/release-name") == "enclave", doc["metadata"]["name"]
+        assert annotations.get("meta.helm.sh/release-namespace") == namespace, doc["metadata"]["name"]
+        if doc["kind"] == "Deployment":
+            # Without `replicas` (the HorizontalPodAutoscaler owns it) the apiserver defaults it to 1.
+            assert live.spec.replicas == doc["spec"].get("replicas", 1), doc["metadata"]["name"]
+            assert live.spec.template.spec.containers[0].args == container(doc)["args"]
+
+
+def _assert_gone(kube: Any, manifests: list[Manifest], namespace: str) -> None:
+    left = [f"{doc['kind']}/{doc['metadata']['name']}" for doc in manifests if _live(kube, doc, namespace)]
+    assert not left, f"left behind: {left}"
+
+
+def _alone(component: str) -> dict[str, Any]:
+    """Only ``component`` enabled (admission also needs config, whose stream it reads: the chart refuses less)."""
+    values: dict[str, Any] = {name: {"enabled": name == component} for name in ALL_COMPONENTS}
+    if component == "admission":
+        values["config"]["enabled"] = True
+    return values
+
+
+@pytest.mark.parametrize("profile", [*ALL_COMPONENTS, "all"])
+def test_helm_install_and_uninstall(
+    helm: Path,
+    kube: Any,
+    control_plane: ControlPlane,
+    enclave_crds: list[str],
+    namespace: str,
+    tmp_path: Path,
+    profile: str,
+) -> None:
+    """`helm install` of each component alone, and of all of them, is accepted object by object by the real
+    apiserver; `helm uninstall` removes every object and keeps the CRDs."""
+    token = secrets.token_hex(3)
+    values = all_components_values() if profile == "all" else _alone(profile)
+    path = _release_values(tmp_path, token, values, "release.yaml")
+    installed = _release(helm, control_plane, namespace, "install", "enclave", str(CHART), "--values", str(path))
+    try:
+        assert installed.returncode == 0, installed.stderr
+        manifests = _installed(helm, control_plane, namespace)
+        deployments = {doc["metadata"]["name"] for doc in manifests if doc["kind"] == "Deployment"}
+        wanted = {f"enclave-{name}" for name, value in values.items() if name in ALL_COMPONENTS and value["enabled"]}
+        assert deployments == wanted
+        _assert_on_server(kube, manifests, namespace)
+        uninstalled = _release(helm, control_plane, namespace, "uninstall", "enclave", "--wait", "--timeout", "60s")
+        assert uninstalled.returncode == 0, uninstalled.stderr
+        _assert_gone(kube, manifests, namespace)
+        crds = client.ApiextensionsV1Api(kube).list_custom_resource_definition().items
+        assert set(enclave_crds) <= {crd.metadata.name for crd in crds}, "helm uninstall must keep the CRDs"
+    finally:
+        _release(helm, control_plane, namespace, "uninstall", "enclave", "--ignore-not-found")
+
+
+def test_helm_upgrade_and_uninstall_leave_only_crds_and_tenant_data(
+    helm: Path, kube: Any, control_plane: ControlPlane, enclave_crds: list[str], namespace: str, tmp_path: Path
+) -> None:
+    """Defaults, then every component, then defaults again: each `helm upgrade` adds and removes exactly the
+    objects of the components switched on and off; a value the schema refuses is refused by `helm upgrade` and
+    `helm install`, naming it, and changes nothing; `helm uninstall` leaves the CRDs and the tenants' objects."""
+    token = secrets.token_hex(3)
+    defaults = _release_values(tmp_path, token, {}, "defaults.yaml")
+    every = _release_values(tmp_path, token, all_components_values(), "every.yaml")
+    custom = client.CustomObjectsApi(kube)
+    tenant = f"helm-{token}"
+
+    def key(doc: Manifest) -> tuple[str, str]:
+        return doc["kind"], doc["metadata"]["name"]
+
+    try:
+        refused = _release(
+            helm,
+            control_plane,
+            namespace,
+            "install",
+            "enclave",
+            str(CHART),
+            "--values",
+            str(defaults),
+            "--set",
+            "admission.replicas=-1",
+        )
+        assert refused.returncode != 0
+        assert "at '/admission/replicas': minimum: got -1, want 1" in refused.stderr
+        assert _release(helm, control_plane, namespace, "status", "enclave").returncode != 0, "nothing installed"
+
+        result = _release(helm, control_plane, namespace, "install", "enclave", str(CHART), "--values", str(defaults))
+        assert result.returncode == 0, result.stderr
+        first = _installed(helm, control_plane, namespace)
+        result = _release(helm, control_plane, namespace, "upgrade", "enclave", str(CHART), "--values", str(every))
+        assert result.returncode == 0, result.stderr
+        full = _installed(helm, control_plane, namespace)
+        _assert_on_server(kube, full, namespace)
+        added = [doc for doc in full if key(doc) not in {key(old) for old in first}]
+        assert {"enclave-pools", "enclave-replication"} <= {d["metadata"]["name"] for d in added}
+
+        refused = _release(
+            helm,
+            control_plane,
+            namespace,
+            "upgrade",
+            "enclave",
+            str(CHART),
+            "--values",
+            str(every),
+            "--set",
+            "config.replicas=3",
+        )
+        assert refused.returncode != 0
+        assert "at '/config/replicas': maximum: got 3, want 2" in refused.stderr
+        assert {key(doc) for doc in _installed(helm, control_plane, namespace)} == {key(doc) for doc in full}
+
+        result = _release(helm, control_plane, namespace, "upgrade", "enclave", str(CHART), "--values", str(defaults))
+        assert result.returncode == 0, result.stderr
+        _assert_on_server(kube, _installed(helm, control_plane, namespace), namespace)
+        _assert_gone(kube, added, namespace)
+
+        # Tenant data: objects users create under the CRDs are not the release's and outlive it.
+        body = {
+            "apiVersion": "enclave.dev/v1beta2",
+            "kind": "Tenant",
+            "metadata": {"name": tenant},
+            "spec": {"owners": [{"kind": "User", "name": "helm-alice"}]},
+        }
+        custom.create_cluster_custom_object("enclave.dev", "v1beta2", "tenants", body)
+        result = _release(helm, control_plane, namespace, "uninstall", "enclave", "--wait", "--timeout", "60s")
+        assert result.returncode == 0, result.stderr
+        _assert_gone(kube, [*first, *full], namespace)
+        crds = {crd.metadata.name for crd in client.ApiextensionsV1Api(kube).list_custom_resource_definition().items}
+        assert set(enclave_crds) <= crds
+        assert custom.get_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant)
+        releases = client.CoreV1Api(kube).list_namespaced_secret(namespace, label_selector="owner=helm").items
+        assert not releases, "helm keeps no release history after uninstall"
+    finally:
+        _release(helm, control_plane, namespace, "uninstall", "enclave", "--ignore-not-found")
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant)
