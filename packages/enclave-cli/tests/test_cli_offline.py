@@ -228,3 +228,27 @@ def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.Cap
         assert err.startswith("enclave: cannot load the kubeconfig:"), err
         assert err.count("\n") == 1
         assert "Traceback" not in err
+
+
+def test_check_runs_the_rule_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tenant.yaml").write_text(
+        "apiVersion: enclave.dev/v1beta2\nkind: Tenant\nmetadata: {name: t}\nspec:\n"
+        "  owners: [{kind: User, name: a}]\n  rules:\n  - enforce:\n      action: deny\n      metadata:\n"
+        "      - kinds: ['*']\n        labels:\n          env: {values: [{exp: '(open'}]}\n"
+    )
+    code, out, _ = _run(capsys, "check", str(tmp_path))
+    assert code == 1
+    assert (
+        f"{tmp_path / 'tenant.yaml'}:12: Tenant 't': spec.rules[0].enforce.metadata[0].labels['env'].values[0].exp"
+        in out
+    )
+    assert "invalid regular expression '(open'" in out
+
+
+def test_explain_lists_the_rules_in_effect(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "explain", str(POLICIES), "a tenant rule denies a label value on any kind")
+    assert code == 0
+    assert "resources.enclave.dev (/resources): denied [RuleViolation]" in out
+    assert "rules in effect in namespace cli-acme-prod (evaluation order):" in out
+    assert "1. Tenant cli-acme spec.rules[0]: enforce deny (metadata); audience: every requester" in out
+    assert "2. Tenant cli-acme spec.rules[1]: enforce audit (metadata); audience: every requester" in out

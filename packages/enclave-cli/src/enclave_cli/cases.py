@@ -17,6 +17,7 @@ tests:
     result: patched            # allowed | patched | denied
     reason: TenantCordoned     # optional: the reason of the deciding webhook
     message: is cordoned       # optional: a fragment of the denial message
+    audit: spec.rules[1]       # optional: a fragment of a rule's audit finding
     patch:                     # optional: operations the patch must contain
     - {op: add, path: /metadata/labels, value: {enclave.dev/tenant: acme}}
 ```
@@ -43,7 +44,7 @@ _CASE_KEYS = {
     "resource",
     "expect",
 }
-_EXPECT_KEYS = {"result", "reason", "message", "patch"}
+_EXPECT_KEYS = {"result", "reason", "message", "patch", "audit"}
 
 
 @dataclass
@@ -52,6 +53,8 @@ class Expectation:
     reason: str = ""
     message: str = ""
     patch: list[dict[str, Any]] = field(default_factory=list)
+    audit: str = ""
+    """A fragment of one of the rules' audit findings."""
 
 
 @dataclass
@@ -152,6 +155,7 @@ def _expectation(document: Document, raw: Any, loc: tuple[str | int, ...]) -> Ex
         reason=str(raw.get("reason") or ""),
         message=str(raw.get("message") or ""),
         patch=patch,
+        audit=str(raw.get("audit") or ""),
     )
 
 

@@ -14,6 +14,7 @@ Each problem is printed as ``file:line: Kind name: field: message``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from enclave_cli.documents import Document, InputError
 from enclave_cli.engine import Request, hooks, resource_of
 from enclave_cli.world import DEFAULT_NAMESPACE, TEST_KIND, World, compile_configuration
 from enclave_core.api import KINDS_BY_NAME
-from enclave_core.api.validation import service_configuration_problems
+from enclave_core.api.validation import rules_problems, service_configuration_problems
 from enclave_tenants.plan import build_plan
 from enclave_tenants.policy import Policy
 
@@ -59,17 +60,31 @@ def _model_problems(document: Document) -> list[Problem]:
                 )
             )
         return found
+    if document.kind in ("Tenant", "RuleStatus"):
+        parsed = info.model.model_validate(document.data)
+        rules, where = (parsed.spec.rules, "spec.rules") if document.kind == "Tenant" else (parsed.spec, "spec")  # type: ignore[attr-defined]
+        return [
+            Problem(
+                document.path, document.line_of(_loc(problem.field)), f"{document.kind} {document.name!r}: {problem}"
+            )
+            for problem in rules_problems(rules, where)
+        ]
     if document.kind == "ServiceConfiguration":
         spec = info.model.model_validate(document.data).spec  # type: ignore[attr-defined]
         return [
             Problem(
                 document.path,
-                document.line_of(tuple(problem.field.split("."))),
+                document.line_of(_loc(problem.field)),
                 f"ServiceConfiguration {document.name!r}: {problem}",
             )
             for problem in service_configuration_problems(spec)
         ]
     return []
+
+
+def _loc(field: str) -> tuple[str | int, ...]:
+    """``spec.rules[0].enforce`` -> ("spec", "rules", 0, "enforce"), the document's line index keys."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]']+", field) if p)
 
 
 def _tenancy_problems(world: World) -> list[Problem]:

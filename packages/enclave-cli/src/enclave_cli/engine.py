@@ -191,6 +191,11 @@ class Outcome:
         return self.steps[-1] if self.steps else None
 
     @property
+    def audits(self) -> list[str]:
+        """Audit findings of rules (allowed, but reported): what ``expect.audit`` matches."""
+        return [audit for step in self.steps for audit in step.decision.audits]
+
+    @property
     def message(self) -> str:
         denial = self.denial
         return denial.decision.message if denial is not None else ""

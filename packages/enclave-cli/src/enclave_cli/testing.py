@@ -50,6 +50,7 @@ class Result:
             "reason": (outcome.decided_by.decision.reason if outcome and outcome.decided_by else ""),
             "message": outcome.message if outcome else "",
             "patch": outcome.patch if outcome else [],
+            "audits": outcome.audits if outcome else [],
             "problems": self.problems,
         }
 
@@ -78,6 +79,8 @@ def judge(case: Case, outcome: Outcome) -> list[str]:
         problems.append(f"expected reason {expect.reason}, got {reason or 'none'}")
     if expect.message and expect.message not in outcome.message:
         problems.append(f"message does not contain {expect.message!r}: {outcome.message or '(no message)'}")
+    if expect.audit and not any(expect.audit in audit for audit in outcome.audits):
+        problems.append(f"no audit finding contains {expect.audit!r}: {'; '.join(outcome.audits) or '(none)'}")
     for wanted in expect.patch:
         if not _contains(outcome.patch, wanted):
             problems.append(f"patch lacks {json.dumps(wanted, sort_keys=True)}")
@@ -115,6 +118,8 @@ def render_table(results: list[Result], style: Style) -> str:
         detail = ""
         if outcome is not None and outcome.message:
             detail = outcome.message
+        elif outcome is not None and outcome.audits:
+            detail = "audit: " + "; ".join(outcome.audits)
         elif outcome is not None and outcome.patch:
             detail = "; ".join(f"{op['op']} {op['path']}" for op in outcome.patch)
         rows.append([mark, result.case.name, result.got, result.decided, detail])
