@@ -29,6 +29,7 @@ Context: (dict "root" $ "name" "<component>").
 {{- /* Generated webhook configurations and RBAC are owned by config's own ClusterRole: `helm uninstall` removes
 them, deleting the ServiceConfiguration does not (the fence must survive that). */}}
 - --owner-cluster-role={{ include "enclave.componentName" . }}
+- --manage-crds
 {{- else if $root.Values.config.enabled }}
 - --config-endpoint={{ include "enclave.grpcTarget" (dict "root" $root "name" "config") }}
 {{- /* Mutual TLS on the snapshot streams: verify publishers (and, serving, clients) with the service CA, and

@@ -7,6 +7,7 @@ kube-apiserver treats that as a failed call (the webhook's failurePolicy decides
 never turn into an allow.
 
 A request before the snapshots arrived is answered ``503`` for the same reason: no state, no decision.
+``/convert`` (CRD conversion, :mod:`enclave_admission.conversion`) is the exception: it needs no state.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Final
 
 import orjson
 
+from enclave_admission import conversion
 from enclave_admission.events import DenyEvents
 from enclave_admission.listener import Answer, Limits, Listener
 from enclave_admission.quotas import namespaces as namespace_ledger
@@ -87,9 +89,11 @@ class AdmissionServer:
         an awaitable, and so does this, which the listener writes when it completes (in request order)."""
         handler = self.routes.get(path)
         if handler is None:
+            if path == conversion.PATH:
+                return conversion.answer(method, body)
             REQUESTS.labels(UNKNOWN_PATH).inc()
             DECISIONS.labels(UNKNOWN_PATH, "error").inc()
-            served = ", ".join(sorted(self.routes))
+            served = ", ".join(sorted([*self.routes, conversion.PATH]))
             log.warning("request on an unknown path", extra={"path": path})
             return _error(404, f"no Enclave webhook is served on {path!r}; served paths: {served}")
         metrics = self._metrics[path]

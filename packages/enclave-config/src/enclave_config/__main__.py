@@ -38,6 +38,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="ClusterRole that owns the generated webhook configurations and RBAC, so that deleting it (helm "
         "uninstall) garbage-collects them; deleting the ServiceConfiguration never does (env ENCLAVE_OWNER_CLUSTER_ROLE)",
     )
+    parser.add_argument(
+        "--manage-crds",
+        action=argparse.BooleanOptionalAction,
+        default=env_default("ENCLAVE_MANAGE_CRDS", "false").lower() in ("1", "true", "yes"),
+        help="point Enclave's CRDs' conversion webhook at the admission server with the webhook CA, and migrate "
+        "objects stored in an old version; one enclave-config per cluster does it (env ENCLAVE_MANAGE_CRDS)",
+    )
     args = parser.parse_args(argv)
     for flag in ("tls_validity", "resync"):
         try:
@@ -68,6 +75,7 @@ async def body(process: component.Component) -> None:
         tls_validity=timedelta(seconds=parse_duration(args.tls_validity).total_seconds()),
         resync_seconds=parse_duration(args.resync).total_seconds(),
         owner_cluster_role=args.owner_cluster_role,
+        manage_crds=args.manage_crds,
     )
     controller = ConfigController(kube, settings, hub, EventRecorder(kube, "enclave-config"))
     process.state["controller"] = controller

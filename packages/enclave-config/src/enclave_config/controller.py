@@ -26,7 +26,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 from pydantic import ValidationError
 
-from enclave_config import rbac, tls, webhooks
+from enclave_config import crds, rbac, tls, webhooks
 from enclave_core import GROUP_VERSION
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.meta import Entity
@@ -66,6 +66,8 @@ class Settings:
     owner_cluster_role: str = ""
     """ClusterRole whose deletion garbage-collects what this controller generates (the chart passes its own
     ClusterRole, which ``helm uninstall`` deletes); empty: generated objects have no owner."""
+    manage_crds: bool = False
+    """Keep Enclave's CRDs' conversion webhook client and CA, and migrate their storage (one process per cluster)."""
 
 
 class ApplyError(Exception):
@@ -109,9 +111,19 @@ class ConfigController:
         self.promoted = Informer(
             kube, "/api/v1/serviceaccounts", label_selector=f"{PROMOTED_LABEL}=true", on_change=change, name="sa"
         )
+        self.crds = Informer(kube, crds.CRD_PATH, label_selector=crds.PART_OF, on_change=change, name="crds")
+        self._optional = [self.crds] if settings.manage_crds else []
 
     def _informers(self) -> list[Informer]:
-        return [self.configs, self.tenants, self.owners, self.secrets, self.promoted, *self.managed.values()]
+        return [
+            self.configs,
+            self.tenants,
+            self.owners,
+            self.secrets,
+            self.promoted,
+            *self._optional,
+            *self.managed.values(),
+        ]
 
     def _changed(self, _key: str) -> None:
         self._trigger.set()
@@ -186,6 +198,7 @@ class ConfigController:
                 self._owner = await self._anchor()
             ca_pem, next_tls = await self._reconcile_tls(config.spec)
             await self._apply_admission(current, ca_pem)
+            await self._apply_conversion(config.spec, ca_pem)
             await self._apply_rbac(current)
         except ApplyError as err:
             await self._not_ready(raw, generation, err.reason, str(err))
@@ -196,6 +209,8 @@ class ConfigController:
         await self._write_status(raw, generation, "True", "Applied", "configuration validated and applied", current)
         RECONCILES.labels("applied").inc()
         READY.set(1)
+        if self.settings.manage_crds and not await self._migrate_storage():
+            return min(next_tls, 5.0)
         return next_tls
 
     def _own(self, body: JSON) -> JSON:
@@ -307,6 +322,60 @@ class ConfigController:
                 await self.kube.delete(f"{ADMISSION_PATHS[kind]}/{name}")
                 self.managed[kind].items.pop(name, None)
                 log.info("pruned webhook configuration", extra={"kind": kind, "name": name})
+
+    async def _apply_conversion(self, spec: ServiceConfigurationSpec, ca_pem: bytes | None) -> None:
+        """Point every Enclave CRD's conversion webhook at the admission server, with its CA (the CRD bundle)."""
+        if not self.settings.manage_crds:
+            return
+        for name, body in crds.definitions(self.crds.items, spec, ca_pem).items():
+            self.crds.items[name] = await self.kube.apply(f"{crds.CRD_PATH}/{name}", body)
+            log.info("CRD applied from this release's models", extra={"crd": name})
+        for name, crd in sorted(self.crds.items.items()):
+            patch = crds.conversion_patch(crd, spec, ca_pem)
+            if patch is None:
+                continue
+            stored = await self.kube.merge_patch(f"{crds.CRD_PATH}/{name}", patch)
+            self.crds.items[name] = stored
+            log.info("conversion webhook client of a CRD updated", extra={"crd": name})
+
+    async def _migrate_storage(self) -> bool:
+        """Rewrite objects still stored in an old version, then trim ``storedVersions``; False to retry soon.
+
+        Best effort: listing needs the conversion webhook (objects stored as v1beta1 are converted on the way
+        out), which may not answer yet while the admission server starts.
+        """
+        done = True
+        for crd in sorted(self.crds.items.values(), key=lambda c: str(c["metadata"]["name"])):
+            plan = crds.migration(crd)
+            if plan is None:
+                continue
+            try:
+                listed = await self.kube.list(plan.list_path)
+                for obj in listed.get("items") or []:
+                    patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}}
+                    try:
+                        await self.kube.merge_patch(plan.object_path(obj), patch)
+                    except KubeError as err:
+                        if err.status not in (404, 409):  # deleted or written since: stored anew anyway
+                            raise
+                status = {"status": {"storedVersions": [plan.storage]}}
+                self.crds.items[plan.crd] = await self.kube.merge_patch(plan.status_path, status)
+            except KubeError as err:
+                log.warning("storage migration will be retried", extra={"crd": plan.crd, "error": str(err)})
+                done = False
+                continue
+            message = (
+                f"{len(listed.get('items') or [])} objects rewritten in {plan.storage}; "
+                f"no longer stored as {', '.join(plan.stale)}"
+            )
+            target = {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": self.crds.items[plan.crd]["metadata"],
+            }
+            await self.events.emit(target, "Normal", "StorageMigrated", message)
+            log.info("storage migrated", extra={"crd": plan.crd, "from": list(plan.stale), "to": plan.storage})
+        return done
 
     async def _apply_rbac(self, current: EffectiveConfiguration) -> None:
         promoted = [(sa["metadata"]["namespace"], sa["metadata"]["name"]) for sa in self.promoted.values()]

@@ -32,8 +32,9 @@ def _walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str,
         yield from _walk(node["additionalProperties"], f"{path}{{}}")
 
 
-def _schema(info: KindInfo) -> dict[str, Any]:
-    schema: dict[str, Any] = crd_for(info)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def _schema(info: KindInfo, version: int = -1) -> dict[str, Any]:
+    """The openAPIV3Schema of one version (default v1beta2, the last; 0 is v1beta1)."""
+    schema: dict[str, Any] = crd_for(info)["spec"]["versions"][version]["schema"]["openAPIV3Schema"]
     return schema
 
 
@@ -75,19 +76,39 @@ def test_crd_names_scope_and_subresources(info: KindInfo) -> None:
     assert spec["scope"] == info.scope
     assert spec["names"]["categories"] == ["enclave"]
     assert spec["names"]["shortNames"] == list(info.short_names)
-    (version,) = spec["versions"]
+    older, version = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v1beta2", True, True)
-    assert version["subresources"] == {"status": {}}
-    columns = [column["name"] for column in version["additionalPrinterColumns"]]
-    assert columns[-1] == "Age"
-    assert "Ready" in columns or info.kind == "QuantityLedger"
+    assert (older["name"], older["served"], older["storage"], older["deprecated"]) == ("v1beta1", True, False, True)
+    assert "use enclave.dev/v1beta2" in older["deprecationWarning"]
+    assert spec["conversion"]["strategy"] == "Webhook"
+    assert spec["conversion"]["webhook"]["clientConfig"]["service"]["path"] == "/convert"
+    for each in (older, version):
+        assert each["subresources"] == {"status": {}}
+        columns = [column["name"] for column in each["additionalPrinterColumns"]]
+        assert columns[-1] == "Age"
+        assert "Ready" in columns or info.kind == "QuantityLedger"
+
+
+def test_v1beta1_schemas_are_the_older_shapes() -> None:
+    tenant = yaml.safe_load(generate()["tenants.enclave.dev.yaml"])["spec"]["versions"][0]
+    spec = tenant["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert "namespaceQuota" in spec
+    assert "namespaceOptions" not in spec
+    assert "rules" not in spec
+    quota = next(c for c in tenant["additionalPrinterColumns"] if c["name"] == "Quota")
+    assert quota["jsonPath"] == ".spec.namespaceQuota"
+    configuration = yaml.safe_load(generate()["serviceconfigurations.enclave.dev.yaml"])["spec"]["versions"][0]
+    schema = configuration["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert "users" not in schema["properties"]
+    assert "admission" not in schema["properties"]
+    assert any("at most 256 entries together" in rule["message"] for rule in schema["x-kubernetes-validations"])
 
 
 @BY_KIND
 def test_schema_is_structural(info: KindInfo) -> None:
     text = generate()[f"{info.crd_name}.yaml"]
     assert "$ref" not in text
-    for path, node in _walk(_schema(info)):
+    for path, node in [*_walk(_schema(info)), *_walk(_schema(info, 0))]:
         int_or_string = node.get("x-kubernetes-int-or-string") is True
         preserve = node.get("x-kubernetes-preserve-unknown-fields") is True
         assert "type" in node or int_or_string or preserve, f"{path}: no type"

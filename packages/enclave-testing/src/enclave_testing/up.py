@@ -131,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
                 namespace=ENCLAVE_NAMESPACE,
                 endpoints=endpoints,
                 wait_ready=not spec.webhook,
-                # as in production: admission accepts only kube-apiserver's webhook client certificate
-                args=plane.webhook_client_args() if spec.webhook else None,
+                # As in production: admission accepts only kube-apiserver's webhook client certificate; the one
+                # config process of the cluster keeps the CRDs (conversion client and CA, storage migration).
+                args=plane.webhook_client_args()
+                if spec.webhook
+                else (["--manage-crds"] if spec.name == "config" else None),
             )
             running.append(component)
             if spec.webhook:

@@ -260,11 +260,12 @@ def _nested_doc(tp: Any) -> str | None:
     return None
 
 
-def _root_schema(info: KindInfo) -> dict[str, Any]:
-    """The openAPIV3Schema of a kind: the envelope plus spec and status."""
-    model = info.model
+def _root_schema(info: KindInfo, model: type[BaseModel] | None = None, api_version: str = "") -> dict[str, Any]:
+    """The openAPIV3Schema of a kind: the envelope plus spec and status (of ``model``, default the v1beta2 one)."""
+    model = model or info.model
+    api_version = api_version or f"{info.group}/{info.version}"
     properties: dict[str, Any] = {
-        "apiVersion": {"type": "string", "description": "Always `enclave.dev/v1beta2`."},
+        "apiVersion": {"type": "string", "description": f"Always `{api_version}`."},
         "kind": {"type": "string", "description": f"Always `{info.kind}`."},
         "metadata": {"type": "object"},
     }
@@ -289,28 +290,57 @@ def _root_schema(info: KindInfo) -> dict[str, Any]:
     return schema
 
 
-def crd_for(info: KindInfo) -> dict[str, Any]:
-    """The CustomResourceDefinition of one kind."""
-    if info.model.model_fields["metadata"].annotation is not ObjectMeta:
-        raise SchemaError(f"{info.kind}: metadata must be ObjectMeta (kube-apiserver owns its schema)")
+def _columns(info: KindInfo, moved: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": column.name,
+            "type": column.type,
+            "jsonPath": moved.get(column.json_path, column.json_path),
+            "description": column.description,
+            **({"priority": column.priority} if column.priority else {}),
+        }
+        for column in info.columns
+    ]
+
+
+def _version(info: KindInfo, name: str, storage: bool) -> dict[str, Any]:
+    """One entry of ``spec.versions``: v1beta2 from the registry's model, v1beta1 from ``enclave_core.api.v1beta1``."""
+    from enclave_core.api import v1beta1
+
+    older = name == v1beta1.API_VERSION
+    model = v1beta1.MODELS.get(info.kind, info.model) if older else info.model
     version: dict[str, Any] = {
-        "name": info.version,
+        "name": name,
         "served": True,
-        "storage": True,
-        "schema": {"openAPIV3Schema": _root_schema(info)},
+        "storage": storage,
+        "schema": {"openAPIV3Schema": _root_schema(info, model, f"{info.group}/{name}")},
         "subresources": {"status": {}},
     }
+    if older:
+        version["deprecated"] = True
+        version["deprecationWarning"] = (
+            f"{info.group}/{name} {info.kind} is deprecated; use {info.group}/{info.version} (see docs/versions.md)"
+        )
     if info.columns:
-        version["additionalPrinterColumns"] = [
-            {
-                "name": column.name,
-                "type": column.type,
-                "jsonPath": column.json_path,
-                "description": column.description,
-                **({"priority": column.priority} if column.priority else {}),
-            }
-            for column in info.columns
-        ]
+        version["additionalPrinterColumns"] = _columns(info, v1beta1.COLUMN_PATHS.get(info.kind, {}) if older else {})
+    return version
+
+
+CONVERSION_PATH: Final = "/convert"
+"""Where the admission server answers ConversionReviews."""
+CONVERSION_SERVICE: Final = {"name": "enclave-webhook-service", "namespace": "enclave-system", "port": 443}
+"""The chart's defaults; enclave-config points the CRDs at the configured Service or URL and injects the CA."""
+
+
+def crd_for(info: KindInfo, storage: str | None = None) -> dict[str, Any]:
+    """The CustomResourceDefinition of one kind: v1beta1 and v1beta2 served, ``storage`` (v1beta2) stored,
+    converted by the admission server's ``/convert``. Another ``storage`` only serves tests of migration."""
+    from enclave_core.api import v1beta1
+
+    if info.model.model_fields["metadata"].annotation is not ObjectMeta:
+        raise SchemaError(f"{info.kind}: metadata must be ObjectMeta (kube-apiserver owns its schema)")
+    stored = storage or info.version
+    versions = [_version(info, name, name == stored) for name in (v1beta1.API_VERSION, info.version)]
     names: dict[str, Any] = {
         "kind": info.kind,
         "listKind": info.list_kind,
@@ -320,11 +350,24 @@ def crd_for(info: KindInfo) -> dict[str, Any]:
     }
     if info.short_names:
         names["shortNames"] = list(info.short_names)
+    conversion = {
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"service": {**CONVERSION_SERVICE, "path": CONVERSION_PATH}},
+        },
+    }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": info.crd_name, "labels": dict(_LABELS)},
-        "spec": {"group": info.group, "names": names, "scope": info.scope, "versions": [version]},
+        "spec": {
+            "group": info.group,
+            "names": names,
+            "scope": info.scope,
+            "versions": versions,
+            "conversion": conversion,
+        },
     }
 
 

@@ -25,6 +25,7 @@ from enclave_core.api.v1beta1.tenancy import NamespacesMetadata, TenantSpecV1bet
 
 __all__ = [
     "API_VERSION",
+    "COLUMN_PATHS",
     "GROUP_VERSION",
     "IDENTICAL",
     "MODELS",
@@ -42,6 +43,12 @@ MODELS: Final[Mapping[str, type[KubeObjectV1beta1]]] = MappingProxyType(
     {"ServiceConfiguration": ServiceConfigurationV1beta1, "Tenant": TenantV1beta1}
 )
 """Kinds whose v1beta1 shape differs from v1beta2, to their v1beta1 model."""
+
+
+COLUMN_PATHS: Final[Mapping[str, Mapping[str, str]]] = MappingProxyType(
+    {"Tenant": {".spec.namespaceOptions.quota": ".spec.namespaceQuota"}}
+)
+"""Printer columns whose v1beta2 JSONPath is elsewhere in v1beta1."""
 
 
 def _identical() -> frozenset[str]:
