@@ -174,6 +174,11 @@ def test_tenants_and_namespaces_at_scale(stack: TenancyStack) -> None:
                 f"{name:<12}{rss_bytes(_pid(running)) / 2**20:>9.0f}{cpu_after[name] - cpu_before[name]:>13.1f}"
                 f"{(quiet.reads + quiet.writes) / IDLE:>12.2f}{quiet.renewals / IDLE:>18.2f}"
             )
+        for name in components:
+            quiet = idle_after[name] - idle_before[name]
+            busy = {key: count for key, count in quiet.by_kind.items() if not key.endswith(" leases")}
+            if busy:
+                print(f"idle requests of {name} in {IDLE:g}s: {dict(sorted(busy.items(), key=lambda kv: -kv[1]))}")
     finally:
         for name in wanted:
             with contextlib.suppress(ApiException):

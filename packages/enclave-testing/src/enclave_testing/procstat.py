@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,9 +37,16 @@ class Requests:
     """POST, PUT, PATCH, DELETE: Lease renewals and Events left out (the runtime's, not the work's)."""
     renewals: float
     """Lease requests: the cost of holding leadership, constant whatever the load."""
+    by_kind: dict[str, float] = field(default_factory=dict)
+    """Every request but watches, by ``METHOD resource``: what a nonzero row is made of."""
 
     def __sub__(self, other: Requests) -> Requests:
-        return Requests(self.reads - other.reads, self.writes - other.writes, self.renewals - other.renewals)
+        moved = {
+            key: value - other.by_kind.get(key, 0.0)
+            for key, value in self.by_kind.items()
+            if value != other.by_kind.get(key, 0.0)
+        }
+        return Requests(self.reads - other.reads, self.writes - other.writes, self.renewals - other.renewals, moved)
 
 
 def requests(probe_url: str) -> Requests:
@@ -47,15 +54,18 @@ def requests(probe_url: str) -> Requests:
     with urllib.request.urlopen(f"{probe_url}/metrics", timeout=10) as response:
         text = response.read().decode()
     reads = writes = renewals = 0.0
+    by_kind: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name != "enclave_kube_requests_total":
                 continue
             method, resource = sample.labels["method"], sample.labels["resource"]
+            if method != "WATCH":
+                by_kind[f"{method} {resource}"] = sample.value
             if resource == "leases":
                 renewals += sample.value
             elif method == "GET":
                 reads += sample.value
             elif method not in ("WATCH",) and resource != "events":
                 writes += sample.value
-    return Requests(reads, writes, renewals)
+    return Requests(reads, writes, renewals, by_kind)
