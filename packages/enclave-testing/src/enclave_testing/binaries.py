@@ -1,9 +1,12 @@
 """The one place that knows the control-plane binaries: which exist, how they are built, where they are cached.
 
 There is no Docker engine on our machines, so the test control plane is compiled from the published Go
-modules pinned in ``hack/controlplane/<module>/go.mod`` (with ``go.sum`` committed). The pinned version is read
-from those files rather than repeated here, so bumping a version is a one-file change. Builds land in a cache
-outside the work tree, keyed by version and by a hash of ``go.sum``, so a second run costs a stat call.
+modules pinned in ``hack/controlplane/<minor>/{kubernetes,etcd}/go.mod`` (one directory per supported
+Kubernetes minor, etcd as that release pairs it; ``go.sum`` committed) and ``hack/controlplane/helm*/``. The
+pinned version is read from those files rather than repeated here, so bumping a version is a one-file change
+(``python hack/controlplane/pin.py`` writes a new minor). ``ENCLAVE_KUBERNETES_VERSION`` (``1.36``, ``v1.36``
+or the exact pinned ``1.36.3``) selects the minor; without it :data:`DEFAULT_KUBERNETES_MINOR` is used. Builds land in
+a cache outside the work tree, keyed by version and by a hash of ``go.sum``, so a second run costs a stat call.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 from enclave_testing.paths import repo_root
 
@@ -35,6 +39,7 @@ class BinarySpec:
     module_dir: str
     package: str
     pinned_module: str
+    per_kubernetes_minor: bool = False
 
     def version_ldflags(self, version: str, commit: str, build_date: str) -> list[str]:
         """Version stamps, so that ``/version`` and ``--version`` report the real release."""
@@ -52,11 +57,11 @@ class BinarySpec:
             for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
                 flags += [f"-X {pkg}.{key}={value}" for key, value in stamps.items()]
             return flags
-        if self.pinned_module == "helm.sh/helm/v3":
+        if self.pinned_module in ("helm.sh/helm/v3", "helm.sh/helm/v4"):
             return [
-                f"-X helm.sh/helm/v3/internal/version.version={version}",
-                f"-X helm.sh/helm/v3/internal/version.gitCommit={commit}",
-                "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+                f"-X {self.pinned_module}/internal/version.version={version}",
+                f"-X {self.pinned_module}/internal/version.gitCommit={commit}",
+                f"-X {self.pinned_module}/internal/version.gitTreeState=clean",
             ]
         return []
 
@@ -64,17 +69,65 @@ class BinarySpec:
 BINARIES: dict[str, BinarySpec] = {
     spec.name: spec
     for spec in (
-        BinarySpec("etcd", "etcd", ".", "go.etcd.io/etcd/server/v3"),
-        BinarySpec("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes"),
+        BinarySpec("etcd", "etcd", ".", "go.etcd.io/etcd/server/v3", per_kubernetes_minor=True),
+        BinarySpec(
+            "kube-apiserver",
+            "kubernetes",
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            "k8s.io/kubernetes",
+            per_kubernetes_minor=True,
+        ),
         BinarySpec(
             "kube-controller-manager",
             "kubernetes",
             "k8s.io/kubernetes/cmd/kube-controller-manager",
             "k8s.io/kubernetes",
+            per_kubernetes_minor=True,
         ),
         BinarySpec("helm", "helm", "helm.sh/helm/v3/cmd/helm", "helm.sh/helm/v3"),
+        BinarySpec("helm4", "helm4", "helm.sh/helm/v4/cmd/helm", "helm.sh/helm/v4"),
     )
 }
+
+# The binaries of the control plane proper (the rest are clients such as helm).
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager")
+
+_MINOR = re.compile(r"^\d+\.\d+$")
+
+
+def supported_kubernetes_minors() -> list[str]:
+    """Every minor pinned under hack/controlplane, oldest first: the range the project supports."""
+    root = repo_root() / "hack" / "controlplane"
+    found = [entry.name for entry in root.iterdir() if entry.is_dir() and _MINOR.match(entry.name)]
+    return sorted(found, key=lambda minor: tuple(int(part) for part in minor.split(".")))
+
+
+DEFAULT_KUBERNETES_MINOR: Final = "1.35"
+"""What ``tox`` and ``tox -e up`` run on. It moves to the newest supported minor in a landing where the whole
+integration suite passed on it (1.37: the parts run so far passed, docs/versions.md "Kubernetes versions")."""
+
+
+def default_kubernetes_minor() -> str:
+    """The minor ``tox`` and ``tox -e up`` run on (:data:`DEFAULT_KUBERNETES_MINOR`)."""
+    return DEFAULT_KUBERNETES_MINOR
+
+
+def selected_kubernetes_minor() -> str:
+    """``ENCLAVE_KUBERNETES_VERSION`` as a supported minor, else the default; an unsupported one is an error."""
+    wanted = os.environ.get("ENCLAVE_KUBERNETES_VERSION", "").strip().lstrip("v")
+    if not wanted:
+        return default_kubernetes_minor()
+    minor = ".".join(wanted.split(".")[:2])
+    supported = supported_kubernetes_minors()
+    if minor not in supported:
+        raise RuntimeError(
+            f"ENCLAVE_KUBERNETES_VERSION={wanted}: not a supported Kubernetes minor (supported: {', '.join(supported)})"
+        )
+    if wanted != minor:
+        pinned = pinned_version(BINARIES["kube-apiserver"], minor).lstrip("v")
+        if pinned != wanted:
+            raise RuntimeError(f"ENCLAVE_KUBERNETES_VERSION={wanted}: {minor} is pinned at {pinned}")
+    return minor
 
 
 def cache_root() -> Path:
@@ -86,37 +139,40 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "enclave"
 
 
-def _module_dir(spec: BinarySpec) -> Path:
-    return repo_root() / "hack" / "controlplane" / spec.module_dir
+def _module_dir(spec: BinarySpec, minor: str | None = None) -> Path:
+    root = repo_root() / "hack" / "controlplane"
+    if spec.per_kubernetes_minor:
+        return root / (minor or selected_kubernetes_minor()) / spec.module_dir
+    return root / spec.module_dir
 
 
-def pinned_version(spec: BinarySpec) -> str:
+def pinned_version(spec: BinarySpec, minor: str | None = None) -> str:
     """The version required in the module's go.mod: the single record of what we pin."""
-    gomod = (_module_dir(spec) / "go.mod").read_text()
+    gomod = (_module_dir(spec, minor) / "go.mod").read_text()
     match = re.search(rf"^\s*(?:require\s+)?{re.escape(spec.pinned_module)}\s+(v\S+)", gomod, re.MULTILINE)
     if not match:
-        raise RuntimeError(f"{spec.pinned_module} is not required in {_module_dir(spec) / 'go.mod'}")
+        raise RuntimeError(f"{spec.pinned_module} is not required in {_module_dir(spec, minor) / 'go.mod'}")
     return match.group(1)
 
 
-def _sum_digest(spec: BinarySpec) -> str:
+def _sum_digest(spec: BinarySpec, minor: str | None) -> str:
     digest = hashlib.sha256()
     for name in ("go.mod", "go.sum"):
-        digest.update((_module_dir(spec) / name).read_bytes())
+        digest.update((_module_dir(spec, minor) / name).read_bytes())
     return digest.hexdigest()[:12]
 
 
-def binary_path(name: str) -> Path:
-    """Where the cached binary lives (it may not be built yet)."""
+def binary_path(name: str, minor: str | None = None) -> Path:
+    """Where the cached binary lives (it may not be built yet); ``minor`` defaults to the selected one."""
     spec = BINARIES[name]
-    return cache_root() / "bin" / f"{name}-{pinned_version(spec)}-{_sum_digest(spec)}" / name
+    return cache_root() / "bin" / f"{name}-{pinned_version(spec, minor)}-{_sum_digest(spec, minor)}" / name
 
 
-def _origin(spec: BinarySpec, version: str) -> tuple[str, str]:
+def _origin(spec: BinarySpec, version: str, minor: str | None) -> tuple[str, str]:
     """Commit and release time of the pinned module, from the module proxy metadata (cached by Go)."""
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"{spec.pinned_module}@{version}"],
-        cwd=_module_dir(spec),
+        cwd=_module_dir(spec, minor),
         capture_output=True,
         text=True,
         check=False,
@@ -145,11 +201,11 @@ def _build_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build(spec: BinarySpec, target: Path) -> None:
+def _build(spec: BinarySpec, target: Path, minor: str | None) -> None:
     if shutil.which("go") is None:
         raise RuntimeError("the Go toolchain is needed to build the control plane; install Go 1.25 or newer")
-    version = pinned_version(spec)
-    commit, build_date = _origin(spec, version)
+    version = pinned_version(spec, minor)
+    commit, build_date = _origin(spec, version, minor)
     ldflags = ["-s", "-w", *spec.version_ldflags(version, commit, build_date)]
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=target.parent))
@@ -158,7 +214,7 @@ def _build(spec: BinarySpec, target: Path) -> None:
     _log(f"building {spec.name} {version} (first build of a version takes minutes; progress below)")
     started = time.monotonic()
     proc = subprocess.Popen(
-        cmd, cwd=_module_dir(spec), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, cwd=_module_dir(spec, minor), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     assert proc.stdout is not None
     last_report, tail = 0.0, list[str]()
@@ -180,13 +236,17 @@ def _log(message: str) -> None:
     print(f"[enclave-controlplane] {message}", file=sys.stderr, flush=True)
 
 
-def ensure(*names: str) -> dict[str, Path]:
-    """Return paths of the named binaries (all when none named), building the missing ones."""
+def ensure(*names: str, minor: str | None = None) -> dict[str, Path]:
+    """Return paths of the named binaries (all when none named), building the missing ones.
+
+    ``minor`` picks the Kubernetes release of the control-plane binaries (default: the selected one).
+    """
+    minor = minor or selected_kubernetes_minor()
     wanted = names or tuple(BINARIES)
     found: dict[str, Path] = {}
     missing = []
     for name in wanted:
-        path = binary_path(name)
+        path = binary_path(name, minor)
         if path.exists():
             found[name] = path
         else:
@@ -194,18 +254,26 @@ def ensure(*names: str) -> dict[str, Path]:
     if missing:
         with _build_lock():
             for name in missing:
-                path = binary_path(name)
+                path = binary_path(name, minor)
                 if not path.exists():  # another process may have built it while we waited
-                    _build(BINARIES[name], path)
+                    _build(BINARIES[name], path, minor)
                 found[name] = path
     return found
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m enclave_testing.binaries [name ...]``: build or reuse, then print the paths."""
-    args = sys.argv[1:] if argv is None else argv
-    for name, path in ensure(*args).items():
-        print(f"{name}\t{path}")
+    """``python -m enclave_testing.binaries [--kubernetes MINOR|all] [name ...]``: build or reuse, print the paths.
+
+    ``--kubernetes all`` builds the control plane of every supported minor (what ``tox -e compat`` needs).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    minors: list[str | None] = [None]
+    if args[:1] == ["--kubernetes"] and len(args) >= 2:
+        chosen, args = args[1], args[2:]
+        minors = list(supported_kubernetes_minors()) if chosen == "all" else [chosen.lstrip("v")]
+    for minor in minors:
+        for name, path in ensure(*(args or CONTROL_PLANE if minor else args), minor=minor).items():
+            print(f"{name}\t{path}")
     return 0
 
 
