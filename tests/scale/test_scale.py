@@ -6,8 +6,8 @@ Run on demand: ``tox -e scale`` (a few minutes). Sizes: ``ENCLAVE_SCALE_TENANTS`
 enclave-tenants, enclave-admission); ``WORKERS`` owners create at once, each namespace by its tenant's owner.
 
 Printed (never asserted, the machine is shared): time from the last create until every namespace is labelled
-(admission's mutation), bound (the owner's RoleBinding from enclave-tenants) and reported in its tenant's
-status; the owners' create latency through kube-apiserver (p50/p99) and admission's own review time from its
+(admission's mutation), bound (the owner's RoleBinding from enclave-tenants), reported in its tenant's
+status and given its RuleStatus (enclave-tenants); the owners' create latency through kube-apiserver (p50/p99) and admission's own review time from its
 histogram; each component's RSS at the end; and API requests per second each component makes over an idle
 window once everything converged (target ~0; Lease renewals shown apart).
 """
@@ -139,8 +139,18 @@ def test_tenants_and_namespaces_at_scale(stack: TenancyStack) -> None:
             sizes = {t["metadata"]["name"]: (t.get("status") or {}).get("size") for t in listed}
             return all(sizes.get(tenant) == NAMESPACES for tenant in tenants)
 
+        def ruled() -> bool:
+            listed = custom.list_cluster_custom_object(GROUP, VERSION, "rulestatuses")["items"]
+            return {item["metadata"]["namespace"] for item in listed} >= set(wanted)
+
         times: dict[str, float] = {}
-        for what, check in (("labelled", labelled), ("bound", bound), ("in tenant status", reported)):
+        checks = (
+            ("labelled", labelled),
+            ("bound", bound),
+            ("in tenant status", reported),
+            ("with a RuleStatus", ruled),
+        )
+        for what, check in checks:
             poll(check, timeout=600, interval=0.5, what=f"every namespace {what}")
             times[what] = time.monotonic() - last
         cpu_after = {name: cpu_seconds(_pid(running)) for name, running in components.items()}
