@@ -18,7 +18,7 @@ import time
 from enclave_testing.binaries import CONTROL_PLANE, ensure, supported_kubernetes_minors
 from enclave_testing.paths import repo_root
 
-_SUMMARY = re.compile(r"=+ (.*?) in [\d.]+s")
+_SUMMARY = re.compile(r"^=* ?(\d+ (?:passed|failed|error|skipped|deselected).*?) in [\d.]+s", re.MULTILINE)
 
 
 def main(argv: list[str] | None = None) -> int:
