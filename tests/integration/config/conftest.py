@@ -14,6 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.stack import remove_configuration
 
 CONFIG = next(spec for spec in COMPONENTS if spec.name == "config")
 
@@ -47,7 +48,5 @@ def start_config(
     yield start
     for running in started:
         running.process.stop()
-    custom = client.CustomObjectsApi(kube)
     for name in set(names):
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object("enclave.dev", "v1beta2", "serviceconfigurations", name)
+        remove_configuration(kube, name)  # with the webhook configurations it generated: none outlives the module

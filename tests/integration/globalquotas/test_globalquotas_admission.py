@@ -24,6 +24,7 @@ from enclave_testing.balancer import Balancer
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.quotas import wait_for_quota_monitors
+from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll
 
 from .conftest import GROUP, PLURAL, VERSION
@@ -157,8 +158,9 @@ def enclave(control_plane: ControlPlane, kube: Any, enclave_crds: list[str]) -> 
                     custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, item["metadata"]["name"])
         for component in reversed(running):
             component.process.stop()
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name)
+        # Once enclave-config is stopped nothing writes its webhook configurations back: a Fail hook left
+        # pointing at a stopped server would refuse every later module's Tenants.
+        remove_configuration(kube, config_name)
         for name in [*world.created, namespace]:
             with contextlib.suppress(ApiException):
                 core.delete_namespace(name)

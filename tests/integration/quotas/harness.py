@@ -22,6 +22,7 @@ from enclave_testing.balancer import Balancer
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
+from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll
 
 GROUP, VERSION = "enclave.dev", "v1beta2"
@@ -190,39 +191,6 @@ def _ready(status: dict[str, Any]) -> dict[str, Any] | None:
 def ready_reason(status: dict[str, Any]) -> str:
     condition = _ready(status)
     return str(condition.get("reason")) if condition else ""
-
-
-def remove_configuration(kube: Any, config_name: str) -> None:
-    """Delete the ServiceConfiguration and everything enclave-config generated for it (the webhook
-    configurations, which would send later modules' requests to stopped servers, and the cluster-wide RBAC,
-    whose provisioner binding has a fixed name), then wait until they are gone. enclave-config owns them by its
-    anchor ClusterRole, not by the ServiceConfiguration, so nothing else removes them. Call it once
-    enclave-config is stopped, or it writes them back."""
-    with contextlib.suppress(ApiException):
-        client.CustomObjectsApi(kube).delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name)
-    rbac = client.RbacAuthorizationV1Api(kube)
-    registrations = client.AdmissionregistrationV1Api(kube)
-    selector = f"enclave.dev/service-configuration={config_name}"
-    kinds = {
-        "cluster role binding": (rbac.list_cluster_role_binding, rbac.delete_cluster_role_binding),
-        "cluster role": (rbac.list_cluster_role, rbac.delete_cluster_role),
-        "validating webhook configuration": (
-            registrations.list_validating_webhook_configuration,
-            registrations.delete_validating_webhook_configuration,
-        ),
-        "mutating webhook configuration": (
-            registrations.list_mutating_webhook_configuration,
-            registrations.delete_mutating_webhook_configuration,
-        ),
-    }
-    for list_them, delete in kinds.values():
-        for item in list_them(label_selector=selector).items:
-            with contextlib.suppress(ApiException):
-                delete(item.metadata.name)
-    poll(
-        lambda: not any(list_them(label_selector=selector).items for list_them, _ in kinds.values()),
-        what=f"what enclave-config generated for {config_name} gone",
-    )
 
 
 def start_admission(plane: ControlPlane, namespace: str, endpoints: dict[str, str], wait: bool) -> RunningComponent:

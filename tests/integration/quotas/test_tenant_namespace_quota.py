@@ -21,9 +21,10 @@ from enclave_testing.balancer import Balancer
 from enclave_testing.components import start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
+from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll
 
-from .harness import GROUP, SPECS, VERSION, metric, remove_configuration, start_admission, wide_client
+from .harness import GROUP, SPECS, VERSION, metric, start_admission, wide_client
 
 OWNER = "quota-owner"
 

@@ -63,16 +63,44 @@ class TenancyStack:
         for running in reversed(self.processes):
             running.process.stop()
         kube = self.kube
-        registrations = client.AdmissionregistrationV1Api(kube)
-        for kind in ("validating", "mutating"):
-            with contextlib.suppress(ApiException):
-                getattr(registrations, f"delete_{kind}_webhook_configuration")(f"{self.config_name}-{kind}")
         custom = client.CustomObjectsApi(kube)
         for tenant in self.tenants:
             with contextlib.suppress(ApiException):
                 custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", self.config_name)
+        remove_configuration(kube, self.config_name)
+
+
+def remove_configuration(kube: Any, config_name: str) -> None:
+    """Delete the ServiceConfiguration and everything enclave-config generated for it (the webhook
+    configurations, which would send later modules' requests to stopped servers, and the cluster-wide RBAC,
+    whose provisioner binding has a fixed name), then wait until they are gone. enclave-config owns them by its
+    anchor ClusterRole, not by the ServiceConfiguration, so nothing else removes them. Call it once
+    enclave-config is stopped, or it writes them back."""
+    with contextlib.suppress(ApiException):
+        client.CustomObjectsApi(kube).delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name)
+    rbac = client.RbacAuthorizationV1Api(kube)
+    registrations = client.AdmissionregistrationV1Api(kube)
+    selector = f"enclave.dev/service-configuration={config_name}"
+    kinds = {
+        "cluster role binding": (rbac.list_cluster_role_binding, rbac.delete_cluster_role_binding),
+        "cluster role": (rbac.list_cluster_role, rbac.delete_cluster_role),
+        "validating webhook configuration": (
+            registrations.list_validating_webhook_configuration,
+            registrations.delete_validating_webhook_configuration,
+        ),
+        "mutating webhook configuration": (
+            registrations.list_mutating_webhook_configuration,
+            registrations.delete_mutating_webhook_configuration,
+        ),
+    }
+    for list_them, delete in kinds.values():
+        for item in list_them(label_selector=selector).items:
+            with contextlib.suppress(ApiException):
+                delete(item.metadata.name)
+    poll(
+        lambda: not any(list_them(label_selector=selector).items for list_them, _ in kinds.values()),
+        what=f"what enclave-config generated for {config_name} gone",
+    )
 
 
 def create_namespace(api: Any, name: str) -> None:
