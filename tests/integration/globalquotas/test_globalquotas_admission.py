@@ -170,13 +170,19 @@ def burst(count: int, create: Callable[[int], Any]) -> tuple[int, list[str]]:
     """Run ``create(i)`` concurrently; (admitted, refusal messages)."""
 
     def one(index: int) -> str | None:
-        try:
-            create(index)
-        except ApiException as err:
-            if err.status == 403:
-                return str(err.body)
-            raise
-        return None
+        for _ in range(10):
+            try:
+                create(index)
+            except ApiException as err:
+                if err.status == 403:
+                    return str(err.body)
+                # kube-apiserver's own ResourceQuota admission answers 409 when concurrent creates race on the
+                # quota's status; a client retries (as kubectl and controllers do).
+                if err.status == 409 and "resourcequotas" in str(err.body):
+                    continue
+                raise
+            return None
+        raise AssertionError(f"create {index} kept conflicting on the ResourceQuota")
 
     with ThreadPoolExecutor(max_workers=count) as pool:
         outcomes = list(pool.map(one, range(count)))
