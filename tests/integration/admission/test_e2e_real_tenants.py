@@ -14,61 +14,36 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from enclave_admission.defaults import url_client, webhooks
 from enclave_core.snapshots.tenancy import TENANT_LABEL
-from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
+from enclave_testing.stack import TenancyStack, create_namespace, start_tenancy
 from enclave_testing.waiting import poll
 
-from .harness import GROUP, VERSION, refused
+from .harness import refused
 
-SPECS = {spec.name: spec for spec in COMPONENTS}
 ROBOT_NS = "e2e-robots"
 
 
 class Stack:
-    def __init__(self, kube: Any, impersonate: Callable[..., Any], namespace: str, config_name: str) -> None:
-        self.kube = kube
-        self.impersonate = impersonate
-        self.namespace = namespace
-        self.config_name = config_name
-        self.processes: list[RunningComponent] = []
-        self.tenants: list[str] = []
+    """The tenancy core (``enclave_testing.stack``) plus what these scenarios ask of it as a tenant user."""
 
-    def tenant(self, name: str, owners: list[dict[str, str]], **spec: Any) -> dict[str, Any]:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Tenant",
-            "metadata": {"name": name},
-            "spec": {"owners": owners, **spec},
-        }
-        self.tenants.append(name)
-        created: dict[str, Any] = client.CustomObjectsApi(self.kube).create_cluster_custom_object(
-            GROUP, VERSION, "tenants", body
-        )
-        return created
+    def __init__(self, running: TenancyStack, impersonate: Callable[..., Any]) -> None:
+        self.running = running
+        self.kube = running.kube
+        self.impersonate = impersonate
+
+    def tenant(self, name: str, owners: list[dict[str, str]], **spec: Any) -> None:
+        self.running.tenant(name, owners, **spec)
 
     def status(self, tenant: str) -> dict[str, Any]:
-        obj = client.CustomObjectsApi(self.kube).get_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
-        return dict(obj.get("status") or {})
+        return self.running.tenant_status(tenant)
 
     def as_user(self, user: str, groups: list[str]) -> client.CoreV1Api:
         return client.CoreV1Api(self.impersonate(user, groups))
 
-    def create_namespace(self, api: client.CoreV1Api, name: str, labels: dict[str, str] | None = None) -> None:
-        """Create, retrying while the tenants snapshot that admission needs is still on its way."""
-
-        def attempt() -> bool:
-            try:
-                api.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
-            except ApiException as err:
-                if "not ready" in str(err.body) or "no tenant" in str(err.body):
-                    return False
-                raise
-            return True
-
-        poll(attempt, timeout=20, what=f"create namespace {name}")
+    def create_namespace(self, api: client.CoreV1Api, name: str) -> None:
+        create_namespace(api.api_client, name)
 
     def namespace_tenant(self, name: str) -> str | None:
         labels = client.CoreV1Api(self.kube).read_namespace(name).metadata.labels or {}
@@ -79,66 +54,21 @@ class Stack:
 def stack(
     control_plane: ControlPlane, kube: Any, impersonate: Callable[..., Any], enclave_crds: list[str]
 ) -> Iterator[Stack]:
-    namespace, config_name = unique("enclave-e2e"), unique("e2e")
-    core = client.CoreV1Api(kube)
-    for name in (namespace, ROBOT_NS):
-        with contextlib.suppress(ApiException):
-            core.create_namespace({"metadata": {"name": name}})
-    result = Stack(kube, impersonate, namespace, config_name)
-
-    def start(name: str, endpoints: dict[str, str], **kwargs: Any) -> RunningComponent:
-        running = start_component(
-            SPECS[name],
-            kubeconfig=control_plane.kubeconfig,
-            log_dir=control_plane.log_dir,
-            namespace=namespace,
-            endpoints=endpoints,
-            identity=unique(name),
-            **kwargs,
-        )
-        result.processes.append(running)
-        return running
-
-    config = start("config", {}, args=[f"--service-configuration-name={config_name}", "--resync=5s"])
-    endpoints = {"config": config.grpc_target}
-    tenants = start("tenants", endpoints)
-    endpoints["tenants"] = tenants.grpc_target
-    admission = start("admission", endpoints, wait_ready=False, args=control_plane.webhook_client_args())
-    rendered = webhooks(url_client(admission.webhook_url), namespace=namespace, nodes=True)
-    assert rendered.mutating is not None
-    assert rendered.validating is not None
-    rendered.mutating.name = f"{config_name}-mutating"
-    rendered.validating.name = f"{config_name}-validating"
-    spec = {
-        "enableTLSReconciler": True,
-        "users": [
+    with contextlib.suppress(ApiException):
+        client.CoreV1Api(kube).create_namespace({"metadata": {"name": ROBOT_NS}})
+    running = start_tenancy(
+        control_plane,
+        users=[
             {"kind": "Group", "name": "enclave.dev"},
             {"kind": "ServiceAccount", "name": f"system:serviceaccount:{ROBOT_NS}:robot"},
         ],
-        "events": {"namespace": namespace},
-        "nodeMetadata": {"forbiddenLabels": {"denied": ["pool"], "deniedRegex": "^secret\\."}},
-        "rbac": {"provisioner": f"{config_name}-prov", "deleter": "enclave-namespace-deleter"},
-        "admission": rendered.to_k8s(),
-    }
-    custom = client.CustomObjectsApi(kube)
-    poll(lambda: custom.get_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name))
-    custom.patch_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name, {"spec": spec})
-    admission.wait_ready(60)
-    registrations = client.AdmissionregistrationV1Api(kube)
-    poll(lambda: registrations.read_validating_webhook_configuration(f"{config_name}-validating"))
+        nodes=True,
+        extra_spec={"nodeMetadata": {"forbiddenLabels": {"denied": ["pool"], "deniedRegex": "^secret\\."}}},
+    )
     try:
-        yield result
+        yield Stack(running, impersonate)
     finally:
-        for running in reversed(result.processes):
-            running.process.stop()
-        for kind in ("validating", "mutating"):
-            with contextlib.suppress(ApiException):
-                getattr(registrations, f"delete_{kind}_webhook_configuration")(f"{config_name}-{kind}")
-        for tenant in result.tenants:
-            with contextlib.suppress(ApiException):
-                custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name)
+        running.close()
 
 
 def _rolebindings(kube: Any, namespace: str) -> dict[str, Any]:

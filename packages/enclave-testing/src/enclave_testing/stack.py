@@ -123,11 +123,14 @@ def start_tenancy(
     users: list[dict[str, str]],
     launcher: Callable[[ComponentSpec], list[str]] | None = None,
     admission_args: list[str] | None = None,
+    nodes: bool = False,
+    extra_spec: dict[str, Any] | None = None,
 ) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
     The CRDs must be installed. Admission's hooks are the defaults of ``enclave_admission.defaults`` behind
-    a ``url`` client (the only route from a local kube-apiserver to a local process).
+    a ``url`` client (the only route from a local kube-apiserver to a local process); ``nodes`` adds the node
+    metadata hook. ``extra_spec`` is merged into the ServiceConfiguration's spec (e.g. ``nodeMetadata``).
     """
     from enclave_admission.defaults import url_client, webhooks
 
@@ -157,7 +160,7 @@ def start_tenancy(
         admission = start(
             "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]
         )
-        rendered = webhooks(url_client(admission.webhook_url), namespace=stack.namespace)
+        rendered = webhooks(url_client(admission.webhook_url), namespace=stack.namespace, nodes=nodes)
         assert rendered.mutating is not None
         assert rendered.validating is not None
         rendered.mutating.name = f"{stack.config_name}-mutating"
@@ -168,6 +171,7 @@ def start_tenancy(
             "events": {"namespace": stack.namespace},
             "rbac": {"provisioner": f"{stack.config_name}-prov", "deleter": "enclave-namespace-deleter"},
             "admission": rendered.to_k8s(),
+            **(extra_spec or {}),
         }
         custom = client.CustomObjectsApi(kube)
         poll(lambda: custom.get_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", stack.config_name))
