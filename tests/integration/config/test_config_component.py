@@ -295,25 +295,42 @@ def test_deleting_the_configuration_keeps_the_fence(start_config: Start, cluster
 
 
 def test_the_owner_cluster_role_takes_generated_objects_with_it(start_config: Start, cluster: Cluster) -> None:
-    """What `helm uninstall` relies on: config's ClusterRole owns what config generated."""
-    name = unique("cfg")
+    """What `helm uninstall` relies on: config's ClusterRole owns what config generated, the webhook
+    configurations and the TLS Secret it wrote (a Secret written before the owner was configured is adopted)."""
+    name, namespace = unique("cfg"), unique("ns")
     anchor = f"{name}-anchor"
-    cluster.rbac.create_cluster_role({"metadata": {"name": anchor}, "rules": []})
-    cluster.create_config(name, _admission_spec(name, "https://127.0.0.1:9443", None))
-    start_config(name, unique("ns"), args=[f"--owner-cluster-role={anchor}"])
+    spec = {**_admission_spec(name, "https://127.0.0.1:9443", None), "enableTLSReconciler": True}
+    cluster.create_config(name, spec)
+    first = start_config(name, namespace)
     poll(lambda: cluster.ready(name))
-    owners = cluster.admission.read_validating_webhook_configuration(f"{name}-validating").metadata.owner_references
-    assert [(ref.kind, ref.name) for ref in owners] == [("ClusterRole", anchor)]
+    core = client.CoreV1Api(cluster.custom.api_client)
+    assert not core.read_namespaced_secret("enclave-tls", namespace).metadata.owner_references
+    first.process.stop()
+    cluster.rbac.create_cluster_role({"metadata": {"name": anchor}, "rules": []})
+    start_config(name, namespace, args=[f"--owner-cluster-role={anchor}"])
+
+    def owners(read: Callable[[], Any]) -> list[tuple[str, str]]:
+        return [(ref.kind, ref.name) for ref in read().metadata.owner_references or []]
+
+    def webhook() -> Any:
+        return cluster.admission.read_validating_webhook_configuration(f"{name}-validating")
+
+    def secret() -> Any:
+        return core.read_namespaced_secret("enclave-tls", namespace)
+
+    poll(lambda: owners(webhook) == [("ClusterRole", anchor)], what="the webhook configuration owned")
+    poll(lambda: owners(secret) == [("ClusterRole", anchor)], what="the TLS Secret adopted")
     cluster.rbac.delete_cluster_role(anchor)
 
-    def collected() -> bool:
+    def collected(read: Callable[[], Any]) -> bool:
         try:
-            cluster.admission.read_validating_webhook_configuration(f"{name}-validating")
+            read()
         except ApiException as err:
             return bool(err.status == 404)
         return False
 
-    poll(collected, timeout=60, what="the garbage collector removing the webhook configuration")
+    poll(lambda: collected(webhook), timeout=60, what="the garbage collector removing the webhook configuration")
+    poll(lambda: collected(secret), timeout=60, what="the garbage collector removing the TLS Secret")
 
 
 def test_webhook_configurations_follow_spec_service_client(start_config: Start, cluster: Cluster) -> None:

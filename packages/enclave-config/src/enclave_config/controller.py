@@ -278,23 +278,30 @@ class ConfigController:
             ip_addresses=list(self.settings.extra_tls_ips),
             validity=self.settings.tls_validity,
         )
-        if planned.reason:
+        adopt = secret is not None and not _owned_by(secret, self._owner or [])
+        if planned.reason or adopt:
+            metadata: JSON = {
+                "name": secret_name,
+                "namespace": self.settings.namespace,
+                "labels": {webhooks.MANAGED_BY: webhooks.MANAGER},
+            }
+            if self._owner:
+                # Like the webhook configurations: gone with the chart's ClusterRole (helm uninstall), and
+                # namespaced-dependent-of-cluster-scoped-owner is a shape the garbage collector supports.
+                metadata["ownerReferences"] = self._owner
             body = {
                 "apiVersion": "v1",
                 "kind": "Secret",
-                "metadata": {
-                    "name": secret_name,
-                    "namespace": self.settings.namespace,
-                    "labels": {webhooks.MANAGED_BY: webhooks.MANAGER},
-                },
+                "metadata": metadata,
                 "type": "kubernetes.io/tls",
                 "data": {key: base64.b64encode(value).decode() for key, value in sorted(planned.data.items())},
             }
             path = resource_path("v1", "secrets", namespace=self.settings.namespace, name=secret_name)
             stored = await self.kube.apply(path, body)
             self.secrets.items[f"{self.settings.namespace}/{secret_name}"] = stored
-            await self.events.emit(stored, "Normal", planned.reason, f"webhook TLS: {planned.reason}")
-            log.info("webhook TLS secret written", extra={"reason": planned.reason, "secret": secret_name})
+            if planned.reason:
+                await self.events.emit(stored, "Normal", planned.reason, f"webhook TLS: {planned.reason}")
+            log.info("webhook TLS secret written", extra={"reason": planned.reason or "Owned", "secret": secret_name})
         return planned.ca_pem, tls.next_check(planned.data)
 
     async def _apply_admission(self, current: EffectiveConfiguration, ca_pem: bytes | None) -> None:
@@ -527,3 +534,9 @@ def _validation_message(err: ValidationError) -> str:
         location = ".".join(str(p) for p in error["loc"])
         parts.append(f"{location}: {error['msg']}")
     return "; ".join(parts)
+
+
+def _owned_by(obj: JSON, owners: list[JSON]) -> bool:
+    """Whether ``obj`` already carries every owner reference it should (by uid; none expected: always)."""
+    present = {ref.get("uid") for ref in obj.get("metadata", {}).get("ownerReferences") or []}
+    return all(owner["uid"] in present for owner in owners)
