@@ -67,8 +67,11 @@ Every choice scopes a hook as tightly as its rule allows:
   two namespaces for the last unit reopens), and the controller validates a quota again and reports it, so
   a fail-closed hook would stop every pod in the cluster for no safety gained.
 * **Tenant rules** (``/resources`` validating, ``/resources/mutate`` mutating) see only namespaces carrying the
-  tenant label (plus PersistentVolumes, whose tenant label they guard), every namespaced resource and
-  ``pods/ephemeralcontainers``, on CREATE and UPDATE; no objectSelector, since a label a tenant can write must
+  tenant label (plus PersistentVolumes, whose tenant label they guard), every namespaced resource (``*/*``: a
+  fixed list rather than one derived from the compiled rules, so kinds served by CRDs installed later, such as
+  the Gateway API's Gateways, ListenerSets and routes or OpenShift's Routes, are judged with no configuration
+  change and no rule write ever has to wait on a webhook reconfiguration) and ``pods/ephemeralcontainers``,
+  on CREATE and UPDATE; no objectSelector, since a label a tenant can write must
   never decide whether its object is judged. A matchCondition (:func:`skip_unjudged`) keeps away what
   :mod:`enclave_admission.rules.exempt` never judges, so those requests cost no call: Enclave's own service
   accounts, ``system:masters``, ``system:`` users that are not service accounts, Events, Leases, Endpoints,

@@ -22,6 +22,8 @@ from kubernetes.client.rest import ApiException
 
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.crds import install_crds
+from enclave_testing.gatewayapi import ensure_crds as gateway_api_crd_dir
+from enclave_testing.paths import repo_root
 
 _kept_workdirs: list[Path] = []
 
@@ -58,6 +60,18 @@ def impersonate(control_plane: ControlPlane) -> Callable[..., Any]:
 def enclave_crds(kube: Any) -> list[str]:
     """Every CRD of charts/enclave/crds installed and Established."""
     return install_crds(kube)
+
+
+@pytest.fixture(scope="session")
+def gateway_api_crds(kube: Any) -> list[str]:
+    """The pinned Gateway API release's standard-channel CRDs (hack/gatewayapi) installed and Established."""
+    return install_crds(kube, gateway_api_crd_dir())
+
+
+@pytest.fixture(scope="session")
+def openshift_route_crd(kube: Any) -> list[str]:
+    """OpenShift's ``route.openshift.io/v1`` Route CRD (tests/integration/fixtures/openshift-route) installed."""
+    return install_crds(kube, repo_root() / "tests" / "integration" / "fixtures" / "openshift-route")
 
 
 @pytest.fixture
