@@ -66,6 +66,9 @@ does not know would crash-loop it behind fail-closed hooks. */}}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if and (eq $name "tenants") (not $v.managedMetadata.enabled) }}
+- --no-managed-metadata
+{{- end }}
 {{- with $v.extraArgs }}
 {{ toYaml . }}
 {{- end }}

@@ -15,7 +15,7 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, env_default
+from enclave_core.runtime.options import add_common_flags, env_default, env_flag
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_tenants.bindings import MANAGER
@@ -36,6 +36,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=int(env_default("ENCLAVE_CONCURRENCY", "8")),
         help="namespaces written in parallel (env ENCLAVE_CONCURRENCY)",
     )
+    parser.add_argument(
+        "--managed-metadata",
+        action=argparse.BooleanOptionalAction,
+        default=env_flag("ENCLAVE_MANAGED_METADATA", True),
+        help="reconcile rules' managed labels and annotations onto existing objects; needs list and patch on every "
+        "namespaced resource, which --no-managed-metadata makes unnecessary (env ENCLAVE_MANAGED_METADATA)",
+    )
     args = parser.parse_args(argv)
     try:
         parse_duration(args.resync)
@@ -55,6 +62,7 @@ async def body(process: component.Component) -> None:
         resync_seconds=parse_duration(args.resync).total_seconds(),
         concurrency=args.concurrency,
         namespace=args.namespace,
+        managed_metadata=args.managed_metadata,
     )
     controller = TenantsController(
         kube, settings, hub, EventRecorder(kube, MANAGER), wait_for_configuration=bool(args.config_endpoint)

@@ -66,6 +66,9 @@ class Settings:
     """Namespaces written in parallel."""
     namespace: str = "enclave-system"
     """Where the tenants' namespace-quota ledgers live."""
+    managed_metadata: bool = True
+    """Reconcile rules' managed values onto existing objects (off: admission alone sets them, on writes, and the
+    controller needs no list/patch grant on every namespaced resource)."""
 
 
 @dataclass
@@ -484,6 +487,8 @@ class TenantsController:
     async def _managed_metadata(self, compiled: dict[str, rl.NamespaceRulePlan]) -> None:
         """Reconcile managed label/annotation values onto existing objects of namespaces whose managed set
         changed (see :mod:`enclave_tenants.managed`); nothing in a steady state."""
+        if not self.settings.managed_metadata:
+            return
         changed = {}
         for namespace, plan in compiled.items():
             found = mg.entries(plan.rules)
