@@ -723,6 +723,22 @@ def test_rendered_arguments_are_accepted_by_each_component(helm: Path, tmp_path:
         assert {"enclave_admission", "enclave_config", "enclave_tenants"} <= set(checked), profile
 
 
+def test_tenants_managed_metadata_switch_drops_the_broad_grant(helm: Path) -> None:
+    """``tenants.managedMetadata.enabled`` is the only reason for list/patch on every namespaced resource: off,
+    the ClusterRole loses that rule and the controller is told not to reconcile (and parses the flag)."""
+    from enclave_tenants.__main__ import parse_args
+
+    everything = {"apiGroups": ["*"], "resources": ["*"], "verbs": ["list", "patch"]}
+    for enabled in (True, False):
+        manifests = render(helm, "enclave-system", sets=(f"tenants.managedMetadata.enabled={str(enabled).lower()}",))
+        rules = by_kind(manifests, "ClusterRole")["enclave-tenants"]["rules"]
+        assert (everything in rules) is enabled
+        assert not any("*" in rule.get("resources", []) for rule in rules if rule != everything)
+        args = container(by_kind(manifests, "Deployment")["enclave-tenants"])["args"]
+        assert ("--no-managed-metadata" in args) is not enabled
+        assert parse_args(args).managed_metadata is enabled
+
+
 # -- the real components under the chart's RBAC ------------------------------------------------------------
 
 
