@@ -23,6 +23,7 @@ class FakeReader:
     def __init__(self, objects: list[JSON] | None = None) -> None:
         self.objects = objects or []
         self.reads: list[tuple[str, str]] = []
+        self.forbidden: set[str] = set()
 
     async def namespaced(self, api_version: str, kind: str) -> bool:
         if kind == "Unknown":
@@ -33,11 +34,16 @@ class FakeReader:
         self, api_version: str, kind: str, namespace: str, name: str | None, selector: LabelSelector | None
     ) -> list[JSON]:
         self.reads.append((kind, namespace))
+        if kind in self.forbidden:
+            raise plan.ReadError("Forbidden", f"may not list {kind}")
         found = [o for o in self.objects if o["kind"] == kind and o["metadata"].get("namespace", "") == namespace]
         if name:
             return [o for o in found if o["metadata"]["name"] == name]
         assert selector is not None
         return [o for o in found if selector.matches(o["metadata"].get("labels"))]
+
+    async def kinds(self, api_version: str) -> list[str]:
+        return ["ConfigMap", "Namespace", "Secret"] if api_version == "v1" else []
 
 
 def ns(name: str, tenant: str, **labels: str) -> JSON:
@@ -205,3 +211,47 @@ def test_covers_tolerates_server_defaults_but_not_drift() -> None:
     assert not covers({**live, "spec": {"ports": [{"port": 81}], "flag": False}}, desired)
     assert not covers({**live, "spec": {"ports": [{"port": 80}], "flag": 0}}, desired)
     assert not covers({**live, "spec": {"ports": [], "flag": False}}, desired)
+
+
+def secret(name: str, namespace: str, **labels: str) -> JSON:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace, "labels": labels}}
+
+
+EVERY_KIND_TEMPLATE = (
+    "{% for o in all %}---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: seen-{{ o.kind | lower }}-"
+    "{{ o.metadata.name }}\n{% endfor %}"
+)
+
+
+async def test_context_every_kind_reads_each_namespaced_kind_in_the_target_only() -> None:
+    """``kind: "*"``: one list of every listable kind's selected objects; a TenantResource reads no cluster-scoped
+    kind (Namespace here), and each target namespace sees its own objects."""
+    reader = FakeReader([cm("c", "a-1", pick="1"), secret("s", "a-1", pick="1"), secret("t", "a-2"), cm("v", "victim")])
+    block = {
+        "context": {"resources": [{"kind": "*", "selector": {"matchLabels": {"pick": "1"}}}]},
+        "generators": [{"template": EVERY_KIND_TEMPLATE}],
+    }
+    built = await build_local(block, reader)
+    assert not built.problems
+    assert sorted(key for key in built.objects if key[2] == "a-1") == [
+        ("", "ConfigMap", "a-1", "seen-configmap-c"),
+        ("", "ConfigMap", "a-1", "seen-secret-s"),
+    ]
+    assert not [key for key in built.objects if key[2] == "a-2"]
+    assert {kind for kind, _ in reader.reads} == {"ConfigMap", "Secret"}
+    assert all(namespace in ("a-1", "a-2") for _, namespace in reader.reads)
+
+
+async def test_context_every_kind_leaves_out_forbidden_kinds_and_requires_a_named_object() -> None:
+    reader = FakeReader([cm("s", "a-1"), secret("s", "a-1")])
+    reader.forbidden.add("Secret")
+    block = {
+        "context": {"resources": [{"kind": "*", "name": "s", "index": "named"}]},
+        "generators": [{"template": EVERY_KIND_TEMPLATE.replace("in all", "in named")}],
+    }
+    built = await build_local(block, reader)
+    assert ("", "ConfigMap", "a-1", "seen-configmap-s") in built.objects
+    assert ("", "ConfigMap", "a-1", "seen-secret-s") not in built.objects
+    missing = {"context": {"resources": [{"kind": "*", "name": "absent", "optional": False}]}, "generators": []}
+    built = await build_local({**missing, "generators": [{"template": ""}]}, reader)
+    assert {p.reason for p in built.problems} == {"SourceNotFound"}

@@ -172,6 +172,38 @@ def test_generator_with_context_and_each_missing_key_mode(cluster: Cluster) -> N
     assert obj["status"]["conditions"][0]["reason"] == "RenderFailed"
 
 
+def test_context_of_every_kind_follows_what_is_labelled(cluster: Cluster) -> None:
+    """``kind: "*"``: the selected objects of every kind in the target namespace, as one list; labelling one more
+    object (of another kind) re-renders the generated item, so the controller watches what it read."""
+    tenant = unique("tall")
+    (target,) = cluster.tenant(tenant, {"inventory": "on"}, namespaces=1)
+    labels = {"inventory": "yes"}
+    cluster.core.create_namespaced_config_map(target, {"metadata": {"name": "conf", "labels": labels}})
+    cluster.core.create_namespaced_secret(target, {"metadata": {"name": "cred", "labels": labels}})
+    cluster.core.create_namespaced_config_map(target, {"metadata": {"name": "unlabelled"}})
+    template = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inventory\n"
+        'data:\n  seen: "{% for o in all %}{{ o.kind }}/{{ o.metadata.name }} {% endfor %}"\n'
+    )
+    block = {
+        "context": {"resources": [{"kind": "*", "selector": {"matchLabels": labels}}]},
+        "generators": [{"template": template}],
+    }
+    cluster.create_global(unique("all"), {"tenantSelector": {"matchLabels": {"inventory": "on"}}, "resources": [block]})
+
+    def seen() -> set[str]:
+        found = cluster.config_map(target, "inventory")
+        return set(((found.data if found is not None else None) or {}).get("seen", "").split())
+
+    poll(lambda: seen() == {"ConfigMap/conf", "Secret/cred"}, timeout=60, what="the inventory of labelled objects")
+    cluster.core.create_namespaced_service_account(target, {"metadata": {"name": "bot", "labels": labels}})
+    poll(
+        lambda: seen() == {"ConfigMap/conf", "Secret/cred", "ServiceAccount/bot"},
+        timeout=60,
+        what="the inventory re-rendered after a ServiceAccount was labelled",
+    )
+
+
 def test_bad_items_are_reported_while_the_others_apply(cluster: Cluster) -> None:
     tenant = unique("tbad")
     (target,) = cluster.tenant(tenant, {"bad": "items"}, namespaces=1)

@@ -79,6 +79,9 @@ class ClusterReader:
     async def namespaced(self, api_version: str, kind: str) -> bool:
         return (await self.discovery.resource(api_version, kind)).namespaced
 
+    async def kinds(self, api_version: str) -> list[str]:
+        return [resource.kind for resource in await self.discovery.listable(api_version)]
+
     async def read(
         self,
         api_version: str,

@@ -23,6 +23,7 @@ class Resource:
     kind: str
     plural: str
     namespaced: bool
+    listable: bool = True
 
     def collection(self, namespace: str = "") -> str:
         base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
@@ -49,6 +50,14 @@ class Discovery:
             raise ReadError("UnknownKind", f"the cluster serves no kind {kind} in {api_version}")
         return found
 
+    async def listable(self, api_version: str) -> list[Resource]:
+        """The kinds of ``api_version`` that can be listed, in a stable order, Events left out: they change all
+        the time and would wake every reconcile that reads them."""
+        kinds = self._kinds.get(api_version)
+        if kinds is None or time.monotonic() - self._fetched[api_version] > REFRESH_AFTER:
+            kinds = await self._fetch(api_version)
+        return [kinds[kind] for kind in sorted(kinds) if kinds[kind].listable and kind != "Event"]
+
     async def _fetch(self, api_version: str) -> dict[str, Resource]:
         path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         try:
@@ -63,7 +72,13 @@ class Discovery:
             name = str(entry.get("name", ""))
             if "/" in name or not entry.get("kind"):
                 continue
-            kinds[str(entry["kind"])] = Resource(api_version, str(entry["kind"]), name, bool(entry.get("namespaced")))
+            kinds[str(entry["kind"])] = Resource(
+                api_version,
+                str(entry["kind"]),
+                name,
+                bool(entry.get("namespaced")),
+                listable="list" in (entry.get("verbs") or ()),
+            )
         self._kinds[api_version] = kinds
         self._fetched[api_version] = time.monotonic()
         return kinds

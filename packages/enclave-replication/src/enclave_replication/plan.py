@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from enclave_core import selectors
 from enclave_core.api.replication import (
@@ -88,6 +88,15 @@ class Reader(Protocol):
     ) -> list[JSON]:
         """The named object (empty when missing) or the selected ones; :class:`ReadError` on failure."""
         ...
+
+    async def kinds(self, api_version: str) -> list[str]:
+        """Every kind ``api_version`` serves that can be listed (no subresources, no Events): what ``kind: "*"``
+        in a context entry reads. Empty when the cluster does not serve the version."""
+        ...
+
+
+# A context entry's key when it names no ``index``: the kind in lower case, or this for ``kind: "*"``.
+EVERY_KIND_INDEX: Final = "all"
 
 
 @dataclass
@@ -200,6 +209,7 @@ class _Builder:
         self.plan = Plan()
         self._reads: dict[tuple[str, str, str, str, str], list[JSON]] = {}
         self._scopes: dict[tuple[str, str], bool] = {}
+        self._kinds: dict[str, list[str]] = {}
 
     @property
     def scope(self) -> str:
@@ -210,6 +220,11 @@ class _Builder:
         if key not in self._scopes:
             self._scopes[key] = await self.reader.namespaced(api_version, kind)
         return self._scopes[key]
+
+    async def kinds(self, api_version: str) -> list[str]:
+        if api_version not in self._kinds:
+            self._kinds[api_version] = await self.reader.kinds(api_version)
+        return self._kinds[api_version]
 
     async def read(
         self, api_version: str, kind: str, namespace: str, name: str | None, selector: selectors.LabelSelector | None
@@ -273,27 +288,16 @@ class _Builder:
         resources = block.context.resources if block.context else None
         for position, entry in enumerate(resources or ()):
             origin = f"resources[{index}].context.resources[{position}]"
-            key = entry.index or entry.kind.lower()
+            key = entry.index or (EVERY_KIND_INDEX if entry.kind == "*" else entry.kind.lower())
             context[key] = await self._context_entry(origin, entry, target)
         return context
 
     async def _context_entry(self, origin: str, entry: ContextResource, target: Target) -> Any:
         api_version = entry.api_version or "v1"
         if entry.kind == "*":
-            raise ReadError("InvalidItem", f"{origin}: kind '*' is not supported; name one kind")
+            return await self._every_kind(origin, entry, api_version, target)
         namespaced = await self.namespaced(api_version, entry.kind)
-        namespace = ""
-        if namespaced:
-            namespace = entry.namespace or target.namespace_name or (self.fence.home if self.fence.active else "")
-            if not namespace:
-                raise ReadError("InvalidItem", f"{origin}: namespace is required outside scope Namespace")
-            if not self.fence.allows(namespace):
-                raise ReadError(
-                    "OutsideTenant",
-                    f"{origin}: namespace {namespace} is not a namespace of this TenantResource's tenant",
-                )
-        elif self.fence.active:
-            raise ReadError("OutsideTenant", f"{origin}: {entry.kind} is cluster-scoped; a TenantResource reads none")
+        namespace = self._context_namespace(origin, entry, target, namespaced)
         if entry.name:
             found = await self.read(api_version, entry.kind, namespace, entry.name, None)
             if not found and not entry.optional:
@@ -302,6 +306,49 @@ class _Builder:
             return found[0] if found else None
         selector = entry.selector if entry.selector is not None else selectors.LabelSelector()
         return await self.read(api_version, entry.kind, namespace, None, selector)
+
+    def _context_namespace(self, origin: str, entry: ContextResource, target: Target, namespaced: bool) -> str:
+        """Where a context entry reads: the namespace for a namespaced kind, "" for a cluster-scoped one."""
+        if not namespaced:
+            if self.fence.active:
+                raise ReadError(
+                    "OutsideTenant", f"{origin}: {entry.kind} is cluster-scoped; a TenantResource reads none"
+                )
+            return ""
+        namespace = entry.namespace or target.namespace_name or (self.fence.home if self.fence.active else "")
+        if not namespace:
+            raise ReadError("InvalidItem", f"{origin}: namespace is required outside scope Namespace")
+        if not self.fence.allows(namespace):
+            raise ReadError(
+                "OutsideTenant",
+                f"{origin}: namespace {namespace} is not a namespace of this TenantResource's tenant",
+            )
+        return namespace
+
+    async def _every_kind(self, origin: str, entry: ContextResource, api_version: str, target: Target) -> list[JSON]:
+        """``kind: "*"``: the named (or selected) objects of every kind ``api_version`` serves, as one list.
+
+        Cluster-scoped kinds are read only where a cluster-scoped entry could be (not by a TenantResource), and
+        a kind the acting identity may not list is left out rather than failing the block: "every kind" means
+        every kind this identity can see. A non-optional ``name`` found under no kind is an error."""
+        found: list[JSON] = []
+        selector = entry.selector if entry.selector is not None else selectors.LabelSelector()
+        for kind in await self.kinds(api_version):
+            namespaced = await self.namespaced(api_version, kind)
+            if not namespaced and self.fence.active:
+                continue
+            one = entry.model_copy(update={"kind": kind})
+            namespace = self._context_namespace(origin, one, target, namespaced)
+            try:
+                found.extend(
+                    await self.read(api_version, kind, namespace, entry.name, None if entry.name else selector)
+                )
+            except ReadError as err:
+                if err.reason != "Forbidden":
+                    raise
+        if entry.name and not found and not entry.optional:
+            raise ReadError("SourceNotFound", f"{origin}: no kind of {api_version} has an object named {entry.name}")
+        return found
 
     # -- placing one manifest ---------------------------------------------------------------------------
 

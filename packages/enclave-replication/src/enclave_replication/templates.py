@@ -11,7 +11,8 @@ The context (documented in docs/architecture.md and the ``Template`` model):
   None for a GlobalTenantResource of scope ``None``;
 * ``namespace``: the target Namespace object for scope ``Namespace`` (always for a TenantResource), else None;
 * every ``context.resources`` entry under its ``index`` (default: the kind in lower case): one object (or None
-  when a missing object is optional) when the entry names an object, else the list of selected objects.
+  when a missing object is optional) when the entry names an object, else the list of selected objects;
+  ``kind: "*"`` (default index ``all``) is always a list, the objects of every kind with their ``kind``.
 
 ``missingKey`` follows Go's template option of the same name: ``zero`` renders a missing key as an empty string
 (the default), ``invalid`` as ``<no value>``, ``error`` fails the item. Filters beyond Jinja2's own: ``toyaml``,

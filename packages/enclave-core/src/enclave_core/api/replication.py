@@ -73,11 +73,13 @@ class ContextResource(ApiModel):
 
     Without `namespace`, a namespaced kind is read in the target namespace (scope Namespace), so each
     namespace's templates see their own objects. A TenantResource may read only namespaces of its tenant and
-    no cluster-scoped kind. `kind: "*"` is not supported (the item fails naming it).
+    no cluster-scoped kind. `kind: "*"` reads every kind `apiVersion` serves that can be listed (Events left
+    out) with the same `name`/`selector`/`namespace`, mounted as one list under `index` (default `all`); kinds the
+    acting identity may not list are left out, and a TenantResource reads only the namespaced ones.
     """
 
     kind: Annotated[str, Field(min_length=1, max_length=63)]
-    """Kind; `*` for all."""
+    """Kind; `*` for every listable kind of `apiVersion` (Events left out), one list under `index` (default `all`)."""
     api_version: Annotated[str | None, Field(max_length=316)] = None
     """API version; empty means core v1."""
     index: Annotated[str | None, Field(max_length=253)] = None
