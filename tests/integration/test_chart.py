@@ -264,6 +264,7 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
         "namespaces.mutate.enclave.dev",
         "resources.enclave.dev",
         "resources.mutate.enclave.dev",
+        "rules.enclave.dev",
         "serviceaccounts.enclave.dev",
         "serviceconfigurations.enclave.dev",
         "tenants.enclave.dev",
@@ -307,6 +308,10 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
     assert hooks["serviceaccounts.enclave.dev"]["failurePolicy"] == "Fail"
     assert hooks["tenants.enclave.dev"]["failurePolicy"] == "Fail"
     assert hooks["serviceconfigurations.enclave.dev"]["failurePolicy"] == "Ignore"
+    # Rule validity for every writer: system:masters is judged (only the cluster's controllers are skipped).
+    assert hooks["rules.enclave.dev"]["failurePolicy"] == "Ignore"
+    (skip,) = hooks["rules.enclave.dev"]["matchConditions"]
+    assert "system:masters" not in skip["expression"]
 
 
 def test_chart_webhooks_equal_the_admission_servers_defaults(helm: Path) -> None:

@@ -381,6 +381,42 @@ def test_tenant_with_rules_that_cannot_work_is_refused_naming_the_field() -> Non
     assert not validate_tenant(request(ALICE, "CREATE", rule_status, **own), state).allowed
 
 
+def test_rules_hook_judges_system_masters_and_lets_unchanged_rules_through() -> None:
+    """``/rules`` is the validity check for writers the tenants hook skips (system:masters): a broken rule is
+    refused naming the field, and an update that leaves the rules as they were passes (a stored broken rule
+    never blocks edits of anything else)."""
+    from enclave_admission.tenants.validation import validate_rules
+
+    state = state_with()
+    masters = ("kubernetes-admin", ("system:masters",))
+    tenants = {"resource": "tenants", "kind": "Tenant", "group": "enclave.dev"}
+
+    def tenant_with(exp: str, **spec: Any) -> dict[str, Any]:
+        rules = [{"enforce": {"action": "deny", "ingress": {"hostnames": [{"exp": exp}]}}}]
+        return {
+            "apiVersion": "enclave.dev/v1beta2",
+            "kind": "Tenant",
+            "metadata": {"name": "t"},
+            "spec": {"rules": rules, **spec},
+        }
+
+    refused = validate_rules(request(masters, "CREATE", tenant_with("("), **tenants), state)
+    assert not refused.allowed
+    assert "spec.rules[0].enforce.ingress.hostnames[0].exp" in refused.message
+    assert validate_rules(request(masters, "CREATE", tenant_with("[a-z]+"), **tenants), state).allowed
+    unchanged = request(masters, "UPDATE", tenant_with("(", preventDeletion=True), tenant_with("("), **tenants)
+    assert validate_rules(unchanged, state).allowed
+    rule_status = {
+        "apiVersion": "enclave.dev/v1beta2",
+        "kind": "RuleStatus",
+        "metadata": {"name": "default", "namespace": NS},
+        "spec": [{"enforce": {"conditions": [{"expression": "object.("}]}}],
+    }
+    own = {"resource": "rulestatuses", "kind": "RuleStatus", "group": "enclave.dev", "namespace": NS}
+    refused = validate_rules(request(masters, "CREATE", rule_status, **own), state)
+    assert "spec[0].enforce.conditions[0].expression" in refused.message
+
+
 def test_a_broken_rule_fails_closed_and_never_crashes() -> None:
     broken = rule(enforce={"action": "allow", "conditions": [{"expression": "object.("}]})
     refused = check(state_with(broken), ALICE, "CREATE", configmap(), **CM)

@@ -342,12 +342,12 @@ def test_rules_that_cannot_work_are_refused_at_the_api(stack: Stack) -> None:
             "enforce": {
                 "conditions": [{"expression": "object.metadata.name =="}],
                 "network": {"policies": {"ingress": {"cidrs": ["10.0.0.0/8"]}}},
-                "ingress": {"hostnames": [{"exp": "(unclosed"}]},
+                "ingress": {"hostnames": [{"exp": "[a-z]+"}]},
             }
         }
     ]
 
-    # An operator with RBAC on Tenants (system:masters, the break-glass identity, is skipped by the hook).
+    # An operator with RBAC on Tenants: refused by the tenants hook, every broken field named.
     operator = unique("ops")
     rbac = client.RbacAuthorizationV1Api(stack.kube)
     rbac.create_cluster_role(
@@ -368,7 +368,31 @@ def test_rules_that_cannot_work_are_refused_at_the_api(stack: Stack) -> None:
     try:
         message = poll(lambda: _refused_text(patch), what="the operator's RBAC and the refusal")
         assert "spec.rules[0].enforce.conditions[0].expression" in message
-        assert "spec.rules[0].enforce.ingress.hostnames[0].exp" in message
     finally:
         rbac.delete_cluster_role_binding(operator)
         rbac.delete_cluster_role(operator)
+
+
+def test_rules_that_cannot_work_are_refused_for_system_masters_too(stack: Stack) -> None:
+    """The tenants hook skips system:masters (break-glass) with the control plane; rule validity does not:
+    CEL and regular expressions through ``rules.enclave.dev``, CIDRs through the CRD's own validation rule."""
+    tenant = stack.tenant(unique("jon"))
+    admin = client.CustomObjectsApi(stack.kube)  # the control plane's admin: a member of system:masters
+
+    def write(rules: list[dict[str, Any]]) -> None:
+        admin.patch_cluster_custom_object(GROUP, VERSION, "tenants", tenant, {"spec": {"rules": rules}})
+
+    broken: list[dict[str, Any]] = [
+        {"enforce": {"conditions": [{"expression": "object.metadata.name =="}]}},
+        {"enforce": {"action": "deny", "ingress": {"hostnames": [{"exp": "(unclosed"}]}}},
+    ]
+    message = poll(lambda: _refused_text(lambda: write(broken)), what="rules.enclave.dev refusing an admin")
+    assert "rules.enclave.dev" in message
+    assert "spec.rules[0].enforce.conditions[0].expression" in message
+    assert "spec.rules[1].enforce.ingress.hostnames[0].exp" in message
+    with pytest.raises(ApiException) as caught:
+        write([{"enforce": {"network": {"policies": {"egress": {"cidrs": ["10.0.0.0/33"]}}}}}])
+    assert caught.value.status == 422, caught.value.body
+    assert "spec.rules[0].enforce.network.policies.egress.cidrs" in str(caught.value.body), caught.value.body
+    # What works is stored, by the same identity.
+    write([{"enforce": {"action": "deny", "ingress": {"hostnames": [{"exp": "[a-z]+\\.example"}]}}}])

@@ -36,6 +36,13 @@ Every choice scopes a hook as tightly as its rule allows:
 * **Tenant rules** also pass through this hook: it refuses a Tenant or RuleStatus whose rules cannot work (CEL,
   regular expressions, CIDRs, naming the field) and a RuleStatus written by a tenant user (whose rules would
   override the tenant's).
+* **Rule validity for everyone** (``rules.enclave.dev``, ``/rules``): the tenants hook skips ``system:masters``
+  with the rest of the control plane, so a cluster administrator could store a rule that cannot work. This
+  hook judges only rule validity (Tenant ``spec.rules``, RuleStatus ``spec``) on CREATE and UPDATE, and its
+  matchCondition (:data:`SKIP_CONTROLLERS`) skips only the cluster's controllers (``system:`` users that are
+  not service accounts, kube-system's service accounts), not ``system:masters``. It fails open: it must never
+  keep an administrator from repairing a Tenant during an outage, and the tenants controller reports a broken
+  rule that gets through (``Ready=False``) while admission fails closed on it.
 * **ServiceConfiguration** fails open: the config component validates again and refuses to apply a bad
   configuration, and a fail-closed hook would keep you from repairing the configuration during an outage.
 * **Nodes** is off unless asked for and narrowed to service users (the set admission treats as tenant users)
@@ -148,6 +155,16 @@ def skip_control_plane(namespace: str) -> MatchCondition:
         " && !('system:masters' in request.userInfo.groups)"
     )
     return MatchCondition(name="enclave.dev/skip-control-plane", expression=expression)
+
+
+SKIP_CONTROLLERS = MatchCondition(
+    name="enclave.dev/skip-controllers",
+    expression="!(request.userInfo.username.startsWith('system:')"
+    " && !request.userInfo.username.startsWith('system:serviceaccount:'))"
+    " && !request.userInfo.username.startsWith('system:serviceaccount:kube-system:')",
+)
+"""The cluster's own controllers (the garbage collector's finalizer updates), and no one else: unlike
+:func:`skip_control_plane` it sends ``system:masters``, whose rules ``rules.enclave.dev`` must judge too."""
 
 
 QUOTA_SKIP = MatchCondition(
@@ -415,6 +432,20 @@ def webhooks(
             rules=[
                 _rule(API_GROUP, ["tenants"], ["CREATE", "UPDATE", "DELETE"], "Cluster"),
                 _rule(API_GROUP, ["tenantowners"], ["CREATE", "UPDATE"], "Cluster"),
+                _rule(API_GROUP, ["rulestatuses"], ["CREATE", "UPDATE"], "Namespaced"),
+            ],
+            admission_review_versions=["v1"],
+            side_effects="None",
+            match_policy="Equivalent",
+        ),
+        ValidatingWebhook(
+            name="rules.enclave.dev",
+            path=routes.RULES,
+            failure_policy="Ignore",
+            timeout_seconds=5,
+            match_conditions=[SKIP_CONTROLLERS],
+            rules=[
+                _rule(API_GROUP, ["tenants"], ["CREATE", "UPDATE"], "Cluster"),
                 _rule(API_GROUP, ["rulestatuses"], ["CREATE", "UPDATE"], "Namespaced"),
             ],
             admission_review_versions=["v1"],

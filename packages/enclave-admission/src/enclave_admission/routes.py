@@ -36,6 +36,7 @@ NAMESPACES: Final = "/namespaces"
 SERVICE_ACCOUNTS: Final = "/serviceaccounts"
 NODES: Final = "/nodes"
 TENANTS: Final = "/tenants"
+RULES: Final = "/rules"
 SERVICE_CONFIGURATIONS: Final = "/serviceconfigurations"
 QUOTAS: Final = "/quotas"
 CUSTOM_QUOTAS: Final = "/customquotas"
@@ -55,6 +56,7 @@ ROUTES: Final[dict[str, Handler]] = {
     SERVICE_ACCOUNTS: serviceaccounts.validate,
     NODES: nodes.validate,
     TENANTS: tenants.validate,
+    RULES: tenants.validate_rules,
     SERVICE_CONFIGURATIONS: configuration.validate,
     QUOTAS: quotas.validate,
     CUSTOM_QUOTAS: quotas.validate_quota,

@@ -17,6 +17,13 @@
   (:func:`enclave_core.api.validation.rule_problems`, which the tenants controller also reports in status).
 * Tenant users may not write a RuleStatus: its ``spec`` rules come after the tenant's and the last matching
   rule decides, so writing one would be a way around every rule of the tenant.
+
+``/rules`` (:func:`validate_rules`, hook ``rules.enclave.dev``) is the rule-validity check alone, for every
+writer the tenants hook skips on purpose, ``system:masters`` above all: a cluster administrator's broken rule
+is refused at the API like anyone's instead of being stored and then failing closed at admission. It fails
+open (an outage must not stop a cluster administrator from repairing Tenants), which loses nothing: the
+tenants controller judges the same rules with the same function and reports a broken one in the RuleStatus
+(``Ready=False``, ``InvalidRule``), and admission refuses the requests such a rule governs.
 """
 
 from __future__ import annotations
@@ -134,27 +141,48 @@ def unfenced_owner(kind: str, name: str, enclave_namespace: str) -> str:
 def _rules(request: AdmissionRequest, state: State) -> Decision | None:
     if request.obj is None:
         return None
+    if request.resource == "rulestatuses" and state.subject(request.username, request.groups).tenant_subject:
+        return Decision.deny(
+            "RuleStatusNotForTenants",
+            f"RuleStatus {request.namespace}/{request.name}: tenant users cannot write RuleStatus objects "
+            "(their rules would override the tenant's); ask an administrator to change the Tenant's spec.rules",
+        )
+    return _invalid_rules(request)
+
+
+def _invalid_rules(request: AdmissionRequest) -> Decision | None:
+    """A denial naming every rule of the object that cannot work; None when they all can (or it has none)."""
     if request.resource == "rulestatuses":
-        if state.subject(request.username, request.groups).tenant_subject:
-            return Decision.deny(
-                "RuleStatusNotForTenants",
-                f"RuleStatus {request.namespace}/{request.name}: tenant users cannot write RuleStatus objects "
-                "(their rules would override the tenant's); ask an administrator to change the Tenant's spec.rules",
-            )
         try:
             problems = rules_problems(RuleStatus.model_validate(request.obj).spec, "spec")
         except ValidationError:
             return None  # kube-apiserver's schema validation names the field itself
-        what = f"RuleStatus {request.namespace}/{request.name}"
-    elif request.resource == "tenants":
+        return _refuse(f"RuleStatus {request.namespace}/{request.name}", problems)
+    if request.resource == "tenants":
         try:
             problems = rules_problems(Tenant.model_validate(request.obj).spec.rules, "spec.rules")
         except ValidationError:
             return None
-        what = f"Tenant {request.name}"
-    else:
-        return None
-    return _refuse(what, problems)
+        return _refuse(f"Tenant {request.name}", problems)
+    return None
+
+
+def _rules_of(obj: dict[str, Any] | None, resource: str) -> Any:
+    spec = (obj or {}).get("spec")
+    if resource == "rulestatuses":
+        return spec
+    return spec.get("rules") if isinstance(spec, dict) else None
+
+
+def validate_rules(request: AdmissionRequest, state: State) -> Decision:
+    """``/rules``: refuse a Tenant or RuleStatus whose rules cannot work, whoever writes it (module doc)."""
+    if request.sub_resource or request.obj is None or request.operation not in ("CREATE", "UPDATE"):
+        return Decision.allow()
+    if request.operation == "UPDATE" and _rules_of(request.obj, request.resource) == _rules_of(
+        request.old, request.resource
+    ):
+        return Decision.allow("RulesUnchanged")  # a stored rule never blocks edits of anything else
+    return _invalid_rules(request) or Decision.allow()
 
 
 def _refuse(what: str, problems: list[Problem]) -> Decision | None:
