@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.globalquotas.v1 import globalquotas_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, env_default
+from enclave_core.runtime.options import add_common_flags, add_controller_flags, check_controller_flags
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_globalquotas.controller import GlobalQuotasController, Settings
@@ -27,22 +26,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_flags(parser, probe_port=8084)
     grpc.add_server_flags(parser, default_port=9092)
     grpc.add_subscription_flags(parser, "config")
-    parser.add_argument(
-        "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full pass without changes"
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=int(env_default("ENCLAVE_CONCURRENCY", "16")),
-        help="ResourceQuotas written in parallel (env ENCLAVE_CONCURRENCY)",
-    )
+    add_controller_flags(parser, concurrency=16, concurrency_help="ResourceQuotas written in parallel")
     args = parser.parse_args(argv)
-    try:
-        parse_duration(args.resync)
-    except ValueError as err:
-        parser.error(f"--resync: {err}")
-    if args.concurrency < 1:
-        parser.error("--concurrency must be at least 1")
+    args.resync_seconds = check_controller_flags(parser, args)
     return args
 
 
@@ -51,7 +37,7 @@ async def body(process: component.Component) -> None:
     assert process.api is not None
     kube = process.kube(MANAGER)
     hub = SnapshotHub(args.identity)
-    settings = Settings(resync_seconds=parse_duration(args.resync).total_seconds(), concurrency=args.concurrency)
+    settings = Settings(resync_seconds=args.resync_seconds, concurrency=args.concurrency)
     controller = GlobalQuotasController(
         kube,
         settings,
