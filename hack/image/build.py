@@ -41,7 +41,7 @@ MIRROR = os.environ.get("ENCLAVE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SITE = "/usr/local/lib/python3.11/dist-packages"
 """Where Debian's python3.11 looks for local packages by itself: ``python -m <module>`` works with no PYTHONPATH."""
 USER_ID = 65532
-TOOLS = {"mmdebstrap": "mmdebstrap", "umoci": "umoci", "skopeo": "skopeo"}
+TOOLS = {"mmdebstrap": "mmdebstrap", "strip": "binutils", "umoci": "umoci", "skopeo": "skopeo"}
 """Program -> the Debian package that provides it."""
 PURGE = [
     "usrmerge",
@@ -73,11 +73,19 @@ def log(message: str) -> None:
     print(f"[enclave-image] {message}", file=sys.stderr, flush=True)
 
 
-def preflight() -> None:
-    """Fail in the first seconds, naming the packages to install, rather than minutes into a build."""
-    missing = sorted({package for tool, package in TOOLS.items() if shutil.which(tool) is None})
+def missing_tools(path: str | None = None) -> list[str]:
+    """The Debian packages to install for the build's programs that ``path`` (default ``$PATH``) lacks."""
+    return sorted({package for tool, package in TOOLS.items() if shutil.which(tool, path=path) is None})
+
+
+def preflight(path: str | None = None) -> None:
+    """Fail in the first second, naming the packages to install, rather than minutes into a build."""
+    missing = missing_tools(path)
     if missing:
-        raise SystemExit(f"missing tools for the image build: apt-get install {' '.join(missing)}")
+        raise SystemExit(
+            f"missing tools for the image build: apt-get install {' '.join(missing)} "
+            f"(needs: {', '.join(tool for tool, package in TOOLS.items() if package in missing)})"
+        )
     if os.geteuid() != 0:
         raise SystemExit("the image build runs mmdebstrap and umoci as root (file ownership inside the image)")
 
@@ -185,10 +193,8 @@ def install(rootfs: Path, built: list[Path]) -> None:
         ]
     )
     # Debug symbols are most of some extensions' size (cel-expr-python's: a quarter) and nothing here reads them.
-    strip = shutil.which("strip")
-    if strip is not None:
-        objects = [str(path) for path in target.rglob("*.so*") if path.is_file() and not path.is_symlink()]
-        run([strip, "--strip-unneeded", *objects])
+    objects = [str(path) for path in target.rglob("*.so*") if path.is_file() and not path.is_symlink()]
+    run(["strip", "--strip-unneeded", *objects])
     # What the image never runs: console scripts written for the host's Python, tests shipped in packages.
     shutil.rmtree(target / "bin", ignore_errors=True)
     for pattern in ("**/__pycache__", "**/tests", "*.dist-info/RECORD"):
