@@ -245,10 +245,93 @@ def test_check_runs_the_rule_validation(tmp_path: Path, capsys: pytest.CaptureFi
     assert "invalid regular expression '(open'" in out
 
 
-def test_explain_lists_the_rules_in_effect(capsys: pytest.CaptureFixture[str]) -> None:
+TRACE = Path(__file__).parent / "trace"
+
+
+def _trace_lines(capsys: pytest.CaptureFixture[str], case: str) -> dict[str, str]:
+    """``explain``'s per-rule lines of a case of tests/trace, by rule origin."""
+    code, out, _ = _run(capsys, "explain", str(TRACE), case)
+    assert code == 0
+    lines = out.split("tenant rules for namespace tr-prod (evaluation order, by /resources):\n", 1)[1].splitlines()
+    found = {}
+    for line in lines:
+        if ". " in line and " (" in line:
+            origin = line.split(". ", 1)[1].split(" (", 1)[0]
+            found[origin] = line.split("): ", 1)[1]
+    return found
+
+
+def test_the_trace_cases_pass() -> None:
+    results = testing.run([TRACE])
+    assert len(results) == 4
+    assert all(result.passed for result in results), [r.problems for r in results]
+
+
+def test_trace_every_skip_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    rules = _trace_lines(capsys, "the deny decides a Secret")
+    assert list(rules) == [*(f"Tenant tr spec.rules[{i}]" for i in range(6)), "RuleStatus tr-prod/default spec[0]"]
+    assert rules["Tenant tr spec.rules[0]"].startswith("decides: Tenant tr spec.rules[0] denies")
+    assert rules["Tenant tr spec.rules[1]"].startswith(
+        "skipped: namespaceSelector {'matchLabels': {'stage': 'test'}} does not select namespace tr-prod"
+    )
+    assert rules["Tenant tr spec.rules[2]"] == "skipped: audience [Group tr-ops] excludes alice (groups: none)"
+    assert rules["Tenant tr spec.rules[3]"] == "skipped: condition 'is-special' is false"
+    assert rules["Tenant tr spec.rules[4]"] == "skipped: condition 'reviewed' is false"
+    assert rules["Tenant tr spec.rules[5]"] == (
+        "skipped: does not govern Secret (v1) here: it governs metadata of kinds ['Deployment'] in apiGroups [apps]"
+    )
+    assert rules["RuleStatus tr-prod/default spec[0]"].startswith("skipped: does not govern Secret (v1)")
+    _, out, _ = _run(capsys, "explain", str(TRACE), "the deny decides a Secret")
+    assert "  decided by: Tenant tr spec.rules[0]" in out
+
+
+def test_trace_a_condition_that_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    rules = _trace_lines(capsys, "a condition that errors refuses")
+    assert rules["Tenant tr spec.rules[4]"].startswith("rejects: condition 'reviewed' errored: ")
+    assert rules["Tenant tr spec.rules[0]"] == "applies: its constraint is not hit"
+
+
+def test_trace_a_later_allow_overrides_a_deny(capsys: pytest.CaptureFixture[str]) -> None:
+    rules = _trace_lines(capsys, "a later allow overrides the deny")
+    assert rules["Tenant tr spec.rules[0]"].endswith("but a later rule decides the same item")
+    assert rules["RuleStatus tr-prod/default spec[0]"] == "applies: satisfied"
+    rules = _trace_lines(capsys, "the allow refuses a value outside its list")
+    assert rules["RuleStatus tr-prod/default spec[0]"].startswith("decides: RuleStatus tr-prod/default spec[0] allows")
+
+
+def test_trace_a_request_no_rule_judges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    request = tmp_path / "request.yaml"
+    request.write_text(
+        "user: system:kube-scheduler\n"
+        "object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: tr-prod, labels: {env: prod}}}\n"
+    )
+    code, out, _ = _run(capsys, "explain", str(TRACE), str(request))
+    assert code == 0
+    assert "not consulted: /resources answered ControlPlane before asking any rule" in out
+
+
+def test_the_trace_decides_as_admission_does() -> None:
+    """The walker's verdict is /resources' own: the rules it says decide are the ones the denial names."""
+    from enclave_admission.review import AdmissionRequest
+    from enclave_admission.rules import validation
+    from enclave_cli.trace import trace
+
+    world = testing.load_world([TRACE])
+    compiled = compile_world(world)
+    for case in testing.collect_cases(world):
+        state = compiled.state()
+        request = case.request
+        found = trace(request, request.obj, state, compiled.tenant("tr"), compiled.namespace_labels["tr-prod"])
+        assert found is not None
+        decision = validation.validate(AdmissionRequest.from_review(request.review(request.obj)), state)
+        assert all(origin in decision.message for origin in found.decided_by), case.name
+        assert bool(found.decided_by) == (not decision.allowed), case.name
+
+
+def test_explain_traces_the_policy_rules(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "explain", str(POLICIES), "a tenant rule denies a label value on any kind")
     assert code == 0
     assert "resources.enclave.dev (/resources): denied [RuleViolation]" in out
-    assert "rules in effect in namespace cli-acme-prod (evaluation order):" in out
-    assert "1. Tenant cli-acme spec.rules[0]: enforce deny (metadata); audience: every requester" in out
-    assert "2. Tenant cli-acme spec.rules[1]: enforce audit (metadata); audience: every requester" in out
+    assert "tenant rules for namespace cli-acme-prod (evaluation order, by /resources):" in out
+    assert "1. Tenant cli-acme spec.rules[0] (deny): decides: Tenant cli-acme spec.rules[0] denies" in out
+    assert "2. Tenant cli-acme spec.rules[1] (audit): applies: its constraint is not hit" in out

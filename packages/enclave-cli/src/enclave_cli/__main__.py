@@ -70,6 +70,7 @@ def _explain(args: argparse.Namespace) -> int:
     from enclave_cli.cases import parse_request
     from enclave_cli.engine import evaluate
     from enclave_cli.explain import explain
+    from enclave_cli.trace import trace
     from enclave_cli.world import compile_world
 
     world = testing.load_world([args.directory])
@@ -87,7 +88,11 @@ def _explain(args: argparse.Namespace) -> int:
         request = cases[0].request
     state = compiled.state()
     outcome = evaluate(request, state, compiled.namespace)
-    print(explain(request, outcome, state, Style.for_stream()))
+    tenant = state.tenancy.namespace_owner.get(request.namespace, "")
+    rules = trace(
+        request, outcome.obj, state, compiled.tenant(tenant), compiled.namespace_labels.get(request.namespace, {})
+    )
+    print(explain(request, outcome, state, Style.for_stream(), rules))
     return EXIT_OK
 
 
@@ -136,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = verb("check", "validate Enclave objects as the webhooks and controllers do", _EPILOG_CHECK, _check)
     check.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="YAML files or directories")
 
-    explain = verb("explain", "why a request is allowed or denied, webhook by webhook", _EPILOG_EXPLAIN, _explain)
+    explain = verb(
+        "explain", "why a request is allowed or denied, webhook by webhook and rule by rule", _EPILOG_EXPLAIN, _explain
+    )
     explain.add_argument("directory", type=Path, help="the objects (and tests) the decision is made from")
     explain.add_argument("request", help="a request file, or the name of a test case of the directory")
 

@@ -12,7 +12,7 @@ import json
 from enclave_admission.state import Role, State, Subject
 from enclave_cli.engine import Outcome, Request
 from enclave_cli.output import Style
-from enclave_core.api.rules import AppliedRule
+from enclave_cli.trace import Trace, render
 from enclave_core.snapshots.tenancy import TenantView, entity_matches
 
 
@@ -60,49 +60,8 @@ def _tenant_facts(tenant: TenantView, state: State) -> str:
     return f"tenant {tenant.name}: " + ", ".join(facts) + f"; owners: {owners}"
 
 
-def _origin(rule: AppliedRule) -> str:
-    origin = rule.origin
-    if origin.kind == "Tenant":
-        return f"Tenant {origin.name} spec.rules[{origin.index}]"
-    return f"RuleStatus {origin.namespace}/{origin.name} spec[{origin.index}]"
-
-
-def rules_in_effect(namespace: str, state: State) -> list[str]:
-    """The namespace's rules from the Rules snapshot, in evaluation order: origin, action, what they govern,
-    and the audience they are limited to."""
-    item = state.rules.by_namespace.get(namespace)
-    if item is None or not item.rules:
-        return []
-    lines = [f"rules in effect in namespace {namespace} (evaluation order):"]
-    for number, rule in enumerate(item.rules, start=1):
-        parts = []
-        if rule.enforce is not None:
-            governs = [
-                name
-                for name in ("metadata", "services", "ingress", "network", "storage", "workloads")
-                if getattr(rule.enforce, name)
-            ]
-            conditions = len(rule.enforce.conditions or [])
-            parts.append(
-                f"enforce {rule.enforce.action} ({', '.join(governs) or 'conditions'}"
-                + (f", {conditions} condition(s)" if conditions else "")
-                + ")"
-            )
-        if rule.mutate:
-            parts.append(f"{len(rule.mutate)} mutation(s)")
-        if rule.quota:
-            parts.append(f"{len(rule.quota)} quota(s)")
-        audience = (
-            ", ".join(
-                f"{a.kind} {getattr(a, 'name', None) or getattr(a, 'expression', '')}" for a in rule.audience or []
-            )
-            or "every requester"
-        )
-        lines.append(f"  {number}. {_origin(rule)}: {'; '.join(parts) or 'no effect'}; audience: {audience}")
-    return lines
-
-
-def explain(request: Request, outcome: Outcome, state: State, style: Style) -> str:
+def explain(request: Request, outcome: Outcome, state: State, style: Style, rules: Trace | None = None) -> str:
+    """The whole explanation; ``rules`` is the per-rule trace of :mod:`enclave_cli.trace` (namespaced objects)."""
     subject = outcome.subject
     assert subject is not None
     groups = ", ".join(request.groups) or "none"
@@ -128,8 +87,8 @@ def explain(request: Request, outcome: Outcome, state: State, style: Style) -> s
         lines.append("  none: no Enclave webhook's rules match this request")
     if outcome.skipped:
         lines.append(style.dim("  not called (rules do not match): " + ", ".join(outcome.skipped)))
-    if request.namespace:
-        lines += rules_in_effect(request.namespace, state)
+    if rules is not None:
+        lines += render(rules, style)
     if outcome.not_reached:
         lines.append(style.dim("  not called (an earlier webhook denied): " + ", ".join(outcome.not_reached)))
     denial = outcome.denial

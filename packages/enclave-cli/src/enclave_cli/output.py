@@ -28,6 +28,9 @@ class Style:
     def green(self, text: str) -> str:
         return self._wrap("32", text)
 
+    def yellow(self, text: str) -> str:
+        return self._wrap("33", text)
+
     def bold(self, text: str) -> str:
         return self._wrap("1", text)
 

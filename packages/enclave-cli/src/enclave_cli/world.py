@@ -16,6 +16,7 @@ Nothing is re-implemented here: a difference between this and the cluster would 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -23,6 +24,7 @@ from enclave_admission.state import State
 from enclave_cli.documents import Document, InputError
 from enclave_core.api import KINDS_BY_NAME
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
+from enclave_core.api.tenancy import Tenant
 from enclave_core.api.validation import service_configuration_problems
 from enclave_core.snapshots.configuration import EffectiveConfiguration, effective
 from enclave_core.snapshots.rules import RULE_STATUS_NAME, RulesSnapshot
@@ -108,6 +110,12 @@ class Compiled:
     plan: Plan
     namespace: str
     rules: RulesSnapshot = field(default_factory=RulesSnapshot)
+    namespace_labels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Labels of the directory's namespaces (what the tenant rules' ``namespaceSelector`` was matched against)."""
+
+    def tenant(self, name: str) -> Tenant | None:
+        found = self.plan.tenants.get(name)
+        return found.tenant if found is not None else None
 
     def state(self) -> State:
         """A fresh admission state (fresh per request: no reservation of one case leaks into the next)."""
@@ -188,4 +196,7 @@ def compile_world(world: World, namespace: str = DEFAULT_NAMESPACE) -> Compiled:
         own,
     )
     rules = rl.snapshot(rule_plans, [document.data for document in world.volumes])
-    return Compiled(config, plan, namespace, rules)
+    labels = {
+        document.name: dict((document.data.get("metadata") or {}).get("labels") or {}) for document in world.namespaces
+    }
+    return Compiled(config, plan, namespace, rules, labels)

@@ -174,6 +174,11 @@ class Review:
                     Finding(rule.action != "audit", rule.origin, f"{rule.origin} cannot be evaluated: {rule.broken}")
                 )
 
+    def asked(self) -> dict[int, bool]:
+        """Rule index -> whether it applies, for every rule an area asked about (the ones that govern something
+        in this request); the others were never asked. Read by ``enclave explain``; costs nothing otherwise."""
+        return dict(self._applies)
+
     # -- verdicts ---------------------------------------------------------------------------------------------
 
     def settle(self, item: Item) -> None:

@@ -19,6 +19,14 @@ MAX_REASONS = 5
 
 
 def validate(request: AdmissionRequest, state: State) -> Decision:
+    judged = review(request, state)
+    return judged if isinstance(judged, Decision) else decide(judged)
+
+
+def review(request: AdmissionRequest, state: State) -> Decision | Review:
+    """The judged request (its findings, and which rules were asked: :meth:`Review.asked`), or the decision
+    when it is settled before any rule is asked. Apart from :func:`validate`, ``enclave explain`` calls it to
+    trace rule by rule with exactly the walk admission makes."""
     if not request.namespace:
         return storage.volume_label(request, state) or Decision.allow("NotGoverned")
     if request.operation not in ("CREATE", "UPDATE"):
@@ -30,15 +38,15 @@ def validate(request: AdmissionRequest, state: State) -> Decision:
     is_claim = request.resource == "persistentvolumeclaims" and not request.group
     if not rules.rules and not is_claim:
         return Decision.allow("NoRules", tenant=rules.tenant)
-    review = Review(request, rules)
-    review.check_broken()
-    metadata.judge(review)
-    services.judge(review)
-    ingress.judge(review)
-    network.judge(review)
-    storage.judge(review, state)
-    workloads.judge(review)
-    return decide(review)
+    judged = Review(request, rules)
+    judged.check_broken()
+    metadata.judge(judged)
+    services.judge(judged)
+    ingress.judge(judged)
+    network.judge(judged)
+    storage.judge(judged, state)
+    workloads.judge(judged)
+    return judged
 
 
 def decide(review: Review) -> Decision:
