@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -198,6 +200,36 @@ def test_completion_scripts_name_every_verb(capsys: pytest.CaptureFixture[str]) 
         assert verb in out
     code, out, _ = _run(capsys, "completion", "zsh")
     assert out.startswith("#compdef enclave")
+    assert "__complete" not in out.split("_describe", 1)[1].split("\n", 1)[0]  # the hidden verb is not offered
+    code, out, _ = _run(capsys, "completion", "fish")
+    assert code == 0
+    assert "complete -c enclave -n __fish_use_subcommand -a 'test check explain" in out
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts_parse(shell: str, capsys: pytest.CaptureFixture[str]) -> None:
+    binary = shutil.which(shell)
+    if binary is None:
+        pytest.skip(f"{shell} is not installed")
+    code, script, _ = _run(capsys, "completion", shell)
+    assert code == 0
+    checked = subprocess.run([binary, "-n"], input=script, capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_tenant_completion_is_silent_without_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    for argv in (["--kubeconfig", str(kubeconfig)], ["--kubeconfig", str(tmp_path / "absent")]):
+        code, out, err = _run(capsys, "__complete", "tenants", *argv)
+        assert (code, out, err) == (0, "", "")
+    from enclave_cli.__main__ import build_parser
+
+    assert "__complete" not in build_parser().format_help()
 
 
 def test_colour_only_when_asked() -> None:

@@ -7,6 +7,11 @@ admin kubeconfig; cordon and promote act on a tenant of their own, so the policy
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -140,3 +145,38 @@ def test_doctor_reports_what_is_wrong(
     assert code == 1
     assert "FAIL  Secret cli-nowhere/enclave-tls: not found" in out
     assert "FAIL  nothing (127.0.0.1:1) gRPC health: UNAVAILABLE" in out
+
+
+def _completion_env() -> dict[str, str]:
+    """``enclave`` (the console script beside this interpreter) first on PATH, as an installed shell has it."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def test_completion_lists_the_clusters_tenants(
+    control_plane: ControlPlane, cluster: tuple[TenancyStack, Remote]
+) -> None:
+    kubeconfig = str(control_plane.kubeconfig)
+    script = subprocess.run(
+        [sys.executable, "-m", "enclave_cli", "completion", "bash"], capture_output=True, text=True, check=True
+    ).stdout
+    driver = (
+        script
+        + f"COMP_WORDS=(enclave cordon --kubeconfig {kubeconfig} cli-a); COMP_CWORD=4; _enclave; "
+        + 'printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    answer = subprocess.run(["bash", "-c", driver], capture_output=True, text=True, env=_completion_env(), check=True)
+    assert answer.stdout.split() == ["cli-acme"]
+    fish = shutil.which("fish")
+    if fish is not None:  # fish completes a whole command line on request
+        script = subprocess.run(
+            [sys.executable, "-m", "enclave_cli", "completion", "fish"], capture_output=True, text=True, check=True
+        ).stdout
+        command = f"uncordon --kubeconfig {kubeconfig} cli-"
+        answer = subprocess.run(
+            [fish, "--no-config", "-c", script + f"\ncomplete -C 'enclave {command}'"],
+            capture_output=True,
+            text=True,
+            env=_completion_env(),
+            check=True,
+        )
+        assert {"cli-acme", "cli-beta", "cli-gamma"} <= set(answer.stdout.split())

@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from enclave_cli.documents import InputError
 from enclave_cli.output import Style
@@ -123,13 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     def verb(
         name: str, help_text: str, epilog: str, run: Callable[[argparse.Namespace], int]
     ) -> argparse.ArgumentParser:
-        sub = verbs.add_parser(
-            name,
-            help=help_text,
-            description=help_text,
-            epilog=epilog,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        # a verb named __x is for scripts: without help= argparse leaves it out of the verb list
+        common: dict[str, Any] = {
+            "description": help_text,
+            "epilog": epilog,
+            "formatter_class": argparse.RawDescriptionHelpFormatter,
+        }
+        if name.startswith("__"):
+            sub = verbs.add_parser(name, **common)
+        else:
+            sub = verbs.add_parser(name, help=help_text, **common)
         sub.set_defaults(run=run)
         return sub
 
@@ -154,10 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     completion = verb(
         "completion",
         "print a shell completion script",
-        "examples:\n  source <(enclave completion bash)\n  enclave completion zsh > ~/.zfunc/_enclave",
+        "examples:\n  source <(enclave completion bash)\n  enclave completion zsh > ~/.zfunc/_enclave\n"
+        "  enclave completion fish > ~/.config/fish/completions/enclave.fish",
         _completion,
     )
-    completion.add_argument("shell", choices=("bash", "zsh"))
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     return parser
 
 
