@@ -116,7 +116,8 @@ def test_doctor_on_a_healthy_stack(
 ) -> None:
     stack, _ = cluster
     grpc = [f"--grpc={p.spec.name}={p.grpc_target}" for p in stack.processes if p.spec.grpc]
-    argv = ["--config", stack.config_name, *grpc]
+    probes = [f"--admission-probe={p.probe_url}" for p in stack.processes if p.spec.name == "admission"]
+    argv = ["--config", stack.config_name, *grpc, *probes]
     code = main(
         ["--enclave-namespace", stack.namespace, "doctor", "--kubeconfig", str(control_plane.kubeconfig), *argv]
     )
@@ -129,6 +130,11 @@ def test_doctor_on_a_healthy_stack(
     assert f"serving certificate in {stack.namespace}/enclave-tls" in out
     assert "config (127.0.0.1:" in out
     assert "gRPC health: SERVING" in out
+    assert "tenants publishes " in out
+    assert "Tenancy revision " in out
+    assert "config publishes " in out
+    assert f"ok    admission at {probes[0].split('=', 1)[1]} /readyz: ok" in out
+    assert "decides from Tenancy revision " in out
     assert "you may patch tenants (enclave cordon/uncordon)" in out
 
 
@@ -144,7 +150,7 @@ def test_doctor_reports_what_is_wrong(
     out, _ = capsys.readouterr()
     assert code == 1
     assert "FAIL  Secret cli-nowhere/enclave-tls: not found" in out
-    assert "FAIL  nothing (127.0.0.1:1) gRPC health: UNAVAILABLE" in out
+    assert "FAIL  nothing (127.0.0.1:1, plaintext) gRPC: UNAVAILABLE" in out
 
 
 def _completion_env() -> dict[str, str]:

@@ -19,6 +19,7 @@ from enclave_cli.documents import InputError
 from enclave_cli.output import Style, table
 from enclave_core import API_GROUP, API_VERSION
 from enclave_core.api import KINDS_BY_NAME, KindInfo, ServiceConfiguration
+from enclave_core.runtime.options import env_default
 from enclave_core.snapshots.configuration import effective
 from enclave_core.snapshots.tenancy import PROMOTED_LABEL
 
@@ -324,28 +325,66 @@ def _doctor(args: argparse.Namespace) -> int:
             pem = base64.b64decode(bundle)
             if ca_pem and ca_pem.strip() not in pem:
                 report.warn(f"{side} webhook configuration {name}: caBundle is not the CA in {secret_name}")
-    for target in args.grpc or []:
-        _grpc_health(report, target)
+    _grpc_checks(report, args)
     _access(report, api)
     print("\n".join(report.lines))
     return 1 if report.failed else 0
 
 
-def _grpc_health(report: Report, target: str) -> None:
+def _grpc_checks(report: Report, args: argparse.Namespace) -> None:
+    """gRPC health and published snapshot revisions of every ``--grpc`` endpoint (mutual TLS when given the
+    CA and a client certificate), then the revisions each ``--admission-probe`` decides from."""
     import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    name, _, address = target.rpartition("=")
-    name = name or address
-    channel = grpc.insecure_channel(address)
+    from enclave_cli import grpccheck
+
     try:
-        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=3)
-        status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
-        (report.ok if status == "SERVING" else report.fail)(f"{name} ({address}) gRPC health: {status}")
-    except grpc.RpcError as err:
-        report.fail(f"{name} ({address}) gRPC health: {err.code().name}")
-    finally:
-        channel.close()
+        tls = grpccheck.Tls.from_files(
+            args.grpc_ca_file, args.grpc_client_cert, args.grpc_client_key, args.grpc_server_name
+        )
+    except OSError as err:
+        raise InputError(f"cannot read the gRPC TLS files: {err}") from None
+    if tls is not None and not (args.grpc_client_cert and args.grpc_client_key):
+        raise InputError("--grpc-ca-file needs --grpc-client-cert and --grpc-client-key (the streams are mutual TLS)")
+    mode = "mutual TLS" if tls is not None else "plaintext"
+    latest: dict[str, int] = {}
+    for target in args.grpc or []:
+        name, _, address = target.rpartition("=")
+        name = name or address
+        chan = grpccheck.channel(address, tls)
+        try:
+            status = grpccheck.health(chan)
+            (report.ok if status == "SERVING" else report.fail)(f"{name} ({address}, {mode}) gRPC health: {status}")
+            if status != "SERVING":
+                continue
+            streams = grpccheck.published(chan)
+            for stream in streams:
+                latest[stream.kind] = max(latest.get(stream.kind, 0), stream.revision)
+            shown = ", ".join(f"{s.kind} revision {s.revision}" for s in streams) or "no snapshot stream"
+            report.ok(f"{name} publishes {shown}")
+        except grpc.RpcError as err:
+            detail = err.details() if hasattr(err, "details") else ""
+            report.fail(f"{name} ({address}, {mode}) gRPC: {err.code().name}" + (f": {detail}" if detail else ""))
+        finally:
+            chan.close()
+    for url in args.admission_probe or []:
+        try:
+            revisions, ready = grpccheck.admission_revisions(url)
+        except OSError as err:
+            report.fail(f"admission probes at {url}: {err}")
+            continue
+        (report.ok if ready == "ok" else report.fail)(f"admission at {url} /readyz: {ready}")
+        for kind, revision in sorted(revisions.items()):
+            published = latest.get(kind)
+            if published is None:
+                report.ok(f"admission at {url} decides from {kind} revision {revision}")
+            elif revision == published:
+                report.ok(f"admission at {url} decides from {kind} revision {revision}, the published one")
+            else:
+                report.warn(
+                    f"admission at {url} decides from {kind} revision {revision}, its publisher is at {published} "
+                    "(normal for a moment after a change or a publisher restart; persistent: check the stream)"
+                )
 
 
 _ACCESS = (
@@ -446,7 +485,10 @@ def add_verbs(verb: Verb) -> None:
         "doctor",
         "check an installation: CRDs, configuration, webhook configurations and caBundles, certificate "
         "expiry, gRPC health, your RBAC",
-        "examples:\n  enclave doctor\n  enclave doctor --config default --grpc tenants=127.0.0.1:9090",
+        "examples:\n  enclave doctor\n  enclave doctor --config default --grpc tenants=127.0.0.1:9090\n"
+        "  enclave doctor --grpc tenants=127.0.0.1:9090 --grpc-server-name enclave-tenants.enclave-system.svc \\\n"
+        "      --grpc-ca-file ca.crt --grpc-client-cert tls.crt --grpc-client-key tls.key \\\n"
+        "      --admission-probe http://127.0.0.1:8080",
         _doctor,
     )
     doctor.add_argument("--config", default="default", help="the ServiceConfiguration's name")
@@ -454,7 +496,21 @@ def add_verbs(verb: Verb) -> None:
         "--grpc",
         action="append",
         metavar="NAME=HOST:PORT",
-        help="a component's gRPC endpoint to health-check (plaintext: a port-forward or loopback); repeatable",
+        help="a component's gRPC endpoint: its health and the snapshot revisions it publishes; repeatable",
+    )
+    for flag, env, what in (
+        ("--grpc-ca-file", "ENCLAVE_GRPC_CA_FILE", "CA (PEM) of the components' gRPC certificates: speak mutual TLS"),
+        ("--grpc-client-cert", "ENCLAVE_GRPC_CLIENT_CERT", "client certificate (PEM) the CA issued"),
+        ("--grpc-client-key", "ENCLAVE_GRPC_CLIENT_KEY", "key (PEM) of --grpc-client-cert"),
+        ("--grpc-server-name", "ENCLAVE_GRPC_SERVER_NAME", "name to verify in the server certificate (port-forwards)"),
+    ):
+        doctor.add_argument(flag, default=env_default(env, ""), help=f"{what} (env {env})")
+    doctor.add_argument(
+        "--admission-probe",
+        action="append",
+        metavar="URL",
+        help="an admission replica's probe listener (http://HOST:PORT): /readyz and the snapshot revisions it "
+        "decides from, compared with the publishers'; repeatable",
     )
     _cluster_flags(doctor)
     complete = verb(
