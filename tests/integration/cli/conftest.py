@@ -37,13 +37,41 @@ _STACK_OWNED = ("admission", "events", "rbac", "enableTLSReconciler")
 
 
 class Remote:
-    """Decides by POSTing each review to the running admission server, as kube-apiserver does."""
+    """Decides by POSTing each review to the running admission server, as kube-apiserver does.
 
-    def __init__(self, stack: TenancyStack, url: str, plane: ControlPlane) -> None:
+    The HTTP answer carries the result, the message, the patch and warnings, and for a denial ``status``
+    ``{code: 403, reason: Forbidden}`` (checked here on every answer), but not the decision's CamelCase
+    reason (``TenantCordoned``), which is what ``enclave test`` reports and ``expect.reason`` matches. The
+    server writes that reason into its decision log line, keyed by the review's uid: the reason of each
+    answer is read from there, so the comparison covers it too.
+    """
+
+    def __init__(self, stack: TenancyStack, url: str, plane: ControlPlane, log_path: Path) -> None:
         secret = client.CoreV1Api(stack.kube).read_namespaced_secret("enclave-tls", stack.namespace)
         self.context = ssl.create_default_context(cadata=base64.b64decode(secret.data["ca.crt"]).decode())
         self.context.load_cert_chain(*plane.webhook_client_cert)
         self.url = url
+        self.log_path = log_path
+        self._offset = 0
+        self._reasons: dict[str, str] = {}
+
+    def _reason(self, uid: str) -> str:
+        """The reason admission logged for review ``uid`` (its decision lines are written within a loop turn)."""
+
+        def logged() -> bool:
+            with self.log_path.open("rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            self._offset += len(complete)
+            for line in complete.splitlines():
+                if b'"msg":"decision"' in line:
+                    entry = json.loads(line)
+                    self._reasons[str(entry["uid"])] = str(entry["reason"])
+            return uid in self._reasons
+
+        poll(logged, timeout=10, interval=0.05, what=f"admission's decision line for review {uid}")
+        return self._reasons.pop(uid)
 
     def __call__(self, hook: Hook, review: dict[str, Any]) -> Decision:
         body = json.dumps(review).encode()
@@ -53,8 +81,19 @@ class Remote:
         with urllib.request.urlopen(request, context=self.context, timeout=10) as answer:
             response = json.loads(answer.read())["response"]
         patch = json.loads(base64.b64decode(response["patch"])) if response.get("patch") else []
-        message = (response.get("status") or {}).get("message", "")
-        return Decision(bool(response["allowed"]), "", message, tuple(patch))
+        status = response.get("status") or {}
+        if response["allowed"]:
+            assert not status, status
+        else:
+            assert (status.get("code"), status.get("reason")) == (403, "Forbidden"), status
+        reason = self._reason(review["request"]["uid"])
+        return Decision(
+            bool(response["allowed"]),
+            reason,
+            status.get("message", ""),
+            tuple(patch),
+            warnings=tuple(response.get("warnings") or ()),
+        )
 
 
 def _uidless(value: Any) -> Any:
@@ -65,9 +104,12 @@ def _uidless(value: Any) -> Any:
     return value
 
 
-def answer(outcome: Outcome) -> tuple[str, str, Any]:
-    """What a user sees: the result, the denial message and the patch (tenant uids masked)."""
-    return outcome.result, outcome.message, _uidless(outcome.patch)
+def answer(outcome: Outcome) -> tuple[str, str, Any, list[tuple[str, str]], list[str]]:
+    """What a user sees (the result, the denial message, the patch with tenant uids masked, the warnings) and
+    the reason each hook decided with."""
+    reasons = [(step.hook, step.decision.reason) for step in outcome.steps]
+    warnings = [warning for step in outcome.steps for warning in step.decision.warnings]
+    return outcome.result, outcome.message, _uidless(outcome.patch), reasons, warnings
 
 
 def _create(kube: Any, body: dict[str, Any]) -> None:
@@ -98,7 +140,7 @@ def cluster(control_plane: ControlPlane, enclave_crds: list[str]) -> Iterator[tu
         for body in objects:
             _create(kube, body)
         admission = next(p for p in stack.processes if p.spec.name == "admission")
-        remote = Remote(stack, admission.webhook_url, control_plane)
+        remote = Remote(stack, admission.webhook_url, control_plane, admission.process.log_path)
         sizes = {d.name: 0 for d in WORLD.tenants}
         for document in WORLD.namespaces:
             sizes[document.data["metadata"]["labels"]["enclave.dev/tenant"]] += 1

@@ -3,7 +3,8 @@
 The stack (``conftest.cluster``) holds the directory's objects. Each case is sent, hook by hook in
 kube-apiserver's order, as an AdmissionReview (dry run, so nothing is reserved) over HTTPS with kube-apiserver's
 webhook client certificate; the answers must be the ones ``enclave test`` computes offline: the same result,
-message and patch (tenant uids aside, which offline runs cannot know).
+message, patch (tenant uids aside, which offline runs cannot know) and warnings, and every hook's reason (read
+from admission's decision log by the review's uid, since the HTTP answer does not carry it).
 """
 
 from __future__ import annotations
