@@ -3,7 +3,7 @@
 ``--only etcd`` (or ``--only kubernetes``) rewrites one of the two modules and leaves the other, and so its
 cached build, alone.
 
-Writes ``hack/controlplane/<minor>/kubernetes`` (kube-apiserver and kube-controller-manager from
+Writes ``hack/controlplane/<minor>/kubernetes`` (kube-apiserver, kube-controller-manager and kube-scheduler from
 ``k8s.io/kubernetes``) and ``hack/controlplane/<minor>/etcd`` (the etcd server), each a Go module with its
 ``go.sum``, then lets ``go mod tidy`` resolve them through the module proxy. The etcd version is the one the
 release pairs with (kubeadm's ``DefaultEtcdVersion`` in ``cmd/kubeadm/app/constants/constants.go``; printed

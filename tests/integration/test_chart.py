@@ -6,7 +6,7 @@ defaulting, schema, CEL and admission validation, and refuses unknown or duplica
 anything. The RBAC test goes further and applies the chart's roles for real, then acts as the components'
 service accounts to prove the narrow ``escalate`` and ``bind`` grants are enough, and no more than enough.
 Finally helm itself installs, upgrades and uninstalls the release on the test control plane (without ``--wait``:
-no pod can run there; charts/enclave/README.md "Tests" argues why).
+no pod can run there; ``tox -e kwok`` runs ``helm install --wait`` on simulated nodes, tests/kwok).
 """
 
 from __future__ import annotations
@@ -1092,13 +1092,11 @@ def test_config_renders_the_defaults_into_the_narrowed_hooks() -> None:
 
 # -- helm install, upgrade and uninstall on the real apiserver ----------------------------------------------
 #
-# The test control plane has no kubelet, scheduler or deployment controller, so no pod ever runs and
-# `helm install --wait` could only time out. What --wait would add is "the pods start", which the image tests
-# (tests/image) prove by running every component from the built image against this same apiserver. Here helm
-# itself installs, upgrades and uninstalls the release: every object goes through kube-apiserver's defaulting,
-# schema, CEL and admission validation, helm's three-way merge and ownership checks, and its deletion order.
-# KWOK nodes (fake kubelets) plus kube-scheduler and the deployment controllers would make --wait meaningful;
-# that is two more Go builds and a second control plane for a signal the image tests already give.
+# The session's control plane has no kubelet, scheduler or deployment controller, so no pod ever runs here and
+# `helm install --wait` could only time out: tests/kwok (`tox -e kwok`) runs --wait on a control plane with
+# KWOK Nodes, kube-scheduler and the deployment controller. Here helm itself installs, upgrades and uninstalls
+# the release: every object goes through kube-apiserver's defaulting, schema, CEL and admission validation,
+# helm's three-way merge and ownership checks, and its deletion order.
 
 
 def _release_values(tmp_path: Path, token: str, values: dict[str, Any], name: str) -> Path:

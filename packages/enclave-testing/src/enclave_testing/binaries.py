@@ -84,6 +84,14 @@ BINARIES: dict[str, BinarySpec] = {
             "k8s.io/kubernetes",
             per_kubernetes_minor=True,
         ),
+        BinarySpec(
+            "kube-scheduler",
+            "kubernetes",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+            "k8s.io/kubernetes",
+            per_kubernetes_minor=True,
+        ),
+        BinarySpec("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok"),
         BinarySpec("helm", "helm", "helm.sh/helm/v3/cmd/helm", "helm.sh/helm/v3"),
         BinarySpec("helm4", "helm4", "helm.sh/helm/v4/cmd/helm", "helm.sh/helm/v4"),
     )

@@ -4,6 +4,10 @@ It is configured like a small real cluster (RBAC, the admission plugins a produc
 controllers that finalise namespaces, collect garbage, compute quota usage and mint service-account tokens), so
 that what passes here passes there. The admin identity is in ``system:masters`` and may therefore impersonate
 any user or group: that is how tests act as tenant owners, administrators and service accounts.
+
+Opt-in (``simulated_nodes=N``): kube-scheduler, KWOK and the deployment controller join, with N simulated Nodes,
+so Deployments get Pods that are scheduled, reported Running and Ready, and counted by ResourceQuota as on a
+cluster with kubelets (:mod:`enclave_testing.kwok`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 import yaml
 
 from enclave_core.pki import CertificateAuthority, KeyPair, signing_key_pair
-from enclave_testing import binaries
+from enclave_testing import binaries, kwok
 from enclave_testing.processes import ManagedProcess, free_port, wait_until
 
 ADMISSION_PLUGINS = [
@@ -44,6 +48,9 @@ CONTROLLERS = [
     "replicaset-controller",  # tenant rules judge the Pods controllers create (tests/integration/rules)
 ]
 
+SIMULATED_NODE_CONTROLLERS = ["deployment-controller"]
+"""Added with simulated nodes: Deployments roll out ReplicaSets (``helm install --wait`` waits for them)."""
+
 SERVICE_CIDR = "10.0.0.0/24"
 ADMIN_USER = "enclave-admin"
 WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
@@ -61,6 +68,8 @@ class ControlPlane:
     ca: CertificateAuthority | None = None
     apiserver_args: list[str] = field(default_factory=list)
     """Extra kube-apiserver flags, e.g. ``--authentication-config`` for sign-in through an identity provider."""
+    simulated_nodes: int = 0
+    """Opt-in: run kube-scheduler, kwok and the deployment controller too, with this many KWOK Nodes."""
 
     @property
     def pki_dir(self) -> Path:
@@ -95,7 +104,8 @@ class ControlPlane:
     # -- start ---------------------------------------------------------------------------------------------
 
     def start(self, timeout: float = 90.0) -> ControlPlane:
-        paths = binaries.ensure("etcd", "kube-apiserver", "kube-controller-manager")
+        simulated = ("kube-scheduler", "kwok") if self.simulated_nodes else ()
+        paths = binaries.ensure("etcd", "kube-apiserver", "kube-controller-manager", *simulated)
         if self.workdir.exists():
             shutil.rmtree(self.workdir)
         self.workdir.mkdir(parents=True)
@@ -104,6 +114,10 @@ class ControlPlane:
             self._start_etcd(paths["etcd"], timeout)
             self._start_apiserver(paths["kube-apiserver"], timeout)
             self._start_controller_manager(paths["kube-controller-manager"], timeout)
+            if self.simulated_nodes:
+                self._start_scheduler(paths["kube-scheduler"], timeout)
+                self._start_kwok(paths["kwok"], timeout)
+                self.add_simulated_nodes(self.simulated_nodes, timeout)
         except BaseException:
             self.stop()
             raise
@@ -129,6 +143,13 @@ class ControlPlane:
         self._write_pair("admin", admin)
         kcm = self.ca.issue("system:kube-controller-manager", server=False, client=True)
         self._write_pair("kube-controller-manager", kcm)
+        if self.simulated_nodes:
+            scheduler = self.ca.issue("system:kube-scheduler", server=False, client=True)
+            self._write_pair("kube-scheduler", scheduler)
+            # kwok plays every kubelet and the node lifecycle (Node and Pod status, Pod deletion): the admin group
+            # rather than a hand-made role that would have to follow kwok's needs release by release.
+            simulator = self.ca.issue("enclave-kwok", organizations=["system:masters"], server=False, client=True)
+            self._write_pair("kwok", simulator)
         webhook_client = self.ca.issue(WEBHOOK_CLIENT, server=False, client=True)
         self._write_pair("webhook-client", webhook_client)
         self._write_admission_configuration()
@@ -247,7 +268,7 @@ class ControlPlane:
                 f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(CONTROLLERS + (SIMULATED_NODE_CONTROLLERS if self.simulated_nodes else []))}",
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 f"--root-ca-file={pki / 'ca.crt'}",
                 "--use-service-account-credentials=true",
@@ -264,6 +285,69 @@ class ControlPlane:
             what="kube-controller-manager (default service account)",
             alive=proc,
         )
+
+    def _start_scheduler(self, binary: Path, timeout: float) -> None:
+        kubeconfig = self.workdir / "kube-scheduler.kubeconfig"
+        self._write_kubeconfig(kubeconfig, "kube-scheduler")
+        port = free_port()
+        proc = self._spawn(
+            "kube-scheduler",
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--leader-elect=false",
+                "--v=1",
+            ],
+        )
+        wait_until(
+            lambda: _https_ok(f"https://127.0.0.1:{port}/readyz"), timeout=timeout, what="kube-scheduler", alive=proc
+        )
+
+    def _start_kwok(self, binary: Path, timeout: float) -> None:
+        kubeconfig = self.workdir / "kwok.kubeconfig"
+        self._write_kubeconfig(kubeconfig, "kwok")
+        port = free_port()
+        proc = self._spawn(
+            "kwok",
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={kwok.NODE_ANNOTATION}=fake",
+                f"--cidr={kwok.POD_CIDR}",
+                "--node-lease-duration-seconds=0",
+                f"--server-address=127.0.0.1:{port}",
+                *(f"--config={stage}" for stage in kwok.stage_files()),
+            ],
+        )
+        wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=timeout, what="kwok", alive=proc)
+
+    def add_simulated_nodes(self, count: int, timeout: float = 60.0) -> list[str]:
+        """Create ``count`` more KWOK Nodes and wait until kwok reports each Ready; returns their names."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.admin_client())
+        first = len(core.list_node(label_selector=kwok.NODE_LABEL).items)
+        names = [f"kwok-node-{index}" for index in range(first, first + count)]
+        for name in names:
+            core.create_node(kwok.node_body(name))
+        alive = next(proc for proc in self.processes if proc.name == "kwok")
+
+        def all_ready() -> bool:
+            listed = {node.metadata.name: node for node in core.list_node(label_selector=kwok.NODE_LABEL).items}
+            return all(name in listed and kwok.ready(listed[name]) for name in names)
+
+        wait_until(all_ready, timeout=timeout, what=f"{count} KWOK Nodes Ready", alive=alive)
+        for name in names:
+            # kube-apiserver taints every new Node not-ready (TaintNodesByCondition); the node lifecycle
+            # controller lifts it once the Node reports Ready. That controller does not run here (kwok sends
+            # no heartbeats, so it would soon declare the Nodes lost), so the taint is lifted as it would.
+            core.patch_node(name, {"spec": {"taints": None}})
+        return names
 
     def _write_kubeconfig(self, path: Path, identity: str) -> None:
         config: dict[str, Any] = {
@@ -325,4 +409,13 @@ class ControlPlane:
 
 def _http_ok(url: str) -> bool:
     with urllib.request.urlopen(url, timeout=2) as response:
+        return int(response.status) == 200
+
+
+def _https_ok(url: str) -> bool:
+    """A component's own serving certificate is self-signed: only reachability and the status matter."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(url, timeout=2, context=context) as response:
         return int(response.status) == 200

@@ -28,12 +28,10 @@ from enclave_testing.paths import repo_root
 _kept_workdirs: list[Path] = []
 
 
-@pytest.fixture(scope="session")
-def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    """A running etcd + kube-apiserver + kube-controller-manager, shared by the whole session."""
+def _session_plane(request: pytest.FixtureRequest, prefix: str, simulated_nodes: int = 0) -> Iterator[ControlPlane]:
     base = os.environ.get("ENCLAVE_TEST_WORKDIR")
-    workdir = Path(tempfile.mkdtemp(prefix="enclave-cp-", dir=base))
-    plane = ControlPlane(workdir).start()
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    plane = ControlPlane(workdir, simulated_nodes=simulated_nodes).start()
     try:
         yield plane
     finally:
@@ -42,6 +40,26 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
             _kept_workdirs.append(workdir)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A running etcd + kube-apiserver + kube-controller-manager, shared by the whole session."""
+    yield from _session_plane(request, "enclave-cp-")
+
+
+SIMULATED_NODES = 2
+"""Nodes of :func:`simulated_control_plane` unless ``ENCLAVE_SIMULATED_NODES`` says otherwise."""
+
+
+@pytest.fixture(scope="session")
+def simulated_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A second kind of control plane, with kube-scheduler, KWOK Nodes and the deployment controller, so Pods
+    are scheduled and reported Running and Ready (:mod:`enclave_testing.kwok`). Its own processes, never the
+    session's ``control_plane``: suites that need it (``tox -e kwok``, ``tox -e scale``) take their clients
+    from it (``simulated_control_plane.admin_client()``), not from the ``kube`` fixture."""
+    nodes = int(os.environ.get("ENCLAVE_SIMULATED_NODES", str(SIMULATED_NODES)))
+    yield from _session_plane(request, "enclave-kwok-", simulated_nodes=max(1, nodes))
 
 
 @pytest.fixture(scope="session")
