@@ -33,6 +33,8 @@ class FakeKube:
         self.watches: list[str] = []
         self.scripts: list[WatchScript | Exception] = []
         self.expire_continue_once = False
+        self.typed = False
+        """Answer lists as kube-apiserver does: ``apiVersion`` and ``kind`` on the list, not on its items."""
         self.done = asyncio.Event()
 
     async def list(
@@ -53,7 +55,10 @@ class FakeKube:
         meta: JSON = {"resourceVersion": str(self.version)}
         if end < len(self.objects):
             meta["continue"] = str(end)
-        return {"metadata": meta, "items": self.objects[start:end]}
+        page: JSON = {"metadata": meta, "items": [dict(o) for o in self.objects[start:end]]}
+        if self.typed:
+            page.update(apiVersion="v1", kind="ConfigMapList")
+        return page
 
     async def watch(self, path: str, *, resource_version: str, **_: Any) -> AsyncIterator[JSON]:
         self.watches.append(resource_version)
@@ -92,6 +97,25 @@ def test_the_list_is_paginated_and_the_watch_starts_at_its_resource_version() ->
         assert kube.lists == [(500, None), (500, "500"), (500, "1000")]
         assert len(informer.items) == 1200
         assert kube.watches == ["5000"]
+
+    scenario(body)
+
+
+def test_listed_objects_carry_the_kind_a_watch_event_would_and_a_relist_of_them_reports_nothing() -> None:
+    """A list states apiVersion and kind once; an object read from it must look exactly like the same object
+    in a watch event (a restarted controller keys what it manages by kind), so a relist after a 410 finds
+    the watched object unchanged."""
+
+    async def body() -> None:
+        kube = FakeKube([obj("a", 1)], version=1)
+        kube.typed = True
+        changed: list[str] = []
+        informer = Informer(kube, "/api/v1/configmaps", on_change=changed.append)  # type: ignore[arg-type]
+        watched = obj("a", 1, apiVersion="v1", kind="ConfigMap")
+        kube.scripts = [[{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}]]
+        await run_until_done(informer, kube)
+        assert informer.items["a"] == watched
+        assert changed == ["a"], "the relist after the 410 saw nothing new"
 
     scenario(body)
 

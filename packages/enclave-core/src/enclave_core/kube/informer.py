@@ -121,7 +121,7 @@ class Informer:
                         limit=self.page_size,
                         continue_token=token,
                     )
-                    items += page.get("items") or []
+                    items += _typed(page)
                     meta = page.get("metadata") or {}
                     token = meta.get("continue") or None
                     if token is None:
@@ -183,6 +183,20 @@ class Informer:
         except Exception:
             HANDLER_ERRORS.labels(self.name).inc()
             log.exception("informer handler failed", extra={"informer": self.name, "key": key})
+
+
+def _typed(page: JSON) -> list[JSON]:
+    """The page's items, each with the ``apiVersion`` and ``kind`` the list response states once for all of
+    them (``ConfigMapList`` -> ``ConfigMap``), as client-go's unstructured lists do. Watch events carry both
+    on every object; without this an object read from a list (after a restart or a relist) would differ from
+    the same object seen in a watch event, and code that keys objects by kind would not recognise it."""
+    items: list[JSON] = page.get("items") or []
+    version, kind = page.get("apiVersion"), str(page.get("kind") or "")
+    if version and kind.endswith("List"):
+        for item in items:
+            item.setdefault("apiVersion", version)
+            item.setdefault("kind", kind[: -len("List")])
+    return items
 
 
 class _WatchExpiredError(Exception):
