@@ -13,6 +13,7 @@ import pytest
 from enclave_cli import testing
 from enclave_cli.__main__ import main
 from enclave_cli.cases import Case
+from enclave_cli.engine import evaluate
 from enclave_cli.output import Style, table
 from enclave_cli.world import compile_world
 
@@ -27,6 +28,7 @@ def test_there_are_enough_cases() -> None:
     paths = {step for case in CASES for step in (case.request.resource,)}
     assert {"namespaces", "tenants", "tenantowners", "serviceaccounts", "nodes", "serviceconfigurations"} <= paths
     assert {"configmaps", "secrets"} <= paths  # the rules hooks (/resources)
+    assert {"resourcepools", "resourcepoolclaims"} <= paths  # pools, from the pools snapshot compiled offline
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -367,3 +369,25 @@ def test_explain_traces_the_policy_rules(capsys: pytest.CaptureFixture[str]) -> 
     assert "tenant rules for namespace cli-acme-prod (evaluation order, by /resources):" in out
     assert "1. Tenant cli-acme spec.rules[0] (deny): decides: Tenant cli-acme spec.rules[0] denies" in out
     assert "2. Tenant cli-acme spec.rules[1] (audit): applies: its constraint is not hit" in out
+
+
+def test_usage_changes_the_pool_decisions(capsys: pytest.CaptureFixture[str]) -> None:
+    """The manifest's usage is what a shrink is judged against: with nothing used, the same shrink passes."""
+    case = next(c for c in CASES if c.name == "a bound claim cannot shrink below what its namespace uses")
+    assert testing.run_case(case, COMPILED).outcome.result == "denied"  # type: ignore[union-attr]
+    unused = COMPILED.state()
+    outcome = evaluate(case.request, unused, COMPILED.namespace)
+    assert outcome.result == "allowed"
+    bound = unused.pools.bound_by_key["cli-acme-prod/cli-claim"]
+    assert (bound.pool, bound.claims) == ("cli-pool-a", {"requests.cpu": "3"})
+
+
+def test_bad_usage_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _copy_policies(tmp_path)
+    (tmp_path / "extra.test.yaml").write_text(
+        "kind: EnclaveTest\nmetadata: {name: bad usage}\nusage: {pools: {cli-pool-a: 3}}\ntests:\n- name: x\n"
+        "  user: bob\n  object: {apiVersion: v1, kind: Namespace, metadata: {name: x}}\n  expect: allowed\n"
+    )
+    code, _, err = _run(capsys, "test", str(tmp_path))
+    assert code == 2
+    assert "extra.test.yaml:3: usage.pools maps pool -> namespace -> {resource: quantity}" in err

@@ -112,15 +112,80 @@ def answer(outcome: Outcome) -> tuple[str, str, Any, list[tuple[str, str]], list
     return outcome.result, outcome.message, _uidless(outcome.patch), reasons, warnings
 
 
+_PLURALS = {
+    "Tenant": "tenants",
+    "TenantOwner": "tenantowners",
+    "ResourcePool": "resourcepools",
+    "ResourcePoolClaim": "resourcepoolclaims",
+}
+
+
 def _create(kube: Any, body: dict[str, Any]) -> None:
     kind = body["kind"]
+    namespace = body["metadata"].get("namespace")
     if kind == "Namespace":
         client.CoreV1Api(kube).create_namespace(body)
     elif kind == "ServiceAccount":
-        client.CoreV1Api(kube).create_namespaced_service_account(body["metadata"]["namespace"], body)
+        client.CoreV1Api(kube).create_namespaced_service_account(namespace, body)
+    elif namespace:
+        client.CustomObjectsApi(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, _PLURALS[kind], body)
     else:
-        plural = {"Tenant": "tenants", "TenantOwner": "tenantowners"}[kind]
-        client.CustomObjectsApi(kube).create_cluster_custom_object(GROUP, VERSION, plural, body)
+        client.CustomObjectsApi(kube).create_cluster_custom_object(GROUP, VERSION, _PLURALS[kind], body)
+
+
+def _delete(kube: Any, body: dict[str, Any]) -> None:
+    kind, meta = body["kind"], body["metadata"]
+    custom = client.CustomObjectsApi(kube)
+    if kind == "Namespace":
+        client.CoreV1Api(kube).delete_namespace(meta["name"])
+    elif kind == "ResourcePoolClaim":
+        custom.delete_namespaced_custom_object(GROUP, VERSION, meta["namespace"], _PLURALS[kind], meta["name"])
+    elif kind in _PLURALS:
+        custom.delete_cluster_custom_object(GROUP, VERSION, _PLURALS[kind], meta["name"])
+
+
+def _bound(kube: Any, claim: dict[str, Any]) -> Callable[[], bool]:
+    meta = claim["metadata"]
+
+    def check() -> bool:
+        found = client.CustomObjectsApi(kube).get_namespaced_custom_object(
+            GROUP, VERSION, meta["namespace"], "resourcepoolclaims", meta["name"]
+        )
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Bound" and c.get("status") == "True" for c in conditions)
+
+    return check
+
+
+def _creating_pod(kube: Any, namespace: str, pod: dict[str, Any]) -> Callable[[], Any]:
+    return lambda: client.CoreV1Api(kube).create_namespaced_pod(namespace, pod)
+
+
+def _usage_pods(kube: Any) -> list[tuple[str, str]]:
+    """Pods that use, in the cluster, what the test manifests' ``usage`` states (one usage for every case: the
+    cluster has one state). A Pod counts toward its namespace's ResourceQuotas while not terminal, scheduled
+    or not (this control plane has no scheduler or kubelet)."""
+    usages = {case.usage.key: case.usage for case in CASES if case.usage.pools}
+    assert len(usages) <= 1, "the cluster can realise one usage only: give every case the same usage"
+    created = []
+    for usage in usages.values():
+        per_namespace: dict[str, dict[str, str]] = {}
+        for amounts in usage.pools.values():
+            for namespace, used in amounts.items():
+                per_namespace.setdefault(namespace, {}).update(used)
+        for namespace, used in per_namespace.items():
+            assert set(used) <= {"requests.cpu", "requests.memory", "pods"}, used
+            assert used.get("pods", "1") == "1", "one Pod per namespace realises the usage"
+            requests = {key.split(".", 1)[1]: value for key, value in used.items() if key.startswith("requests.")}
+            pod = {
+                "metadata": {"name": "cli-usage", "namespace": namespace},
+                "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": requests}}]},
+            }
+            poll(
+                _creating_pod(kube, namespace, pod), what=f"the usage Pod in {namespace} (its quota may lag the claim)"
+            )
+            created.append((namespace, "cli-usage"))
+    return created
 
 
 def _sized(stack: TenancyStack, name: str, size: int) -> Callable[[], bool]:
@@ -131,14 +196,19 @@ def _sized(stack: TenancyStack, name: str, size: int) -> Callable[[], bool]:
 def cluster(control_plane: ControlPlane, enclave_crds: list[str]) -> Iterator[tuple[TenancyStack, Remote]]:
     assert WORLD.configuration is not None
     spec = {k: v for k, v in WORLD.configuration.data["spec"].items() if k not in _STACK_OWNED}
-    stack = start_tenancy(control_plane, spec["users"])
+    stack = start_tenancy(control_plane, spec["users"], pools=True)
     kube = stack.kube
     custom = client.CustomObjectsApi(kube)
-    objects = [d.data for d in WORLD.tenants + WORLD.owners + WORLD.namespaces + WORLD.accounts]
+    world = WORLD.tenants + WORLD.owners + WORLD.namespaces + WORLD.accounts + WORLD.pools + WORLD.claims
+    objects = [d.data for d in world]
+    pods: list[tuple[str, str]] = []
     try:
         custom.patch_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", stack.config_name, {"spec": spec})
         for body in objects:
             _create(kube, body)
+        for document in WORLD.claims:
+            poll(_bound(kube, document.data), what=f"claim {document.name} bound")
+        pods = _usage_pods(kube)
         admission = next(p for p in stack.processes if p.spec.name == "admission")
         remote = Remote(stack, admission.webhook_url, control_plane, admission.process.log_path)
         sizes = {d.name: 0 for d in WORLD.tenants}
@@ -164,11 +234,10 @@ def cluster(control_plane: ControlPlane, enclave_crds: list[str]) -> Iterator[tu
                 custom.patch_cluster_custom_object(
                     GROUP, VERSION, "tenants", document.name, {"spec": {"preventDeletion": False}}
                 )
+        for namespace, name in pods:
+            with contextlib.suppress(ApiException):
+                client.CoreV1Api(kube).delete_namespaced_pod(name, namespace)
         for body in reversed(objects):
             with contextlib.suppress(ApiException):
-                if body["kind"] == "Namespace":
-                    client.CoreV1Api(kube).delete_namespace(body["metadata"]["name"])
-                elif body["kind"] in ("Tenant", "TenantOwner"):
-                    plural = {"Tenant": "tenants", "TenantOwner": "tenantowners"}[body["kind"]]
-                    custom.delete_cluster_custom_object(GROUP, VERSION, plural, body["metadata"]["name"])
+                _delete(kube, body)
         stack.close()

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from enclave_cli.areas import NO_USAGE, Usage, parse_usage
 from enclave_cli.documents import Document
 from enclave_cli.engine import OPERATIONS, Request, resource_of
 
@@ -43,6 +44,7 @@ _CASE_KEYS = {
     "subResource",
     "resource",
     "expect",
+    "usage",
 }
 _EXPECT_KEYS = {"result", "reason", "message", "patch", "audit"}
 
@@ -66,6 +68,8 @@ class Case:
     document: Document
     index: int
     tenant: str = ""
+    usage: Usage = NO_USAGE
+    """What the cluster's objects use (the manifest's ``usage``, then the case's)."""
 
     @property
     def line(self) -> int:
@@ -166,6 +170,7 @@ def parse_cases(document: Document, tenants: set[str]) -> list[Case]:
     tests = document.data.get("tests")
     if not isinstance(tests, list) or not tests:
         raise document.error("an EnclaveTest needs a non-empty list 'tests'", ("tests",))
+    shared = parse_usage(document, document.data.get("usage"), ("usage",))
     cases = []
     for index, raw in enumerate(tests):
         loc: tuple[str | int, ...] = ("tests", index)
@@ -185,7 +190,7 @@ def parse_cases(document: Document, tenants: set[str]) -> list[Case]:
         if "expect" not in raw:
             raise document.error(f"test {name!r} has no expect", loc)
         request = parse_request(document, raw, loc)
-        cases.append(
-            Case(suite, name, request, _expectation(document, raw["expect"], (*loc, "expect")), document, index, tenant)
-        )
+        usage = shared.merged(parse_usage(document, raw.get("usage"), (*loc, "usage")))
+        expect = _expectation(document, raw["expect"], (*loc, "expect"))
+        cases.append(Case(suite, name, request, expect, document, index, tenant, usage))
     return cases

@@ -7,7 +7,8 @@ decision behind each path is :data:`enclave_admission.routes.ROUTES`.
 
 What the offline run does not model: namespace and object selectors and CEL matchConditions of the hooks
 (which only narrow *who is sent*; the decision functions pass everyone they do not concern), and the hooks
-whose decisions read snapshots of other controllers (quotas, pools, replication, shared quotas).
+whose decisions read snapshots of controllers the offline world does not compile (custom quotas, replication,
+shared quotas; pools are compiled, see :mod:`enclave_cli.areas`).
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ class Hook:
 
 
 def hooks(namespace: str) -> list[Hook]:
-    """Admission's default hooks (mutating first, in order), with the node hook that is off by default."""
-    rendered = webhooks(url_client("https://enclave.offline"), namespace=namespace, nodes=True)
+    """Admission's default hooks (mutating first, in order), with the node hook that is off by default and the
+    hooks of the components whose snapshots the offline world compiles (pools)."""
+    rendered = webhooks(url_client("https://enclave.offline"), namespace=namespace, nodes=True, pools=True)
     found: list[Hook] = []
     for side, mutating in ((rendered.mutating, True), (rendered.validating, False)):
         for webhook in (side.webhooks or []) if side is not None else []:

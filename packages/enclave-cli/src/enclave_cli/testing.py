@@ -89,7 +89,7 @@ def judge(case: Case, outcome: Outcome) -> list[str]:
 
 def run_case(case: Case, compiled: Compiled) -> Result:
     try:
-        outcome = evaluate(case.request, compiled.state(), compiled.namespace)
+        outcome = evaluate(case.request, compiled.state(case.usage), compiled.namespace)
     except UnsupportedRouteError as err:
         return Result(case, None, [str(err)])
     return Result(case, outcome, judge(case, outcome))

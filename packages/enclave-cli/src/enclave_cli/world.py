@@ -7,6 +7,8 @@
   Tenancy snapshot; the tenants' ``spec.rules``, the namespaces' ``RuleStatus/default`` and PersistentVolumes
   through :func:`enclave_tenants.rules.compile_namespaces` and :func:`enclave_tenants.rules.snapshot`, which
   make the Rules snapshot.
+* ResourcePools and ResourcePoolClaims go through enclave-pools' plan (:mod:`enclave_cli.areas`), with the
+  usage a test manifest states.
 * The results are handed to :class:`enclave_admission.state.State` through the same setters the admission
   process calls when a snapshot arrives.
 
@@ -21,12 +23,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from enclave_admission.state import State
+from enclave_cli.areas import NO_USAGE, PoolObjects, Usage, pools_snapshot
 from enclave_cli.documents import Document, InputError
 from enclave_core.api import KINDS_BY_NAME
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.tenancy import Tenant
 from enclave_core.api.validation import service_configuration_problems
 from enclave_core.snapshots.configuration import EffectiveConfiguration, effective
+from enclave_core.snapshots.pools import PoolsSnapshot
 from enclave_core.snapshots.rules import RULE_STATUS_NAME, RulesSnapshot
 from enclave_core.snapshots.tenancy import PROMOTED_LABEL
 from enclave_tenants import rules as rl
@@ -59,6 +63,8 @@ class World:
     rule_statuses: list[Document] = field(default_factory=list)
     volumes: list[Document] = field(default_factory=list)
     tests: list[Document] = field(default_factory=list)
+    pools: list[Document] = field(default_factory=list)
+    claims: list[Document] = field(default_factory=list)
     others: list[Document] = field(default_factory=list)
     """Enclave kinds whose compilers are not part of the offline world (quotas, pools, replication): checked,
     never used for a decision (a request on a route that needs them is reported, not guessed)."""
@@ -91,6 +97,10 @@ class World:
                 world.rule_statuses.append(document)
             elif kind == "PersistentVolume":
                 world.volumes.append(document)
+            elif kind == "ResourcePool":
+                world.pools.append(document)
+            elif kind == "ResourcePoolClaim":
+                world.claims.append(document)
             elif kind in KINDS_BY_NAME or kind == "Node":
                 world.others.append(document)
             else:
@@ -112,17 +122,27 @@ class Compiled:
     rules: RulesSnapshot = field(default_factory=RulesSnapshot)
     namespace_labels: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Labels of the directory's namespaces (what the tenant rules' ``namespaceSelector`` was matched against)."""
+    pool_objects: PoolObjects = field(default_factory=lambda: PoolObjects([], [], []))
+    _pools: dict[str, PoolsSnapshot] = field(default_factory=dict)
 
     def tenant(self, name: str) -> Tenant | None:
         found = self.plan.tenants.get(name)
         return found.tenant if found is not None else None
 
-    def state(self) -> State:
-        """A fresh admission state (fresh per request: no reservation of one case leaks into the next)."""
-        state = State(expect_tenancy=True, namespace=self.namespace)
+    def pools(self, usage: Usage = NO_USAGE) -> PoolsSnapshot:
+        found = self._pools.get(usage.key)
+        if found is None:
+            found = self._pools[usage.key] = pools_snapshot(self.pool_objects, usage)
+        return found
+
+    def state(self, usage: Usage = NO_USAGE) -> State:
+        """A fresh admission state (fresh per request: no reservation of one case leaks into the next), with
+        the pools the usage of ``usage``. The pools component counts as installed (its hooks are on)."""
+        state = State(expect_tenancy=True, namespace=self.namespace, expect_pools=True)
         state.set_config(self.config)
         state.set_tenancy(self.plan.snapshot)
         state.set_rules(self.rules)
+        state.set_pools(self.pools(usage))
         return state
 
 
@@ -199,4 +219,8 @@ def compile_world(world: World, namespace: str = DEFAULT_NAMESPACE) -> Compiled:
     labels = {
         document.name: dict((document.data.get("metadata") or {}).get("labels") or {}) for document in world.namespaces
     }
-    return Compiled(config, plan, namespace, rules, labels)
+    for document in world.claims:
+        if not (document.data.get("metadata") or {}).get("namespace"):
+            raise document.error(f"ResourcePoolClaim {document.name!r} has no metadata.namespace", ("metadata",))
+    pool_objects = PoolObjects.of(world.pools, world.claims, world.namespaces)
+    return Compiled(config, plan, namespace, rules, labels, pool_objects)

@@ -125,12 +125,14 @@ def start_tenancy(
     admission_args: list[str] | None = None,
     nodes: bool = False,
     extra_spec: dict[str, Any] | None = None,
+    pools: bool = False,
 ) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
     The CRDs must be installed. Admission's hooks are the defaults of ``enclave_admission.defaults`` behind
     a ``url`` client (the only route from a local kube-apiserver to a local process); ``nodes`` adds the node
     metadata hook. ``extra_spec`` is merged into the ServiceConfiguration's spec (e.g. ``nodeMetadata``).
+    ``pools`` also runs enclave-pools, admission subscribed to it, with the pool hooks registered.
     """
     from enclave_admission.defaults import url_client, webhooks
 
@@ -157,10 +159,12 @@ def start_tenancy(
         config = start("config", {}, args=[f"--service-configuration-name={stack.config_name}", "--resync=5s"])
         endpoints = {"config": config.grpc_target}
         endpoints["tenants"] = start("tenants", endpoints).grpc_target
+        if pools:
+            endpoints["pools"] = start("pools", {"config": endpoints["config"]}).grpc_target
         admission = start(
             "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]
         )
-        rendered = webhooks(url_client(admission.webhook_url), namespace=stack.namespace, nodes=nodes)
+        rendered = webhooks(url_client(admission.webhook_url), namespace=stack.namespace, nodes=nodes, pools=pools)
         assert rendered.mutating is not None
         assert rendered.validating is not None
         rendered.mutating.name = f"{stack.config_name}-mutating"
