@@ -103,12 +103,17 @@ def test_cordon_uncordon_and_promote(
         core.delete_namespace(namespace)
 
 
-def test_quota_without_quotas(
+def test_quota_lists_pools_and_claims(
     cluster: tuple[TenancyStack, Remote], control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = _run(capsys, control_plane, "quota", "cli-acme-prod")
     assert code == 0
-    assert out.strip() == "no custom quotas, global quotas or resource pools covering namespace cli-acme-prod"
+    assert "ResourcePoolClaims" in out
+    claims = out.split("ResourcePoolClaims", 1)[1]
+    assert any(line.split()[:2] == ["cli-acme-prod", "cli-claim"] for line in claims.splitlines())
+    code, out, _ = _run(capsys, control_plane, "quota", "cli-gamma-one")
+    assert code == 0
+    assert out.strip() == "no custom quotas, global quotas or resource pools covering namespace cli-gamma-one"
 
 
 def test_doctor_on_a_healthy_stack(
