@@ -5,6 +5,8 @@ object is created on the test control plane with ``dryRun=All`` and ``fieldValid
 defaulting, schema, CEL and admission validation, and refuses unknown or duplicated fields, without storing
 anything. The RBAC test goes further and applies the chart's roles for real, then acts as the components'
 service accounts to prove the narrow ``escalate`` and ``bind`` grants are enough, and no more than enough.
+The rendered manifests also go through ``kubeconform -strict`` against schemas made from this apiserver's
+OpenAPI and our CRDs (``enclave_testing.schemas``), the check a user's CI can run with no cluster.
 Finally helm itself installs, upgrades and uninstalls the release on the test control plane (without ``--wait``:
 no pod can run there; ``tox -e kwok`` runs ``helm install --wait`` on simulated nodes, tests/kwok).
 """
@@ -27,7 +29,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from enclave_testing import binaries
+from enclave_testing import binaries, schemas
 from enclave_testing.components import COMPONENTS, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.paths import repo_root
@@ -1286,3 +1288,77 @@ def test_helm_upgrade_and_uninstall_leave_only_crds_and_tenant_data(
         _release(helm, control_plane, namespace, "uninstall", "enclave", "--ignore-not-found")
         with contextlib.suppress(ApiException):
             custom.delete_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant)
+
+
+# -- kubeconform: the rendered manifests against the pinned release's schemas ----------------------------------
+
+
+NOT_OURS = ["monitoring.coreos.com/v1/ServiceMonitor"]
+"""The prometheus-operator's kind (``metrics.serviceMonitor``): its CRD is not ours and not on the test server."""
+
+
+@pytest.fixture(scope="module")
+def kubeconform_schemas(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """kubeconform's schema directory and Kubernetes version: the test apiserver's /openapi/v2 and our CRDs.
+
+    Made by ``enclave_testing.schemas`` (kubeconform's published schemas come from GitHub and track releases,
+    not the apiserver pinned here).
+    """
+    version = json.loads(kube.call_api("GET", f"{kube.configuration.host}/version").read())["gitVersion"]
+    openapi = json.loads(kube.call_api("GET", f"{kube.configuration.host}/openapi/v2").read())
+    made = {**schemas.from_openapi_v2(openapi), **schemas.from_crds(schemas.load_crds(CHART / "crds"))}
+    root = tmp_path_factory.mktemp("kubeconform")
+    schemas.write(made, schemas.layout_dir(root, version))
+    return root, version.lstrip("v")
+
+
+def kubeconform(schema_dir: tuple[Path, str], manifests: Path) -> tuple[int, list[dict[str, Any]]]:
+    """Run kubeconform -strict on ``manifests``; exit code and every resource's result."""
+    root, version = schema_dir
+    command = [str(binaries.ensure("kubeconform")["kubeconform"]), "-strict", "-output", "json", "-verbose"]
+    command += ["-schema-location", str(root), "-kubernetes-version", version, "-skip", ",".join(NOT_OURS)]
+    result = subprocess.run([*command, str(manifests)], capture_output=True, text=True, timeout=300, check=False)
+    assert result.stdout, result.stderr
+    return result.returncode, list(json.loads(result.stdout)["resources"])
+
+
+@pytest.mark.parametrize("every_component", [False, True], ids=["defaults", "every-component"])
+def test_rendered_manifests_pass_kubeconform_strict(
+    helm: Path, kubeconform_schemas: tuple[Path, str], tmp_path: Path, every_component: bool
+) -> None:
+    values = [_values_file(tmp_path, all_components_values())] if every_component else []
+    rendered = render(helm, "enclave-system", *values)
+    manifests = tmp_path / "rendered.yaml"
+    manifests.write_text(yaml.safe_dump_all(rendered))
+    code, results = kubeconform(kubeconform_schemas, manifests)
+    failed = [
+        f"{r['kind']}/{r['name']}: {r['status']} {r.get('msg', '')}" for r in results if r["status"] != "statusValid"
+    ]
+    skipped = [r for r in results if r["status"] == "statusSkipped"]
+    assert {f"{r['version']}/{r['kind']}" for r in skipped} == (set(NOT_OURS) if every_component else set())
+    assert failed == [f"ServiceMonitor/{r['name']}: statusSkipped " for r in skipped], "\n".join(failed)
+    assert code == 0
+    assert len(results) == len(rendered)
+    assert {"Deployment", "Service", "ClusterRole", "ServiceConfiguration"} <= {r["kind"] for r in results}
+
+
+def test_kubeconform_refuses_what_the_schemas_do_not_allow(
+    helm: Path, kubeconform_schemas: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Not vacuous: a misplaced field, a wrong type and an unknown custom-resource field are each reported."""
+    rendered = render(helm, "enclave-system")
+    deployment = next(doc for doc in rendered if doc["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "IfNotPresent"
+    deployment["spec"]["template"]["spec"]["containers"][0]["replicas"] = 2  # belongs to the Deployment's spec
+    service = next(doc for doc in rendered if doc["kind"] == "Service")
+    service["spec"]["ports"][0]["port"] = "https"  # an integer
+    configuration = next(doc for doc in rendered if doc["kind"] == "ServiceConfiguration")
+    configuration["spec"]["administratorz"] = []
+    manifests = tmp_path / "broken.yaml"
+    manifests.write_text(yaml.safe_dump_all([deployment, service, configuration]))
+    code, results = kubeconform(kubeconform_schemas, manifests)
+    assert code != 0
+    messages = {r["kind"]: r.get("msg", "") for r in results}
+    assert "replicas" in messages["Deployment"], messages
+    assert "port" in messages["Service"], messages
+    assert "administratorz" in messages["ServiceConfiguration"], messages

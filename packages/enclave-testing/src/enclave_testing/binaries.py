@@ -94,6 +94,9 @@ BINARIES: dict[str, BinarySpec] = {
         BinarySpec("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok"),
         BinarySpec("helm", "helm", "helm.sh/helm/v3/cmd/helm", "helm.sh/helm/v3"),
         BinarySpec("helm4", "helm4", "helm.sh/helm/v4/cmd/helm", "helm.sh/helm/v4"),
+        BinarySpec(
+            "kubeconform", "kubeconform", "github.com/yannh/kubeconform/cmd/kubeconform", "github.com/yannh/kubeconform"
+        ),
     )
 }
 
