@@ -95,7 +95,9 @@ def apply_patch(obj: JSON, decision: Decision | list[JSON]) -> JSON:
         target = result
         for part in parents:
             target = target[int(part)] if isinstance(target, list) else target[part]
-        if operation["op"] in ("add", "replace"):
+        if operation["op"] == "add" and isinstance(target, list) and last == "-":
+            target.append(copy.deepcopy(operation["value"]))
+        elif operation["op"] in ("add", "replace"):
             target[int(last) if isinstance(target, list) else last] = copy.deepcopy(operation["value"])
         elif operation["op"] == "remove":
             del target[last]

@@ -13,7 +13,7 @@ from enclave_admission.rules.mutation import mutate
 from enclave_admission.rules.validation import validate
 from enclave_admission.state import State
 from enclave_core.api.rules import AppliedRule
-from enclave_core.snapshots.rules import NamespaceRules, RulesSnapshot, VolumeView
+from enclave_core.snapshots.rules import BudgetView, NamespaceRules, RulesSnapshot, VolumeView
 from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 JSON = dict[str, Any]
@@ -25,11 +25,15 @@ def rule(index: int = 0, **body: Any) -> AppliedRule:
     return AppliedRule.model_validate({**body, "origin": {"kind": "Tenant", "name": "solar", "index": index}})
 
 
-def state_with(*rules: AppliedRule, volumes: list[VolumeView] | None = None) -> State:
+def state_with(
+    *rules: AppliedRule, volumes: list[VolumeView] | None = None, budgets: list[BudgetView] | None = None
+) -> State:
     state = make_state([tenant("solar", "alice", namespaces=[NS]), tenant("oil", "bob", namespaces=["oil-dev"])])
     state.set_rules(
         RulesSnapshot(
-            namespaces=[NamespaceRules(namespace=NS, tenant="solar", rules=list(rules))], volumes=volumes or []
+            namespaces=[NamespaceRules(namespace=NS, tenant="solar", rules=list(rules))],
+            volumes=volumes or [],
+            budgets=budgets or [],
         )
     )
     return state

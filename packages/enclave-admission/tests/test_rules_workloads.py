@@ -10,7 +10,8 @@ from test_rules import NS, rule, state_with
 
 from enclave_admission.rules.mutation import mutate
 from enclave_admission.rules.validation import validate
-from enclave_admission.rules.workloads import normalize_image, qos_class
+from enclave_admission.rules.workloads import default_pull_policy, normalize_image, qos_class
+from enclave_core.snapshots.rules import BudgetView
 
 JSON = dict[str, Any]
 POD: JSON = {"resource": "pods", "kind": "Pod"}
@@ -197,3 +198,148 @@ def test_default_tolerations_are_not_the_tenants_choice() -> None:
     placement = {"placement": {"tolerations": [{"key": "x", "operator": "Exists"}]}}
     state = state_with(rule(enforce={"action": "allow", "workloads": placement}))
     assert allowed(state, pod(c(), tolerations=[added]), **POD)
+
+
+@pytest.mark.parametrize(
+    ("spec", "qos"),
+    [
+        ({"containers": [c(resources={"limits": {"cpu": "1", "memory": "1Gi"}})]}, "Guaranteed"),
+        ({"containers": [c(resources={"requests": {"cpu": "0", "memory": "0"}})]}, "BestEffort"),
+        ({"containers": [c(resources={"limits": {"cpu": "1"}})]}, "Burstable"),
+        (
+            {"containers": [c(resources={"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}})]},
+            "BestEffort",
+        ),
+        (
+            {
+                "initContainers": [c(resources={"limits": {"cpu": "1", "memory": "1Gi"}})],
+                "containers": [c(resources={"limits": {"cpu": "1"}})],
+            },
+            "Burstable",
+        ),
+        ({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}, "containers": [c()]}, "Guaranteed"),
+        ({"resources": {"requests": {"cpu": "1"}}, "containers": [c()]}, "Burstable"),
+    ],
+    ids=["limits-only", "zero-requests", "cpu-limit-only", "extended-only", "init-guaranteed", "pod-level", "pod-req"],
+)
+def test_qos_class_as_kubernetes_computes_it(spec: JSON, qos: str) -> None:
+    assert qos_class(spec) == qos
+
+
+def test_legacy_docker_hub_name_and_pull_policy_defaults() -> None:
+    assert normalize_image("index.docker.io/library/nginx") == "docker.io/library/nginx:latest"
+    assert default_pull_policy("nginx") == "Always"
+    assert default_pull_policy("nginx:latest") == "Always"
+    assert default_pull_policy("nginx:1.27") == "IfNotPresent"
+    assert default_pull_policy("registry.example:5000/app@sha256:abc") == "IfNotPresent"
+    # A container that did not say (a raw review) is judged with the policy kube-apiserver would give it.
+    only_pinned = {"registries": [{"url": r"^registry\.example/", "pullPolicies": ["IfNotPresent"]}]}
+    state = state_with(rule(enforce={"action": "allow", "workloads": only_pinned}))
+    assert allowed(state, pod(c("registry.example/app:1")), **POD)
+    message = validate(request(ALICE, "CREATE", pod(c("registry.example/app")), namespace=NS, **POD), state).message
+    assert "imagePullPolicy Always" in message
+
+
+def test_resources_as_the_pod_will_be_stored_and_never_on_debug_containers() -> None:
+    bounds = {"requests": {"required": ["memory"], "max": {"memory": "1Gi"}}}
+    state = state_with(
+        rule(enforce={"action": "allow", "workloads": {"targets": ["Pod", "Deployment"], "resources": bounds}})
+    )
+    # A Deployment's template is not defaulted, its Pods will be: a limit is their request.
+    assert allowed(state, deployment(c(resources={"limits": {"memory": "512Mi"}})), **DEPLOY)
+    assert not allowed(state, deployment(c(resources={"limits": {"memory": "2Gi"}})), **DEPLOY)
+    before = pod(c(resources={"requests": {"memory": "64Mi"}}))
+    debug = {**before, "spec": {**before["spec"], "ephemeralContainers": [c(name="dbg")]}}
+    assert allowed(state, debug, before, sub_resource="ephemeralcontainers", **POD)
+
+
+def test_security_reads_effective_values() -> None:
+    no_escalation = state_with(
+        rule(enforce={"action": "deny", "workloads": {"security": {"allowPrivilegeEscalation": True}}})
+    )
+    message = validate(request(ALICE, "CREATE", pod(c()), namespace=NS, **POD), no_escalation).message
+    assert "containers[0].securityContext.allowPrivilegeEscalation=unset (allowed)" in message
+    assert allowed(no_escalation, pod(c(securityContext={"allowPrivilegeEscalation": False})), **POD)
+    paths = {"hostPaths": [{"exact": ["/etc"]}], "capabilities": ["CAP_SYS_ADMIN"]}
+    deny = state_with(rule(enforce={"action": "deny", "workloads": {"security": paths}}))
+    for spelling in ("/etc", "//etc/", "/./etc/kubernetes", "/etc/kubernetes/pki"):
+        volume = {"name": "v", "hostPath": {"path": spelling}}
+        assert not allowed(deny, pod(c(), volumes=[volume]), **POD), spelling
+    assert allowed(deny, pod(c(), volumes=[{"name": "v", "hostPath": {"path": "/etcetera"}}]), **POD)
+    assert not allowed(deny, pod(c(securityContext={"capabilities": {"add": ["sys_admin"]}})), **POD)
+    only_data = state_with(
+        rule(enforce={"action": "allow", "workloads": {"security": {"hostPaths": [{"exact": ["/data"]}]}}})
+    )
+    assert allowed(only_data, pod(c(), volumes=[{"name": "v", "hostPath": {"path": "/data/app"}}]), **POD)
+    assert not allowed(only_data, pod(c(), volumes=[{"name": "v", "hostPath": {"path": "/"}}]), **POD)
+
+
+def test_mutation_patches_are_minimal_and_ordered() -> None:
+    mutations = [
+        {"name": "first", "workloads": {"nodeSelector": {"pool": "a"}, "imagePullPolicy": "IfNotPresent"}},
+        {
+            "name": "second",
+            "workloads": {
+                "nodeSelector": {"pool": "b"},
+                "tolerations": [{"key": "tenant", "operator": "Equal", "value": "solar", "effect": "NoSchedule"}],
+                "imagePullPolicy": "Always",
+                "defaultRequests": {"cpu": "100m", "memory": "1Gi"},
+            },
+        },
+    ]
+    state = state_with(rule(mutate=mutations))
+    present = pod(
+        c(imagePullPolicy="Always", resources={"limits": {"memory": "256Mi"}}),
+        nodeSelector={"zone": "x"},
+        tolerations=[{"key": "other", "operator": "Exists"}],
+    )
+    decision = mutate(request(ALICE, "CREATE", present, namespace=NS, **POD), state)
+    assert sorted(op["path"] for op in decision.patch) == [
+        "/spec/containers/0/resources/requests",
+        "/spec/nodeSelector/pool",
+        "/spec/tolerations/-",
+    ]
+    patched = apply_patch(present, decision)
+    assert patched["spec"]["nodeSelector"] == {"zone": "x", "pool": "b"}  # in order: the later entry wins
+    # memory stays unset: a 1Gi request above the 256Mi limit would make the Pod invalid
+    assert patched["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "100m"}
+    assert mutate(request(ALICE, "CREATE", patched, namespace=NS, **POD), state).patch == ()
+
+
+def test_a_denied_value_a_mutation_produced_says_so() -> None:
+    mutations = [{"name": "pin", "workloads": {"priorityClassName": "gold"}}]
+    enforce = {"action": "allow", "workloads": {"placement": {"priorityClasses": [{"exact": ["low"]}]}}}
+    state = state_with(rule(mutate=mutations), rule(1, enforce=enforce))
+    created = pod(c())
+    patched = apply_patch(created, mutate(request(ALICE, "CREATE", created, namespace=NS, **POD), state))
+    message = validate(request(ALICE, "CREATE", patched, namespace=NS, **POD), state).message
+    assert "spec.priorityClassName" in message
+    assert "set by Tenant solar spec.rules[0] mutate 'pin'" in message
+
+
+def test_disruption_budget_coverage_required() -> None:
+    required = {"targets": ["Deployment", "Job"], "disruptionBudgets": {"required": True}}
+    body = rule(enforce={"action": "allow", "workloads": required})
+    web = {"matchLabels": {"app": "x"}}
+    state = state_with(body)
+    replicated = deployment(c())
+    replicated["spec"]["replicas"] = 3
+    decision = validate(request(ALICE, "CREATE", replicated, namespace=NS, **DEPLOY), state)
+    assert not decision.allowed
+    assert "requires a PodDisruptionBudget covering Deployment d" in decision.message
+    assert "may not have reached admission yet" in decision.message
+    assert allowed(state, deployment(c()), **DEPLOY)  # one replica: nothing to protect
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {"spec": {}}}}
+    assert allowed(state, job, resource="jobs", kind="Job", group="batch")
+    covered = state_with(body, budgets=[BudgetView(namespace=NS, name="web", selector=web, minAvailable=2)])
+    assert allowed(covered, replicated, **DEPLOY)
+    elsewhere = state_with(body, budgets=[BudgetView(namespace=NS, name="db", selector={"matchLabels": {"app": "db"}})])
+    assert not allowed(elsewhere, replicated, **DEPLOY)
+    assert not allowed(state_with(body, budgets=[BudgetView(namespace=NS, name="null")]), replicated, **DEPLOY)
+    assert allowed(state_with(body, budgets=[BudgetView(namespace=NS, name="all", selector={})]), replicated, **DEPLOY)
+    # An existing Deployment is not refused for an unrelated change (its budget may be gone since).
+    relabelled = {**replicated, "metadata": {**replicated["metadata"], "labels": {"x": "y"}}}
+    assert allowed(state, relabelled, replicated, **DEPLOY)
+    scaled_up = deployment(c())
+    scaled_up["spec"]["replicas"] = 2
+    assert not allowed(state, scaled_up, deployment(c()), **DEPLOY)

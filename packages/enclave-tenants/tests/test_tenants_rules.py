@@ -70,3 +70,29 @@ def test_terminating_namespaces_get_nothing_and_status_is_written_only_on_change
     )
     status = rl.desired_status(plans["solar-dev"], NOW)
     assert not rl.status_changed({"status": status}, status)
+
+
+def test_disruption_budgets_of_namespaces_that_require_coverage_reach_admission() -> None:
+    required = {"enforce": {"workloads": {"targets": ["Deployment"], "disruptionBudgets": {"required": True}}}}
+    only_prod = {**required, "namespaceSelector": {"matchLabels": {"env": "prod"}}}
+    plans = rl.compile_namespaces(
+        {"solar": tenant(DENY_ENV, only_prod)},
+        {"solar-dev": "solar", "solar-prod": "solar"},
+        {"solar-dev": namespace("solar-dev"), "solar-prod": namespace("solar-prod", env="prod")},
+        {},
+    )
+
+    def budget(ns: str, name: str, selector: Any, **extra: Any) -> dict[str, Any]:
+        return {"metadata": {"namespace": ns, "name": name, **extra}, "spec": {"selector": selector, "minAvailable": 1}}
+
+    budgets = [
+        budget("solar-prod", "web", {"matchLabels": {"app": "web"}}),
+        budget("solar-prod", "none", None),
+        budget("solar-prod", "going", {}, deletionTimestamp="2026-01-01T00:00:00Z"),
+        budget("solar-dev", "dev", {}),  # no rule there requires coverage: of no use to admission
+        budget("elsewhere", "x", {}),
+    ]
+    parsed = RulesSnapshot.model_validate_json(rl.snapshot(plans, [], budgets).payload())
+    prod = parsed.budgets_by_namespace["solar-prod"]
+    assert [(b.name, b.selector is not None, b.min_available) for b in prod] == [("none", False, 1), ("web", True, 1)]
+    assert set(parsed.budgets_by_namespace) == {"solar-prod"}

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
@@ -21,7 +23,7 @@ from enclave_testing.waiting import poll
 from .conftest import Stack, eventually_refused, refusal
 
 GOOD = "registry.example/team/app:1.0"
-ALL_KINDS = ["Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"]
+ALL_KINDS = ["Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "ReplicationController"]
 
 
 def _labelled(label: str) -> list[dict[str, str]]:
@@ -76,12 +78,35 @@ RULES: list[dict[str, Any]] = [
         "mutate": [{"name": "pool", "workloads": {"nodeSelector": {"pool": "tenant-pool"}}}],
     },
     {"enforce": {"action": "audit", "workloads": {"security": {"hostPorts": True}}}},  # 4: host ports are audited
-    {"enforce": {"action": "deny", "workloads": {"targets": ["ReplicationController"]}}},  # 5: no RCs at all
+    {  # 5: no ReplicationControllers labelled legacy-test, at all (a kind denied outright)
+        "enforce": {
+            "action": "deny",
+            "conditions": _labelled("legacy-test"),
+            "workloads": {"targets": ["ReplicationController"]},
+        }
+    },
     {  # 6: Pods labelled resources-test stay under 1Gi of memory and declare it
         "enforce": {
             "action": "allow",
             "conditions": _labelled("resources-test"),
             "workloads": {"resources": {"limits": {"required": ["memory"], "max": {"memory": "1Gi"}}}},
+        }
+    },
+    {  # 7: Pods labelled mutation-test get a scheduler the rule does not allow (the denial names the mutation)
+        "enforce": {
+            "action": "allow",
+            "conditions": _labelled("mutation-test"),
+            "workloads": {"placement": {"schedulers": [{"exact": ["default-scheduler"]}]}},
+        },
+        "mutate": [{"name": "scheduler", "workloads": {"schedulerName": "tenant-scheduler"}}],
+    },
+    {  # 8: replicated controllers need a PodDisruptionBudget; budgets leave at most one Pod unavailable
+        "enforce": {
+            "action": "allow",
+            "workloads": {
+                "targets": ["Deployment", "StatefulSet"],
+                "disruptionBudgets": {"required": True, "maxUnavailable": 1},
+            },
         }
     },
 ]
@@ -249,7 +274,28 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, str] | None, str | None]] 
     ),
     ("Pod-toleration-allowed", "Pod", pod_spec(tolerations=[TOLERATED]), None, None),
     ("Pod-node-selector-key-outside", "Pod", pod_spec(nodeSelector={"zone": "a"}), None, "nodeSelector['zone']"),
-    ("ReplicationController-kind-denied", "ReplicationController", pod_spec(), None, "ReplicationController objects"),
+    (
+        "ReplicationController-kind-denied",
+        "ReplicationController",
+        pod_spec(),
+        {"legacy-test": "1"},
+        "ReplicationController objects",
+    ),
+    ("Pod-untagged-image-defaults-to-always", "Pod", pod_spec(container("registry.example/team/app")), None, None),
+    (
+        "Pod-host-path-etc-respelled",
+        "Pod",
+        pod_spec(volumes=[{"name": "v", "hostPath": {"path": "//etc/./kubernetes/"}}]),
+        None,
+        "'/etc/kubernetes'",
+    ),
+    (
+        "Pod-mutation-produces-a-denied-scheduler",
+        "Pod",
+        pod_spec(),
+        {"mutation-test": "1"},
+        "set by Tenant",
+    ),
     (
         "Pod-memory-over-bound",
         "Pod",
@@ -298,7 +344,8 @@ def test_deployment_refused_at_update_when_its_template_turns_bad(tenant: Tenant
 
 
 def test_debug_container_with_privileges_is_refused(tenant: Tenant) -> None:
-    body = workload("Pod", pod_spec())
+    # Labelled for the resources rule: a debug container (which cannot declare resources) is not held to it.
+    body = workload("Pod", pod_spec(container(resources={"limits": {"memory": "512Mi"}})), {"resources-test": "1"})
     tenant.create(body, dry_run=False)
     core = client.CoreV1Api(tenant.apis)
     name = body["metadata"]["name"]
@@ -312,6 +359,36 @@ def test_debug_container_with_privileges_is_refused(tenant: Tenant) -> None:
     assert "ephemeralContainers[0].securityContext.privileged" in refusal(lambda: debug(GOOD, True))
     assert "ephemeralContainers[0].image" in refusal(lambda: debug("docker.io/nicolaka/netshoot", False))
     debug(GOOD, False)
+
+
+def test_replicated_controllers_need_a_disruption_budget_first(tenant: Tenant) -> None:
+    """Coverage is decided from the PodDisruptionBudgets in the Rules snapshot: refused without one, admitted
+    once the budget the tenant creates has reached admission (moments later: the refusal says so)."""
+    policy = client.PolicyV1Api(tenant.apis)
+    for kind in ("Deployment", "StatefulSet"):
+        body = workload(kind, pod_spec())
+        body["spec"]["replicas"] = 2
+        message = refusal(partial(tenant.create, body))
+        assert "requires a PodDisruptionBudget covering " + kind in message
+        assert "may not have reached admission yet" in message
+        budget = {"metadata": {"name": unique("pdb")}, "spec": {"selector": body["spec"]["selector"]}}
+        too_loose = copy.deepcopy(budget)
+        too_loose["spec"]["maxUnavailable"] = 3
+        create_budget = policy.create_namespaced_pod_disruption_budget
+        assert "maxUnavailable" in refusal(partial(create_budget, tenant.namespace, too_loose))
+        budget["spec"]["maxUnavailable"] = 1
+        create_budget(tenant.namespace, budget)
+        poll(partial(_admitted, tenant, body), timeout=30, what=f"the {kind} admitted once its budget is known")
+
+
+def _admitted(tenant: Tenant, body: dict[str, Any]) -> bool:
+    try:
+        tenant.create(body)
+    except ApiException as err:
+        if "requires a PodDisruptionBudget" in str(err.body):
+            return False
+        raise
+    return True
 
 
 def test_audit_only_rule_posts_an_event_and_admits(tenant: Tenant) -> None:

@@ -275,7 +275,8 @@ class State:
         found = self._rule_sets.get(namespace)
         if found is None:
             item = self.rules.by_namespace.get(namespace)
-            found = EMPTY if item is None else compile_namespace(item)
+            budgets = tuple(self.rules.budgets_by_namespace.get(namespace, ()))
+            found = EMPTY if item is None else compile_namespace(item, budgets)
             self._rule_sets[namespace] = found
         return found
 

@@ -56,6 +56,7 @@ OWNERS_PATH = f"/apis/{GROUP_VERSION}/tenantowners"
 BINDINGS_PATH = "/apis/rbac.authorization.k8s.io/v1/rolebindings"
 RULE_STATUSES_PATH = f"/apis/{GROUP_VERSION}/rulestatuses"
 VOLUMES_PATH = "/api/v1/persistentvolumes"
+BUDGETS_PATH = "/apis/policy/v1/poddisruptionbudgets"
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,8 @@ class TenantsController:
         )
         self.rule_statuses = Informer(kube, RULE_STATUSES_PATH, on_change=change, name="rulestatuses")
         self.volumes = Informer(kube, VOLUMES_PATH, on_change=change, name="persistentvolumes")
+        self.budgets = Informer(kube, BUDGETS_PATH, on_change=self._budget_changed, name="poddisruptionbudgets")
+        """For ``disruptionBudgets.required``: admission decides coverage from the Rules snapshot alone."""
 
     def informers(self) -> list[Informer]:
         return [
@@ -153,6 +156,7 @@ class TenantsController:
             self.ledger_cache,
             self.rule_statuses,
             self.volumes,
+            self.budgets,
         ]
 
     def _ledger_changed(self, key: str) -> None:
@@ -162,6 +166,10 @@ class TenantsController:
         else:
             self.ledgers.observe(obj)
         self._changed()
+
+    def _budget_changed(self, _key: str) -> None:
+        """A PodDisruptionBudget only changes the Rules snapshot: the write loop has nothing to do for it."""
+        self._publish_trigger.set()
 
     def _changed(self, _key: str = "") -> None:
         self._publish_trigger.set()
@@ -267,7 +275,7 @@ class TenantsController:
         if self.hub.publish_items(TENANCY_KIND, items, envelope="tenants") is not None:
             log.debug("tenancy snapshot published", extra={"tenants": len(plan.snapshot.tenants)})
         self._rules = self.compile_rules(plan)
-        rules = rl.snapshot(self._rules, self.volumes.values())
+        rules = rl.snapshot(self._rules, self.volumes.values(), self.budgets.values())
         if self.hub.publish(RULES_KIND, rules.payload()) is not None:
             log.debug("rules snapshot published", extra={"namespaces": len(rules.namespaces)})
         PUBLISHES.labels("ok").inc()

@@ -27,7 +27,7 @@ from enclave_core.api.tenancy import Tenant
 from enclave_core.api.validation import rules_problems
 from enclave_core.conditions import Condition, new_condition, set_condition
 from enclave_core.selectors import matches
-from enclave_core.snapshots.rules import RULE_STATUS_NAME, NamespaceRules, RulesSnapshot, VolumeView
+from enclave_core.snapshots.rules import RULE_STATUS_NAME, BudgetView, NamespaceRules, RulesSnapshot, VolumeView
 from enclave_tenants import namespaces as ns
 from enclave_tenants.bindings import MANAGED_BY, MANAGER
 from enclave_tenants.status import MESSAGE_LIMIT, Problem
@@ -127,8 +127,13 @@ def _last_rules(live: JSON | None) -> list[AppliedRule]:
     return list(status.rules or [])
 
 
-def snapshot(plans: Mapping[str, NamespaceRulePlan], volumes: Iterable[JSON]) -> RulesSnapshot:
-    """What admission gets: every namespace's rules (namespaces without rules are left out) and PV labels."""
+def snapshot(
+    plans: Mapping[str, NamespaceRulePlan], volumes: Iterable[JSON], budgets: Iterable[JSON] = ()
+) -> RulesSnapshot:
+    """What admission gets: every namespace's rules (namespaces without rules are left out), PV labels, and the
+    PodDisruptionBudgets of the namespaces where some rule requires coverage (no other PDB is of use to
+    admission, so a PDB changing elsewhere does not change the snapshot)."""
+    covered = {plan.namespace for plan in plans.values() if any(_requires_budgets(rule) for rule in plan.rules)}
     return RulesSnapshot(
         namespaces=[
             NamespaceRules(namespace=plan.namespace, tenant=plan.tenant, rules=plan.rules)
@@ -139,7 +144,38 @@ def snapshot(plans: Mapping[str, NamespaceRulePlan], volumes: Iterable[JSON]) ->
             VolumeView(name=item["metadata"]["name"], labels=dict(item["metadata"].get("labels") or {}))
             for item in volumes
         ],
+        budgets=sorted(
+            (view for item in budgets if (view := budget_view(item, covered)) is not None),
+            key=lambda view: (view.namespace, view.name),
+        ),
     )
+
+
+def _requires_budgets(rule: AppliedRule) -> bool:
+    workloads = rule.enforce.workloads if rule.enforce is not None else None
+    return bool(workloads and workloads.disruption_budgets and workloads.disruption_budgets.required)
+
+
+def budget_view(item: JSON, namespaces: set[str]) -> BudgetView | None:
+    """A PodDisruptionBudget of one of ``namespaces`` as admission needs it; None for others, for one being
+    deleted, and for one whose selector does not parse (kube-apiserver validates it, so that is a PDB of an
+    older API version: it covers nothing, as the disruption controller would not use it either)."""
+    meta = item.get("metadata") or {}
+    if meta.get("namespace") not in namespaces or meta.get("deletionTimestamp"):
+        return None
+    spec = item.get("spec") or {}
+    try:
+        return BudgetView.model_validate(
+            {
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "selector": spec.get("selector"),
+                "minAvailable": spec.get("minAvailable"),
+                "maxUnavailable": spec.get("maxUnavailable"),
+            }
+        )
+    except ValidationError:
+        return None
 
 
 def new_rule_status(namespace: str) -> JSON:

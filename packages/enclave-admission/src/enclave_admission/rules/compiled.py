@@ -20,7 +20,7 @@ from enclave_admission.rules import matching
 from enclave_admission.rules.matching import Grant, Matcher
 from enclave_core import cel
 from enclave_core.api.rules import AppliedRule, KindScope, MetadataMutation, MetadataRule, Mutation, WorkloadsPolicy
-from enclave_core.snapshots.rules import NamespaceRules
+from enclave_core.snapshots.rules import BudgetView, NamespaceRules
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 
 Action = Literal["allow", "deny", "audit"]
@@ -271,9 +271,11 @@ class NamespaceSet:
     programs: tuple[cel.Program[bool], ...] = ()
     """Every condition of ``conditional``, flattened in the same order: one evaluation per request shares the
     conversion of the object between all of them."""
+    budgets: tuple[BudgetView, ...] = ()
+    """The namespace's PodDisruptionBudgets (only when a rule requires coverage; see the Rules snapshot)."""
 
 
-def compile_namespace(item: NamespaceRules) -> NamespaceSet:
+def compile_namespace(item: NamespaceRules, budgets: tuple[BudgetView, ...] = ()) -> NamespaceSet:
     rules = tuple(compile_rule(index, rule) for index, rule in enumerate(item.rules))
     return NamespaceSet(
         namespace=item.namespace,
@@ -289,6 +291,7 @@ def compile_namespace(item: NamespaceRules) -> NamespaceSet:
         mutations=tuple(r for r in rules if r.mutations),
         conditional=tuple(r for r in rules if r.conditions and not r.broken),
         programs=tuple(p for r in rules if r.conditions and not r.broken for p in r.conditions),
+        budgets=budgets,
     )
 
 

@@ -21,10 +21,17 @@ a rule. A rule with targets and no workload policy matches the selected kinds th
   whose value (path, capability) it does not list;
 * ``placement`` (and the deprecated ``schedulers``, merged): schedulerName, priorityClassName,
   runtimeClassName, each nodeSelector key, each toleration;
-* ``disruptionBudgets``: a PodDisruptionBudget's ``maxUnavailable`` above the rule's bound.
+* ``disruptionBudgets``: a PodDisruptionBudget's ``maxUnavailable`` above the rule's bound; with ``required``,
+  a replicated controller (more than one replica) not covered by a PodDisruptionBudget of its namespace, read
+  from the Rules snapshot (enclave-tenants watches the budgets; admission reads no API).
 
-On UPDATE only items the old object did not have are judged. Messages name the container and the field
-(``spec.template.spec.containers[1].image``).
+Controller templates are judged as the Pods they will make: requests default to limits and pull policies to
+what kube-apiserver would set. On UPDATE only items the old object did not have are judged. Messages name the
+container and the field (``spec.template.spec.containers[1].image``), and a refused value a workload mutation
+produced names that mutation.
+
+**Mutations** (Pod CREATE, rule then entry order): see :func:`mutation_patch`; the patch is minimal and
+idempotent, and the validating hook judges what it produced.
 """
 
 from __future__ import annotations
@@ -85,12 +92,25 @@ def normalize_image(image: str) -> str:
         registry, path = "docker.io", name
     else:
         registry, path = first, rest
+    if registry == "index.docker.io":
+        registry = "docker.io"  # the legacy name of Docker Hub, as the runtime reads it
     if registry == "docker.io" and "/" not in path:
         path = f"library/{path}"
     last = path.rsplit("/", 1)[-1]
     if ":" not in last and not at:
         path += ":latest"
     return f"{registry}/{path}{at}{digest}"
+
+
+def default_pull_policy(image: str) -> str:
+    """The imagePullPolicy kube-apiserver defaults a container to: ``Always`` for a ``latest`` (or missing) tag
+    without a digest, else ``IfNotPresent``. Pods and Pod templates arrive defaulted; a raw review may not."""
+    name, at, _ = image.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    _, colon, tag = last.partition(":")
+    if at and not colon:
+        return "IfNotPresent"
+    return "Always" if not colon or tag == "latest" else "IfNotPresent"
 
 
 # -- what a Pod spec is made of --------------------------------------------------------------------------------
@@ -118,22 +138,48 @@ def _quantity(value: Any) -> Quantity | None:
         return None
 
 
+_QOS_RESOURCES: Final = ("cpu", "memory")
+
+
+def _requests_as_stored(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """A container's (or the Pod's) requests as kube-apiserver stores them: a limit without a request makes the
+    request equal to the limit. Pods arrive defaulted; Pod templates do not (their Pods will be), so a
+    Deployment is judged by the Pods it will make."""
+    requests = dict(_map(resources.get("requests")))
+    for name, amount in _map(resources.get("limits")).items():
+        requests.setdefault(name, amount)
+    return requests
+
+
 def qos_class(spec: Mapping[str, Any]) -> str:
-    """BestEffort, Burstable or Guaranteed, as the kubelet computes it (init and regular containers)."""
-    any_set = False
+    """BestEffort, Burstable or Guaranteed, as Kubernetes computes it (``ComputePodQOS``): from the Pod-level
+    ``resources`` when set, else from init and regular containers (ephemeral ones declare none); only cpu and
+    memory count, zero amounts count as unset; Guaranteed needs cpu and memory limits on every container
+    and the summed requests equal to the summed limits."""
+    requests: dict[str, Quantity] = {}
+    limits: dict[str, Quantity] = {}
     guaranteed = True
-    for container in containers(spec, "", ("initContainers", "containers")):
-        resources = _map(container.body.get("resources"))
-        requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
-        for name in ("cpu", "memory"):
-            request, limit = requests.get(name), limits.get(name)
-            if request is not None or limit is not None:
-                any_set = True
-            if limit is None or (request is not None and _quantity(request) != _quantity(limit)):
-                guaranteed = False
-    if not any_set:
+    pod_level = _map(spec.get("resources"))
+    if pod_level:
+        sources = [pod_level]
+    else:
+        sources = [_map(c.body.get("resources")) for c in containers(spec, "", ("initContainers", "containers"))]
+    for resources in sources:
+        for part, into in ((_requests_as_stored(resources), requests), (_map(resources.get("limits")), limits)):
+            for name in _QOS_RESOURCES:
+                amount = _quantity(part[name]) if name in part else None
+                if amount is not None and amount.sign() > 0:
+                    into[name] = into[name] + amount if name in into else amount
+        found = _map(resources.get("limits"))
+        if pod_level and not found:
+            continue
+        if not all(name in found and (_quantity(found[name]) or Quantity()).sign() > 0 for name in _QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
         return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
+    if guaranteed and len(requests) == len(limits) and all(limits.get(n) == q for n, q in requests.items()):
+        return "Guaranteed"
+    return "Burstable"
 
 
 # -- targets ---------------------------------------------------------------------------------------------------
@@ -204,6 +250,7 @@ def judge(review: Review) -> None:
         review.findings.append(EngineFinding(True, "workload rules", f"cannot judge {kind}: {malformed}"))
         return
     old_spec = _dig(request.old, spec_path) if request.operation == "UPDATE" and request.old else None
+    mutated: dict[str, str] | None = None
     for rule in review.rules.workloads:
         policy = rule.workloads
         assert policy is not None
@@ -220,6 +267,8 @@ def judge(review: Review) -> None:
                     item.hit(rule, why)
                 review.settle(item)
             continue
+        if policy.disruption_budgets is not None and policy.disruption_budgets.required and kind in REPLICATED:
+            _coverage(review, rule, kind)
         lists = targets[kind]
         old_items = set(_items(policy, old_spec, base, lists)) if old_spec is not None else set()
         for found in _items(policy, spec, base, lists):
@@ -227,6 +276,12 @@ def judge(review: Review) -> None:
                 continue
             item = Item()
             _judge_item(item, rule, policy, found)
+            if item.last is not None and not item.last[1] and review.rules.mutations:
+                if mutated is None:
+                    mutated = mutated_fields(review)
+                setter = mutated.get(found.path)
+                if setter:
+                    item.last = (item.last[0], False, f"{item.last[2]} (the value was set by {setter})")
             review.settle(item)
 
 
@@ -242,6 +297,8 @@ def _items(policy: WorkloadsPolicy, spec: Mapping[str, Any], base: str, lists: t
             yield Finding("registry", f"{container.path}.image", f"{image}\x00{pull}")
     if policy.resources:
         for container in chosen:
+            if container.list_name == "ephemeralContainers":
+                continue  # Kubernetes forbids resources on them: a bound would only block `kubectl debug`
             resources = _map(container.body.get("resources"))
             yield Finding("resources", f"{container.path}.resources", repr(sorted(resources.items())), resources)
     if policy.security:
@@ -296,14 +353,18 @@ def _security_items(spec: Mapping[str, Any], base: str, chosen: list[Container])
     for index, volume in enumerate(_list(spec.get("volumes"))):
         host_path = _map(_map(volume).get("hostPath"))
         if host_path.get("path"):
-            yield Finding("hostPaths", f"{base}.volumes[{index}].hostPath.path", str(host_path["path"]))
+            yield Finding("hostPaths", f"{base}.volumes[{index}].hostPath.path", host_path_of(str(host_path["path"])))
     for container in chosen:
         context = _map(container.body.get("securityContext"))
         if context.get("privileged") is True:
             yield Finding("privileged", f"{container.path}.securityContext.privileged", "true")
-        if context.get("allowPrivilegeEscalation") is True:
+        escalation = context.get("allowPrivilegeEscalation")
+        if escalation is not False:
+            # Unset means allowed (the process may gain privileges: no_new_privs is not set), as Pod Security
+            # Standards read it: only an explicit false keeps a container from escalating.
+            shown = "true" if escalation is True else "unset (allowed)"
             yield Finding(
-                "allowPrivilegeEscalation", f"{container.path}.securityContext.allowPrivilegeEscalation", "true"
+                "allowPrivilegeEscalation", f"{container.path}.securityContext.allowPrivilegeEscalation", shown
             )
         for index, port in enumerate(_list(container.body.get("ports"))):
             if _map(port).get("hostPort"):
@@ -311,8 +372,34 @@ def _security_items(spec: Mapping[str, Any], base: str, chosen: list[Container])
         added = _list(_map(context.get("capabilities")).get("add"))
         for index, capability in enumerate(added):
             yield Finding(
-                "capabilities", f"{container.path}.securityContext.capabilities.add[{index}]", str(capability)
+                "capabilities",
+                f"{container.path}.securityContext.capabilities.add[{index}]",
+                capability_name(capability),
             )
+
+
+def capability_name(value: Any) -> str:
+    """``cap_net_admin`` and ``NET_ADMIN`` are the same capability to the runtime."""
+    text = str(value).upper()
+    return text[4:] if text.startswith("CAP_") else text
+
+
+def host_path_of(path: str) -> str:
+    """The directory a hostPath volume really mounts: ``//etc/./x/`` is ``/etc/x`` (kube-apiserver refuses
+    ``..`` segments), so no spelling of a path slips past a rule about it."""
+    parts = [part for part in path.split("/") if part and part != "."]
+    return ("/" if path.startswith("/") else "") + "/".join(parts)
+
+
+def _path_prefixes(path: str) -> list[str]:
+    """``/etc/kubernetes/pki`` -> itself, ``/etc/kubernetes``, ``/etc``, ``/``."""
+    found = [path]
+    while "/" in path.strip("/"):
+        path = path.rsplit("/", 1)[0]
+        found.append(path)
+    if path != "/" and path.startswith("/"):
+        found.append("/")
+    return found
 
 
 def _verdict(item: Item, rule: CompiledRule, inside: bool, path: str, shown: str, constraint: str) -> None:
@@ -342,13 +429,14 @@ def _judge_item(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, found: 
 def _registry(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, path: str, value: str) -> None:
     image, _, pull = value.partition("\x00")
     reference = normalize_image(image)
+    pull = pull or default_pull_policy(image)
     matched = False
     for entry in policy.registries or ():
         if _search(entry.url, reference) and (not entry.pull_policies or not pull or pull in entry.pull_policies):
             matched = True
             break
     urls = ", ".join(repr(entry.url) for entry in policy.registries or ())
-    shown = repr(image) + (f" ({reference}, imagePullPolicy {pull})" if pull else f" ({reference})")
+    shown = f"{image!r} ({reference}, imagePullPolicy {pull})"
     _verdict(item, rule, matched, path, shown, f"registries {urls} with their pull policies")
 
 
@@ -367,7 +455,7 @@ def _resources(
     for part, limit in (("requests", bounds.requests), ("limits", bounds.limits)):
         if limit is None:
             continue
-        declared = _map(resources.get(part))
+        declared = _requests_as_stored(resources) if part == "requests" else _map(resources.get(part))
         for name in limit.required or ():
             if name not in declared:
                 problems.append(f"{path}.{part}[{name!r}] is missing")
@@ -411,18 +499,15 @@ def _security(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, what: str
         if security.host_paths is None:
             return
         compiled = matching.matchers(security.host_paths)
-        _verdict(
-            item,
-            rule,
-            matching.match_any(compiled, value),
-            path,
-            repr(value),
-            f"hostPaths {matching.describe(compiled)}",
+        # Exact values are directory prefixes (at a "/" boundary); expressions match the whole normalised path.
+        inside = any(m.regex is not None and m.matches(value) for m in compiled) or any(
+            prefix in m.exact for prefix in _path_prefixes(value) for m in compiled
         )
+        _verdict(item, rule, inside, path, repr(value), f"hostPaths {matching.describe(compiled)} (exact: prefixes)")
         return
-    listed = set(security.capabilities or ())
     if security.capabilities is None:
         return
+    listed = {capability_name(name) for name in security.capabilities}
     inside = value in listed or "ALL" in listed
     _verdict(item, rule, inside, path, repr(value), f"capabilities {sorted(listed)}")
 
@@ -470,6 +555,49 @@ def _placement(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, found: F
         _verdict(item, rule, inside, path, f"{{{shown}}}", "the rule's tolerations")
 
 
+REPLICATED: Final = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"})
+"""Controller kinds with ``spec.replicas``: what ``disruptionBudgets.required`` is about (a DaemonSet, a Job or
+a single replica has no availability a budget could protect during a drain)."""
+
+
+def _replicated(obj: Mapping[str, Any] | None) -> tuple[int, dict[str, Any]] | None:
+    """(replicas, Pod template labels) of a controller that runs more than one replica, else None."""
+    spec = _map(_map(obj).get("spec"))
+    replicas = spec.get("replicas", 1)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas <= 1:
+        return None
+    return replicas, dict(_map(_map(_map(spec.get("template")).get("metadata")).get("labels")))
+
+
+def _coverage(review: Review, rule: CompiledRule, kind: str) -> None:
+    """``disruptionBudgets.required``: a controller of more than one replica must be covered by a
+    PodDisruptionBudget of its namespace selecting its Pod template's labels. Judged on CREATE, and on UPDATE
+    when it starts to need coverage (replicas raised above one, template labels changed): an existing
+    Deployment is never refused for a budget deleted since."""
+    request = review.request
+    found = _replicated(request.obj)
+    if found is None:
+        return
+    if request.operation == "UPDATE" and _replicated(request.old) == found:
+        return
+    replicas, labels = found
+    covering = [b.name for b in review.rules.budgets if b.selector is not None and b.selector.matches(labels)]
+    item = Item()
+    shown = ", ".join(f"{key}={value}" for key, value in sorted(labels.items())) or "none"
+    known = len(review.rules.budgets)
+    why = (
+        f"{rule.origin} requires a PodDisruptionBudget covering {kind} {request.name or '(generated name)'} "
+        f"({replicas} replicas, spec.template.metadata.labels {shown}): none of the {known} PodDisruptionBudgets "
+        f"admission knows in {request.namespace} selects these labels. Create the PodDisruptionBudget first; one "
+        "created in the last few seconds may not have reached admission yet, retry in a moment"
+    )
+    if rule.action == "allow":
+        item.allow(rule, bool(covering), why)
+    elif not covering:
+        item.hit(rule, why if rule.action == "deny" else f"{rule.origin} audits: {why}")
+    review.settle(item)
+
+
 def _disruption_budgets(review: Review) -> None:
     request = review.request
     spec = _map(_map(request.obj).get("spec"))
@@ -501,73 +629,192 @@ def _within(value: Any, bound: Any) -> bool:
 # -- mutations -------------------------------------------------------------------------------------------------
 
 
-def mutation_patch(review: Review) -> list[JSON]:
-    """``mutate[].workloads`` on Pod creation, in rule and entry order, over what earlier entries set."""
+_NONE: Final = (None, "")
+_UNSET: Final = {"schedulerName": (None, "", "default-scheduler")}
+"""Values a scalar mutation treats as unset: kube-apiserver defaults schedulerName before webhooks run, so a
+Pod that named no scheduler arrives with ``default-scheduler``."""
+
+
+class _Planned:
+    """What the workload mutations of one Pod CREATE set, and which rule set each field (for messages)."""
+
+    __slots__ = ("containers", "node_selector", "scalars", "tolerations")
+
+    def __init__(self) -> None:
+        self.node_selector: dict[str, str] = {}
+        self.tolerations: list[dict[str, Any]] = []
+        self.scalars: dict[str, str] = {}
+        self.containers: dict[tuple[str, int], _ContainerChanges] = {}
+        """(list, index) -> what changes in that container."""
+
+
+class _ContainerChanges:
+    __slots__ = ("amounts", "pull")
+
+    def __init__(self) -> None:
+        self.pull: str | None = None
+        self.amounts: dict[tuple[str, str], str] = {}
+        """("requests"|"limits", resource name) -> amount."""
+
+
+def _plan(review: Review) -> _Planned | None:
+    """``mutate[].workloads`` on Pod creation, in rule and entry order, over what earlier entries set: each
+    field is set at most once (the first entry wins; later ones see it set), so the result does not depend on
+    how often it is computed."""
     request = review.request
     if request.operation != "CREATE" or request.group or request.resource != "pods" or request.sub_resource:
-        return []
-    if request.obj is None:
-        return []
+        return None
+    if request.obj is None or not review.rules.mutations:
+        return None
     spec = _map(request.obj.get("spec"))
-    operations: list[JSON] = []
-    node_selector = dict(_map(spec.get("nodeSelector")))
-    tolerations = list(_list(spec.get("tolerations")))
-    scalars: dict[str, str] = {}
-    lists_changed = {"nodeSelector": False, "tolerations": False}
-    container_ops: dict[tuple[str, int], dict[str, Any]] = {}
+    planned = _Planned()
+    selector = _map(spec.get("nodeSelector"))
+    present = _list(spec.get("tolerations"))
     for rule in review.rules.mutations:
-        entries = [part.workloads for part in rule.mutations if isinstance(part.workloads, WorkloadMutation)]
+        entries = [part for part in rule.mutations if isinstance(part.workloads, WorkloadMutation)]
         if not entries or not review.applies(rule):
             continue
-        for mutation in entries:
-            for key, value in (mutation.node_selector or {}).items():
-                if node_selector.get(key) != value:
-                    node_selector[key] = value
-                    lists_changed["nodeSelector"] = True
+        for part in entries:
+            mutation = part.workloads
+            assert isinstance(mutation, WorkloadMutation)
+            planned.node_selector.update(mutation.node_selector or {})  # in order: a later entry's value wins
             for toleration in mutation.tolerations or ():
                 wanted = toleration.to_k8s()
-                if wanted not in tolerations:
-                    tolerations.append(wanted)
-                    lists_changed["tolerations"] = True
+                if wanted not in present and wanted not in planned.tolerations:
+                    planned.tolerations.append(wanted)
             for field, scalar in (
                 ("schedulerName", mutation.scheduler_name),
                 ("priorityClassName", mutation.priority_class_name),
                 ("runtimeClassName", mutation.runtime_class_name),
             ):
-                if scalar and not spec.get(field) and field not in scalars:
-                    scalars[field] = scalar
-            lists = _targets(mutation).get("Pod", ())
-            for container in containers(spec, "spec", lists):
-                _container_mutation(
-                    container, mutation, container_ops.setdefault((container.list_name, container.position), {})
-                )
-    if lists_changed["nodeSelector"]:
-        operations.append({"op": "add", "path": "/spec/nodeSelector", "value": node_selector})
-    if lists_changed["tolerations"]:
-        operations.append({"op": "add", "path": "/spec/tolerations", "value": tolerations})
-    for field, value in scalars.items():
+                if scalar and spec.get(field) in _UNSET.get(field, _NONE) and field not in planned.scalars:
+                    planned.scalars[field] = scalar
+            for container in containers(spec, "spec", _targets(mutation).get("Pod", ())):
+                changes = planned.containers.setdefault((container.list_name, container.position), _ContainerChanges())
+                _container_mutation(container, mutation, changes)
+    planned.node_selector = {k: v for k, v in planned.node_selector.items() if selector.get(k) != v}
+    for (list_name, index), changes in planned.containers.items():
+        if changes.pull is not None and changes.pull == _map(_list(spec.get(list_name))[index]).get("imagePullPolicy"):
+            changes.pull = None
+    return planned
+
+
+def _container_mutation(container: Container, mutation: WorkloadMutation, changes: _ContainerChanges) -> None:
+    body = container.body
+    pull = mutation.image_pull_policy
+    if pull:
+        changes.pull = pull  # forced; in order, a later entry's value wins
+    if container.list_name == "ephemeralContainers" or not (mutation.default_requests or mutation.default_limits):
+        return
+    resources = _map(body.get("resources"))
+    requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
+    for part, defaults, declared in (
+        ("requests", mutation.default_requests, requests),
+        ("limits", mutation.default_limits, limits),
+    ):
+        for name, amount in (defaults or {}).items():
+            if name in declared or (part, name) in changes.amounts:
+                continue
+            # Never a default that makes the container invalid (a request above its limit): kube-apiserver would
+            # refuse the Pod for a value the user did not write.
+            other = limits.get(name) if part == "requests" else requests.get(name)
+            mine, theirs = _quantity(amount), _quantity(other) if other is not None else None
+            if mine is not None and theirs is not None and (mine > theirs if part == "requests" else mine < theirs):
+                continue
+            changes.amounts[(part, name)] = str(amount)
+
+
+def mutation_patch(review: Review) -> list[JSON]:
+    """The JSON patch of the workload mutations: minimal (one operation per key added, lists appended to) and
+    idempotent (a Pod that already holds every value gets none)."""
+    planned = _plan(review)
+    if planned is None or review.request.obj is None:
+        return []
+    spec = _map(review.request.obj.get("spec"))
+    operations: list[JSON] = []
+    if planned.node_selector:
+        if isinstance(spec.get("nodeSelector"), dict):
+            for key, value in planned.node_selector.items():
+                operations.append({"op": "add", "path": pointer("spec", "nodeSelector", key), "value": value})
+        else:
+            operations.append({"op": "add", "path": "/spec/nodeSelector", "value": dict(planned.node_selector)})
+    if planned.tolerations:
+        if isinstance(spec.get("tolerations"), list):
+            operations += [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in planned.tolerations]
+        else:
+            operations.append({"op": "add", "path": "/spec/tolerations", "value": list(planned.tolerations)})
+    for field, value in planned.scalars.items():
         operations.append({"op": "add", "path": pointer("spec", field), "value": value})
-    for (list_name, index), changes in container_ops.items():
-        for key, value in changes.items():
-            operations.append({"op": "add", "path": pointer("spec", list_name, str(index), key), "value": value})
+    for (list_name, index), changes in planned.containers.items():
+        body = _map(_list(spec.get(list_name))[index])
+        where = ("spec", list_name, str(index))
+        if changes.pull is not None:
+            operations.append({"op": "add", "path": pointer(*where, "imagePullPolicy"), "value": changes.pull})
+        amounts = changes.amounts
+        if not amounts:
+            continue
+        resources = body.get("resources")
+        if not isinstance(resources, dict):
+            grouped: dict[str, dict[str, str]] = {}
+            for (section, name), amount in amounts.items():
+                grouped.setdefault(section, {})[name] = amount
+            operations.append({"op": "add", "path": pointer(*where, "resources"), "value": grouped})
+            continue
+        for section in ("requests", "limits"):
+            mine = {name: amount for (kind, name), amount in amounts.items() if kind == section}
+            if not mine:
+                continue
+            if isinstance(resources.get(section), dict):
+                for name, amount in mine.items():
+                    path = pointer(*where, "resources", section, name)
+                    operations.append({"op": "add", "path": path, "value": amount})
+            else:
+                operations.append({"op": "add", "path": pointer(*where, "resources", section), "value": mine})
     return operations
 
 
-def _container_mutation(container: Container, mutation: WorkloadMutation, changes: dict[str, Any]) -> None:
-    body = container.body
-    if mutation.image_pull_policy and body.get("imagePullPolicy") != mutation.image_pull_policy:
-        changes["imagePullPolicy"] = mutation.image_pull_policy
-    if container.list_name == "ephemeralContainers" or not (mutation.default_requests or mutation.default_limits):
-        return
-    resources = dict(changes.get("resources") or _map(body.get("resources")))
-    changed = False
-    for part, defaults in (("requests", mutation.default_requests), ("limits", mutation.default_limits)):
-        current = dict(_map(resources.get(part)))
-        for name, amount in (defaults or {}).items():
-            if name not in current:
-                current[name] = str(amount)
-                changed = True
-        if current:
-            resources[part] = current
-    if changed:
-        changes["resources"] = resources
+def mutated_fields(review: Review) -> dict[str, str]:
+    """Field path -> the mutation that set it, for a Pod being created, so a denial of a value a mutation
+    produced says so. Read from the mutated object (what the validating hook gets): a field holding exactly
+    what an applicable mutation sets is taken as set by it (the first such mutation is named)."""
+    request = review.request
+    found: dict[str, str] = {}
+    if request.operation != "CREATE" or request.group or request.resource != "pods" or request.obj is None:
+        return found
+    spec = _map(request.obj.get("spec"))
+    selector, tolerations = _map(spec.get("nodeSelector")), _list(spec.get("tolerations"))
+    for rule in review.rules.mutations:
+        entries = [part for part in rule.mutations if isinstance(part.workloads, WorkloadMutation)]
+        if not entries or not review.applies(rule):
+            continue
+        for part in entries:
+            mutation = part.workloads
+            assert isinstance(mutation, WorkloadMutation)
+            who = f"{rule.origin} mutate {part.name!r}"
+            for key, value in (mutation.node_selector or {}).items():
+                if selector.get(key) == value:
+                    found.setdefault(f"spec.nodeSelector[{key!r}]", who)
+            for toleration in mutation.tolerations or ():
+                wanted = toleration.to_k8s()
+                for index, present in enumerate(tolerations):
+                    if present == wanted:
+                        found.setdefault(f"spec.tolerations[{index}]", who)
+            for field, scalar in (
+                ("schedulerName", mutation.scheduler_name),
+                ("priorityClassName", mutation.priority_class_name),
+                ("runtimeClassName", mutation.runtime_class_name),
+            ):
+                if scalar and spec.get(field) == scalar:
+                    found.setdefault(f"spec.{field}", who)
+            for container in containers(spec, "spec", _targets(mutation).get("Pod", ())):
+                if mutation.image_pull_policy and container.body.get("imagePullPolicy") == mutation.image_pull_policy:
+                    found.setdefault(f"{container.path}.image", who)
+                resources = _map(container.body.get("resources"))
+                for section, defaults in (
+                    ("requests", mutation.default_requests),
+                    ("limits", mutation.default_limits),
+                ):
+                    declared = _map(resources.get(section))
+                    if any(str(declared.get(name)) == str(amount) for name, amount in (defaults or {}).items()):
+                        found.setdefault(f"{container.path}.resources", who)
+    return found

@@ -256,7 +256,8 @@ class DisruptionBudgetPolicy(ApiModel):
     """PodDisruptionBudget expectations for selected workloads."""
 
     required: bool = False
-    """Selected controllers with more than one replica must be covered by a PodDisruptionBudget."""
+    """Selected Deployments, StatefulSets, ReplicaSets and ReplicationControllers with more than one replica must be
+    covered by a PodDisruptionBudget of their namespace selecting their Pod template's labels (create it first)."""
     max_unavailable: IntOrString | None = None
     """Largest maxUnavailable (number or percentage) a PodDisruptionBudget may declare."""
 
@@ -326,15 +327,15 @@ class SecurityPolicy(ApiModel):
     privileged: bool | None = None
     """Privileged containers."""
     allow_privilege_escalation: bool | None = None
-    """Containers allowing privilege escalation."""
+    """Containers allowing privilege escalation (unset counts as allowed: only an explicit false does not)."""
     host_namespaces: bool | None = None
     """hostNetwork, hostPID or hostIPC."""
     host_ports: bool | None = None
     """Containers binding host ports."""
     host_paths: _Matchers = None
-    """hostPath volumes by path."""
+    """hostPath volumes by path, normalised (`//etc/./x/` is `/etc/x`); exact values are directory prefixes."""
     capabilities: _Keys = None
-    """Added Linux capabilities, e.g. NET_ADMIN; `ALL` for any."""
+    """Added Linux capabilities, e.g. NET_ADMIN (with or without `CAP_`, any case); `ALL` for any."""
 
 
 class WorkloadsPolicy(ApiModel):
@@ -419,7 +420,7 @@ class WorkloadMutation(ApiModel):
     tolerations: Annotated[list[Toleration] | None, Field(max_length=32)] = None
     """Tolerations added."""
     scheduler_name: Annotated[str | None, Field(max_length=253)] = None
-    """schedulerName set when absent."""
+    """schedulerName set when absent (a Pod naming none arrives as `default-scheduler`, which counts as absent)."""
     priority_class_name: Annotated[str | None, Field(max_length=253)] = None
     """priorityClassName set when absent."""
     runtime_class_name: Annotated[str | None, Field(max_length=253)] = None
@@ -427,9 +428,9 @@ class WorkloadMutation(ApiModel):
     image_pull_policy: PullPolicy | None = None
     """imagePullPolicy forced on every selected container."""
     default_requests: _Resources = None
-    """Requests set on containers that declare none for the resource."""
+    """Requests set on containers that declare none for the resource (never above the container's limit)."""
     default_limits: _Resources = None
-    """Limits set on containers that declare none for the resource."""
+    """Limits set on containers that declare none for the resource (never below the container's request)."""
 
 
 class Mutation(ApiModel):

@@ -5,7 +5,9 @@ rules change on their own schedule (a RuleStatus edit, a namespace label selecti
 large, while the Tenancy snapshot is on the path of every namespace decision. The content per namespace is
 exactly ``RuleStatus/default.status.rules`` of that namespace, so what ``kubectl get rulestatus -o yaml``
 shows is what admission enforces. Persistent volume labels ride along because storage rules decide a
-PersistentVolumeClaim's binding from the labels of the volume it names, and admission reads no API.
+PersistentVolumeClaim's binding from the labels of the volume it names, and admission reads no API. So do the
+PodDisruptionBudgets of namespaces where a workload rule requires coverage (``disruptionBudgets.required``):
+whether a Deployment is covered is decided from them, in memory.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from enclave_core.api.rules import AppliedRule
+from enclave_core.quantity import IntOrString
+from enclave_core.selectors import LabelSelector
 
 RULES_KIND: Final = "Rules"
 RULE_STATUS_NAME: Final = "default"
@@ -41,13 +45,35 @@ class VolumeView(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class BudgetView(BaseModel):
+    """A PodDisruptionBudget as coverage rules see it: where it is and which Pods it selects."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None = None
+    """policy/v1: a null selector selects no Pod, an empty one every Pod of the namespace."""
+    min_available: IntOrString | None = Field(None, alias="minAvailable")
+    max_unavailable: IntOrString | None = Field(None, alias="maxUnavailable")
+
+
 class RulesSnapshot(BaseModel):
-    """Every tenant namespace's rules, and the persistent volumes claims may name."""
+    """Every tenant namespace's rules, the persistent volumes claims may name, and the PodDisruptionBudgets of
+    namespaces whose rules require coverage."""
 
     model_config = ConfigDict(frozen=True)
 
     namespaces: list[NamespaceRules] = Field(default_factory=list)
     volumes: list[VolumeView] = Field(default_factory=list)
+    budgets: list[BudgetView] = Field(default_factory=list)
+
+    @cached_property
+    def budgets_by_namespace(self) -> dict[str, list[BudgetView]]:
+        found: dict[str, list[BudgetView]] = {}
+        for budget in self.budgets:
+            found.setdefault(budget.namespace, []).append(budget)
+        return found
 
     @cached_property
     def by_namespace(self) -> dict[str, NamespaceRules]:
