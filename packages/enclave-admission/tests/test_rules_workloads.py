@@ -8,6 +8,7 @@ import pytest
 from admission_helpers import ALICE, apply_patch, request
 from test_rules import NS, rule, state_with
 
+from enclave_admission.review import response
 from enclave_admission.rules.mutation import mutate
 from enclave_admission.rules.validation import validate
 from enclave_admission.rules.workloads import default_pull_policy, normalize_image, qos_class
@@ -343,3 +344,83 @@ def test_disruption_budget_coverage_required() -> None:
     scaled_up = deployment(c())
     scaled_up["spec"]["replicas"] = 2
     assert not allowed(state, scaled_up, deployment(c()), **DEPLOY)
+
+
+def test_workload_rules_that_cannot_work_are_refused_naming_the_field() -> None:
+    """What the CRD schema cannot say (quantities that do not parse are refused by its pattern first)."""
+    from enclave_admission.tenants.validation import validate as validate_tenant
+
+    workloads = {
+        "registries": [{"url": "registry.example/(team"}],
+        "resources": {"limits": {"min": {"memory": "2Gi"}, "max": {"memory": "1Gi"}}},
+        "placement": {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "yes"}]},
+        "disruptionBudgets": {"maxUnavailable": "150%"},
+    }
+    mutation = {
+        "nodeSelector": {"bad key!": "x"},
+        "priorityClassName": "Not_A_Name",
+        "tolerations": [{"key": "t", "operator": "Equal", "value": "v", "tolerationSeconds": 5}],
+    }
+    rules = [
+        {
+            "enforce": {
+                "conditions": [{"expression": "object.spec.containers.all(c, c.image.startsWith('x')"}],
+                "network": {"policies": {"egress": {"cidrs": ["10.0.0.0/33"]}}},
+                "workloads": workloads,
+            },
+            "mutate": [{"workloads": mutation}],
+        }
+    ]
+    body = {
+        "apiVersion": "enclave.dev/v1beta2",
+        "kind": "Tenant",
+        "metadata": {"name": "solar"},
+        "spec": {"rules": rules},
+    }
+    tenants = {"resource": "tenants", "kind": "Tenant", "group": "enclave.dev"}
+    refused = validate_tenant(request(("root-admin", ("enclave-admins",)), "CREATE", body, **tenants), state_with())
+    assert not refused.allowed
+    for field in (
+        "spec.rules[0].enforce.conditions[0].expression",
+        "spec.rules[0].enforce.network.policies.egress.cidrs[0]",
+        "spec.rules[0].enforce.workloads.registries[0].url",
+        "spec.rules[0].enforce.workloads.resources.limits.min['memory']",
+        "spec.rules[0].enforce.workloads.placement.tolerations[0].value",
+        "spec.rules[0].enforce.workloads.disruptionBudgets.maxUnavailable",
+        "spec.rules[0].mutate[0].workloads.nodeSelector['bad key!']",
+        "spec.rules[0].mutate[0].workloads.priorityClassName",
+        "spec.rules[0].mutate[0].workloads.tolerations[0].tolerationSeconds",
+    ):
+        assert field in refused.message, field
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"containers": "c"}, "spec.containers must be a list"),
+        ({"containers": ["c"]}, "spec.containers[0] must be an object"),
+        ({"containers": [c(securityContext="privileged")]}, "spec.containers[0].securityContext must be an object"),
+        ({"containers": [c(resources={"limits": ["1Gi"]})]}, "spec.containers[0].resources.limits must be an object"),
+        ({"containers": [{"name": "c", "image": 7}]}, "spec.containers[0].image must be a string"),
+        ({"containers": [c()], "tolerations": {"key": "x"}}, "spec.tolerations must be a list"),
+    ],
+)
+def test_a_pod_spec_of_the_wrong_shape_is_a_bad_request_naming_the_field(spec: JSON, field: str) -> None:
+    state = state_with(rule(enforce={"action": "deny", "workloads": {"security": {"privileged": True}}}))
+    body = {**pod(), "spec": spec}
+    decision = validate(request(ALICE, "CREATE", body, namespace=NS, **POD), state)
+    assert not decision.allowed
+    assert decision.code == 400
+    assert field in decision.message
+    assert response("u", decision)["response"]["status"]["reason"] == "BadRequest"
+    template = {**deployment(), "spec": {"selector": {}, "template": "x"}}
+    assert validate(request(ALICE, "CREATE", template, namespace=NS, **DEPLOY), state).code == 400
+
+
+def test_an_unreadable_quantity_is_outside_the_bounds() -> None:
+    bounds = {"limits": {"max": {"memory": "1Gi"}}}
+    state = state_with(rule(enforce={"action": "allow", "workloads": {"resources": bounds}}))
+    message = validate(
+        request(ALICE, "CREATE", pod(c(resources={"limits": {"memory": "huge"}})), namespace=NS, **POD), state
+    ).message
+    assert "is not a quantity" in message

@@ -8,7 +8,11 @@ posted for dry runs).
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
+import ssl
+import urllib.request
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -17,6 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
@@ -153,8 +158,8 @@ def workload(kind: str, spec: dict[str, Any], labels: dict[str, str] | None = No
 
 
 class Tenant:
-    def __init__(self, stack: Stack, owner: str, namespace: str) -> None:
-        self.stack, self.owner, self.namespace = stack, owner, namespace
+    def __init__(self, stack: Stack, owner: str, namespace: str, name: str) -> None:
+        self.stack, self.owner, self.namespace, self.name = stack, owner, namespace, name
         self.apis = stack.impersonate(owner, ["enclave.dev"])
 
     def create(self, body: dict[str, Any], dry_run: bool = True) -> Any:
@@ -196,7 +201,7 @@ def tenant(stack: Stack) -> Tenant:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": owner}],
         },
     )
-    result = Tenant(stack, owner, namespace)
+    result = Tenant(stack, owner, namespace, name)
     # The rules reach admission asynchronously: wait for the first refusal, then every row is deterministic.
     eventually_refused(lambda: result.create(workload("Pod", pod_spec(container("quay.io/x/y:1")))), "registries")
     return result
@@ -395,3 +400,75 @@ def test_audit_only_rule_posts_an_event_and_admits(tenant: Tenant) -> None:
     body = workload("Pod", pod_spec(container(ports=[{"containerPort": 80, "hostPort": 8080}])))
     tenant.create(body, dry_run=False)
     poll(lambda: tenant.stack.events("RuleAudit", "spec.rules[4] audits hostPorts"), what="the audit Event")
+
+
+def test_workload_rules_that_cannot_work_are_refused_at_the_api_naming_the_field(tenant: Tenant) -> None:
+    """Through kube-apiserver as the cluster administrator: a bad quantity by the CRD schema, the rest by the
+    rules hook; nothing of either patch is stored (the catalogue's rules stay in force)."""
+    custom = client.CustomObjectsApi(tenant.stack.kube)
+
+    def patch(rule: dict[str, Any]) -> str:
+        body = {"spec": {"rules": [*RULES, rule]}}
+        with pytest.raises(ApiException) as caught:
+            custom.patch_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant.name, body)
+        return str(caught.value.body)
+
+    quantity = patch({"enforce": {"workloads": {"resources": {"limits": {"max": {"memory": "lots"}}}}}})
+    assert "spec.rules[9].enforce.workloads.resources.limits.max.memory" in quantity
+    workloads = {
+        "registries": [{"url": "registry.example/(team"}],
+        "placement": {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "yes"}]},
+        "disruptionBudgets": {"maxUnavailable": "150%"},
+    }
+    conditions = [{"expression": "object.spec.containers.all(c, c.image.startsWith('x')"}]
+    message = patch(
+        {
+            "enforce": {"action": "allow", "conditions": conditions, "workloads": workloads},
+            "mutate": [{"workloads": {"nodeSelector": {"bad key!": "x"}}}],
+        }
+    )
+    for field in (
+        "spec.rules[9].enforce.conditions[0].expression",
+        "spec.rules[9].enforce.workloads.registries[0].url",
+        "spec.rules[9].enforce.workloads.placement.tolerations[0].value",
+        "spec.rules[9].enforce.workloads.disruptionBudgets.maxUnavailable",
+        "spec.rules[9].mutate[0].workloads.nodeSelector['bad key!']",
+    ):
+        assert field in message, field
+    assert tenant.stack.rule_status(tenant.namespace)["status"]["size"] == len(RULES)
+
+
+def test_a_raw_review_of_a_malformed_pod_is_a_bad_request_naming_the_field(
+    tenant: Tenant, control_plane: ControlPlane
+) -> None:
+    """kube-apiserver refuses such a Pod before calling any webhook, so the review is sent as it would be."""
+    admission = next(running for running in tenant.stack.processes if running.webhook_port)
+    secret = client.CoreV1Api(tenant.stack.kube).read_namespaced_secret("enclave-tls", tenant.stack.namespace)
+    context = ssl.create_default_context(cadata=base64.b64decode(secret.data["ca.crt"]).decode())
+    context.load_cert_chain(*control_plane.webhook_client_cert)
+    pod = workload("Pod", pod_spec(container(securityContext="privileged")))
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "malformed-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": pod["metadata"]["name"],
+            "namespace": tenant.namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": tenant.owner, "groups": ["enclave.dev", "system:authenticated"]},
+            "object": pod,
+            "dryRun": True,
+        },
+    }
+    request = urllib.request.Request(
+        f"{admission.webhook_url}/resources",
+        data=json.dumps(review).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        response = json.loads(answer.read())["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert "spec.containers[0].securityContext must be an object" in response["status"]["message"]

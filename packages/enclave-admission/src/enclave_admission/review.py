@@ -130,6 +130,9 @@ class Decision(NamedTuple):
     warnings: tuple[str, ...] = ()
     audits: tuple[str, ...] = ()
     """What ``audit`` rules matched: one Event each (never for dry runs), whatever the decision."""
+    code: int = 403
+    """HTTP status of a denial: 403 (Forbidden) for a refusal, 400 (BadRequest) for an object that cannot be
+    read (a field of the wrong JSON type), so clients tell a bad request from a policy."""
 
     @classmethod
     def allow(cls, reason: str = "Allowed", *, tenant: str = "", reserve: tuple[str, str] | None = None) -> Decision:
@@ -155,7 +158,8 @@ def response(uid: str, decision: Decision) -> JSON:
     """The AdmissionReview v1 response body for ``decision``."""
     answer: JSON = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:
-        answer["status"] = {"code": 403, "reason": "Forbidden", "message": decision.message}
+        reason = "BadRequest" if decision.code == 400 else "Forbidden"
+        answer["status"] = {"code": decision.code, "reason": reason, "message": decision.message}
     if decision.patch:
         answer["patchType"] = "JSONPatch"
         answer["patch"] = base64.b64encode(orjson.dumps(list(decision.patch))).decode()

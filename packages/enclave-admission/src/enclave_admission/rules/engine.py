@@ -61,12 +61,23 @@ class Item:
 class Review:
     """The state of judging one request: the namespace's rules, memoised applicability, the findings."""
 
-    __slots__ = ("_applies", "_conditions", "_request_vars", "_variables", "findings", "request", "rules")
+    __slots__ = (
+        "_applies",
+        "_conditions",
+        "_request_vars",
+        "_variables",
+        "findings",
+        "malformed",
+        "request",
+        "rules",
+    )
 
     def __init__(self, request: AdmissionRequest, rules: NamespaceSet) -> None:
         self.request = request
         self.rules = rules
         self.findings: list[Finding] = []
+        self.malformed = ""
+        """Why the object cannot be judged (a field of the wrong JSON type): answered as a bad request."""
         self._applies: dict[int, bool] = {}
         self._variables: dict[str, Any] | None = None
         self._request_vars: dict[str, Any] | None = None

@@ -51,6 +51,10 @@ def review(request: AdmissionRequest, state: State) -> Decision | Review:
 
 def decide(review: Review) -> Decision:
     tenant = review.rules.tenant
+    if review.malformed:
+        # Never an allow by mistake, never a crash: an object we cannot read is a bad request (kube-apiserver
+        # refuses most such objects before calling us; a raw review or a future field may not be).
+        return Decision(False, "MalformedObject", review.malformed, tenant=tenant, code=400)
     audits = tuple(finding.message for finding in review.findings if not finding.deny)
     denials = [finding.message for finding in review.findings if finding.deny]
     if not denials:

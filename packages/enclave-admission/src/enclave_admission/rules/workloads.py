@@ -43,7 +43,6 @@ from typing import Any, Final, NamedTuple
 from enclave_admission.review import JSON, pointer
 from enclave_admission.rules import matching
 from enclave_admission.rules.compiled import CompiledRule
-from enclave_admission.rules.engine import Finding as EngineFinding
 from enclave_admission.rules.engine import Item, Review
 from enclave_core.api.rules import Toleration, WorkloadMutation, WorkloadsPolicy
 from enclave_core.quantity import Quantity
@@ -244,10 +243,10 @@ def judge(review: Review) -> None:
     kind, spec_path = located
     base = ".".join(spec_path)
     spec = _dig(request.obj, spec_path)
-    malformed = _shape(spec, base)
+    malformed = _path_shape(request.obj, spec_path) or _shape(spec, base)
     if malformed:
         # Never an allow by mistake: a spec we cannot read is refused (kube-apiserver refuses it first anyway).
-        review.findings.append(EngineFinding(True, "workload rules", f"cannot judge {kind}: {malformed}"))
+        review.malformed = f"cannot judge {kind} {request.name}: {malformed}"
         return
     old_spec = _dig(request.old, spec_path) if request.operation == "UPDATE" and request.old else None
     mutated: dict[str, str] | None = None
@@ -332,6 +331,20 @@ def _defaulted(toleration: Mapping[str, Any]) -> bool:
     )
 
 
+def _path_shape(obj: Any, path: tuple[str, ...]) -> str:
+    """Where the way to the Pod spec is not an object (``spec.template`` a string), or an empty string."""
+    for depth, part in enumerate(path):
+        value = obj.get(part) if isinstance(obj, dict) else None
+        if value is not None and not isinstance(value, dict):
+            return f"{'.'.join(path[: depth + 1])} must be an object, not {type(value).__name__}"
+        obj = value
+    return ""
+
+
+_CONTAINER_OBJECTS: Final = ("securityContext", "resources")
+_CONTAINER_LISTS_OF: Final = ("ports",)
+
+
 def _shape(spec: Mapping[str, Any], base: str) -> str:
     """Why the Pod spec cannot be judged (a field of the wrong JSON type), or an empty string."""
     for name in (*CONTAINER_LISTS, "volumes", "tolerations"):
@@ -341,6 +354,25 @@ def _shape(spec: Mapping[str, Any], base: str) -> str:
         for index, entry in enumerate(_list(spec.get(name))):
             if not isinstance(entry, dict):
                 return f"{base}.{name}[{index}] must be an object"
+            where = f"{base}.{name}[{index}]"
+            if "image" in entry and entry["image"] is not None and not isinstance(entry["image"], str):
+                return f"{where}.image must be a string"
+            for field in _CONTAINER_OBJECTS:
+                if field in entry and entry[field] is not None and not isinstance(entry[field], dict):
+                    return f"{where}.{field} must be an object"
+            for field in _CONTAINER_LISTS_OF:
+                if field in entry and entry[field] is not None and not isinstance(entry[field], list):
+                    return f"{where}.{field} must be a list"
+            resources = _map(entry.get("resources"))
+            for part in ("requests", "limits"):
+                if resources.get(part) is not None and not isinstance(resources[part], dict):
+                    return f"{where}.resources.{part} must be an object"
+            capabilities = _map(entry.get("securityContext")).get("capabilities")
+            if capabilities is not None and not isinstance(capabilities, dict):
+                return f"{where}.securityContext.capabilities must be an object"
+            added = _map(capabilities).get("add")
+            if added is not None and not isinstance(added, list):
+                return f"{where}.securityContext.capabilities.add must be a list"
     if "nodeSelector" in spec and spec["nodeSelector"] is not None and not isinstance(spec["nodeSelector"], dict):
         return f"{base}.nodeSelector must be an object"
     return ""
@@ -459,6 +491,9 @@ def _resources(
         for name in limit.required or ():
             if name not in declared:
                 problems.append(f"{path}.{part}[{name!r}] is missing")
+        for name in (*(limit.min or {}), *(limit.max or {})):
+            if name in declared and _quantity(declared[name]) is None:
+                problems.append(f"{path}.{part}[{name!r}]={declared[name]!r} is not a quantity")
         for name, low in (limit.min or {}).items():
             have = _quantity(declared.get(name)) if name in declared else None
             if have is not None and have < Quantity.parse(low):

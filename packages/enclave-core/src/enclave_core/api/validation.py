@@ -15,9 +15,10 @@ from typing import Final
 from enclave_core import cel
 from enclave_core.api.configuration import MutatingAdmission, ServiceConfigurationSpec, ValidatingAdmission
 from enclave_core.api.meta import ApiModel, ValueMatcher
-from enclave_core.api.rules import RuleBody, WorkloadsPolicy
+from enclave_core.api.rules import RuleBody, Toleration, WorkloadMutation, WorkloadsPolicy
 from enclave_core.durations import parse_duration
 from enclave_core.quantity import Quantity
+from enclave_core.selectors import validate_label_key, validate_label_value
 
 # Namespaces whose failure to admit would stop the cluster from healing itself.
 CRITICAL_NAMESPACES: Final = ("kube-system",)
@@ -198,8 +199,75 @@ def rule_problems(rule: RuleBody, path: str) -> list[Problem]:
             found += _kinds_problems(f"{path}.mutate[{index}].metadata.kinds", mutation.metadata.kinds)
         if mutation.workloads is not None:
             workload = mutation.workloads
-            found += _quantity_problems(f"{path}.mutate[{index}].workloads.defaultRequests", workload.default_requests)
-            found += _quantity_problems(f"{path}.mutate[{index}].workloads.defaultLimits", workload.default_limits)
+            found += _workload_mutation_problems(f"{path}.mutate[{index}].workloads", workload)
+    return found
+
+
+def _workload_mutation_problems(where: str, workload: WorkloadMutation) -> list[Problem]:
+    """What would make every mutated Pod invalid (kube-apiserver would refuse each for a value the tenant
+    never wrote): bad quantities, nodeSelector labels, class names, tolerations."""
+    found = _quantity_problems(f"{where}.defaultRequests", workload.default_requests)
+    found += _quantity_problems(f"{where}.defaultLimits", workload.default_limits)
+    for key, value in (workload.node_selector or {}).items():
+        for check in (validate_label_key, validate_label_value):
+            try:
+                check(key if check is validate_label_key else value)
+            except ValueError as err:
+                found.append(Problem(field=f"{where}.nodeSelector[{key!r}]", message=str(err)))
+    for field, name in (
+        ("priorityClassName", workload.priority_class_name),
+        ("runtimeClassName", workload.runtime_class_name),
+        ("schedulerName", workload.scheduler_name),
+    ):
+        if name and not _SUBDOMAIN.fullmatch(name):
+            found.append(Problem(field=f"{where}.{field}", message=f"{name!r} is not a DNS subdomain name"))
+    found += _tolerations_problems(f"{where}.tolerations", workload.tolerations)
+    return found
+
+
+_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _tolerations_problems(field: str, tolerations: Sequence[Toleration] | None) -> list[Problem]:
+    """Pod validation's rules for a toleration (a rule listing one Kubernetes refuses could never match)."""
+    found: list[Problem] = []
+    for index, toleration in enumerate(tolerations or []):
+        where = f"{field}[{index}]"
+        if toleration.operator == "Exists" and toleration.value:
+            found.append(Problem(field=f"{where}.value", message="must be empty when operator is Exists"))
+        if not toleration.key and toleration.operator != "Exists":
+            found.append(Problem(field=f"{where}.operator", message="must be Exists when key is empty"))
+        if toleration.toleration_seconds is not None and toleration.effect != "NoExecute":
+            found.append(Problem(field=f"{where}.tolerationSeconds", message="only with effect NoExecute"))
+        if toleration.key:
+            try:
+                validate_label_key(toleration.key)
+            except ValueError as err:
+                found.append(Problem(field=f"{where}.key", message=str(err)))
+    return found
+
+
+def _budget_problem(field: str, value: int | str | None) -> list[Problem]:
+    """A PodDisruptionBudget bound: a non-negative number or a percentage from 0% to 100%."""
+    if value is None:
+        return []
+    text = str(value)
+    number = text[:-1] if text.endswith("%") else text
+    if not number.isdigit() or (text.endswith("%") and int(number) > 100):
+        return [Problem(field=field, message=f"{value!r} is not a non-negative number or a percentage (0%-100%)")]
+    return []
+
+
+def _bounds_problems(field: str, low: Mapping[str, object] | None, high: Mapping[str, object] | None) -> list[Problem]:
+    """min above max for the same resource: no container could ever satisfy the rule."""
+    found: list[Problem] = []
+    for name in sorted(set(low or {}) & set(high or {})):
+        try:
+            below, above = Quantity.parse(str((low or {})[name])), Quantity.parse(str((high or {})[name]))
+        except ValueError:
+            continue  # reported as a bad quantity
+        if below > above:
+            found.append(Problem(field=f"{field}.min[{name!r}]", message=f"{below} is above max {above}"))
     return found
 
 
@@ -220,6 +288,12 @@ def _workloads_problems(where: str, workloads: WorkloadsPolicy) -> list[Problem]
             if bounds is not None:
                 found += _quantity_problems(f"{where}.resources.{part}.min", bounds.min)
                 found += _quantity_problems(f"{where}.resources.{part}.max", bounds.max)
+                found += _bounds_problems(f"{where}.resources.{part}", bounds.min, bounds.max)
+    if placement is not None:
+        found += _tolerations_problems(f"{where}.placement.tolerations", placement.tolerations)
+    if workloads.disruption_budgets is not None:
+        budget = workloads.disruption_budgets.max_unavailable
+        found += _budget_problem(f"{where}.disruptionBudgets.maxUnavailable", budget)
     return found
 
 
