@@ -14,7 +14,6 @@ import json
 import ssl
 import urllib.error
 import urllib.request
-import uuid
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ import pytest
 from enclave_core.api.meta import Entity
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
+from enclave_testing.webhooks import namespace_creation_review
 
 from .harness import Enclave, metric_value
 
@@ -30,19 +30,7 @@ REFUSED = (ssl.SSLError, ConnectionError, urllib.error.URLError, http.client.HTT
 
 def forged_creation(owner: str, name: str) -> dict[str, Any]:
     """What kube-apiserver would send when ``owner`` creates namespace ``name``, already assigned."""
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
-            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
-            "name": name,
-            "operation": "CREATE",
-            "userInfo": {"username": owner, "groups": ["enclave.dev"]},
-            "object": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-        },
-    }
+    return namespace_creation_review(owner, ["enclave.dev"], {"name": name})
 
 
 def post(enclave: Enclave, context: ssl.SSLContext, review: dict[str, Any]) -> int:

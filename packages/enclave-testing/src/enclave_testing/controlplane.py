@@ -13,6 +13,7 @@ cluster with kubelets (:mod:`enclave_testing.kwok`).
 from __future__ import annotations
 
 import shutil
+import signal
 import ssl
 import urllib.request
 from dataclasses import dataclass, field
@@ -203,6 +204,9 @@ class ControlPlane:
         self.processes.append(proc)
         return proc
 
+    def _process(self, name: str) -> ManagedProcess:
+        return next(proc for proc in self.processes if proc.name == name)
+
     def _start_etcd(self, binary: Path, timeout: float) -> None:
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
@@ -221,6 +225,9 @@ class ControlPlane:
                 "--log-level=warn",
             ],
         )
+        self._wait_etcd(proc, timeout)
+
+    def _wait_etcd(self, proc: ManagedProcess, timeout: float) -> None:
         wait_until(lambda: _http_ok(f"{self.etcd_url}/health"), timeout=timeout, what="etcd health", alive=proc)
 
     def _start_apiserver(self, binary: Path, timeout: float) -> None:
@@ -253,6 +260,9 @@ class ControlPlane:
             ],
         )
         self._write_kubeconfig(self.kubeconfig, "admin")
+        self._wait_apiserver(proc, timeout)
+
+    def _wait_apiserver(self, proc: ManagedProcess, timeout: float) -> None:
         wait_until(lambda: self._api_get("/readyz") == 200, timeout=timeout, what="kube-apiserver /readyz", alive=proc)
 
     def _start_controller_manager(self, binary: Path, timeout: float) -> None:
@@ -395,6 +405,52 @@ class ControlPlane:
         from enclave_testing.clients import api_client
 
         return api_client(self.kubeconfig, user=user, groups=groups or [])
+
+    # -- faults: stop and start kube-apiserver or etcd in place ----------------------------------------------
+    #
+    # For a test that owns its control plane (never the session's shared one): the process is started again
+    # with the very arguments it had, so kube-apiserver comes back on the same port with the same PKI and etcd
+    # on the same ports with the same data directory; clients and kubeconfigs keep working unchanged.
+
+    def stop_apiserver(self, *, kill: bool = False) -> None:
+        """Stop kube-apiserver: SIGTERM (its graceful shutdown) or, with ``kill``, SIGKILL (a crash)."""
+        self._stop("kube-apiserver", kill=kill)
+
+    def start_apiserver(self, timeout: float = 90.0) -> None:
+        """Start the stopped kube-apiserver again; returns once its ``/readyz`` answers 200."""
+        self._wait_apiserver(self._restart("kube-apiserver"), timeout)
+
+    def restart_apiserver(self, *, kill: bool = False, timeout: float = 90.0) -> None:
+        self.stop_apiserver(kill=kill)
+        self.start_apiserver(timeout)
+
+    def stop_etcd(self, *, kill: bool = False) -> None:
+        """Stop etcd; kube-apiserver keeps running and answers errors meanwhile, as it does in a cluster."""
+        self._stop("etcd", kill=kill)
+
+    def start_etcd(self, timeout: float = 90.0) -> None:
+        """Start the stopped etcd on its data directory again; returns once it is healthy *and* kube-apiserver
+        is ready on it again."""
+        self._wait_etcd(self._restart("etcd"), timeout)
+        self._wait_apiserver(self._process("kube-apiserver"), timeout)
+
+    def restart_etcd(self, *, kill: bool = False, timeout: float = 90.0) -> None:
+        self.stop_etcd(kill=kill)
+        self.start_etcd(timeout)
+
+    def _stop(self, name: str, *, kill: bool) -> None:
+        proc = self._process(name)
+        if kill and proc.popen is not None and proc.running:
+            proc.popen.send_signal(signal.SIGKILL)
+            proc.popen.wait(15)
+        proc.stop()
+
+    def _restart(self, name: str) -> ManagedProcess:
+        old = self._process(name)
+        assert not old.running, f"{name} is still running"
+        fresh = ManagedProcess(name, old.args, old.log_path, env=old.env, cwd=old.cwd).start()
+        self.processes[self.processes.index(old)] = fresh
+        return fresh
 
     # -- stop ----------------------------------------------------------------------------------------------
 

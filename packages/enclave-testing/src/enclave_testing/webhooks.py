@@ -68,3 +68,25 @@ class DenyingWebhook:
 
     def url(self, path: str = "") -> str:
         return f"https://127.0.0.1:{self.port}{path}"
+
+
+def namespace_creation_review(user: str, groups: list[str], metadata: dict[str, Any]) -> dict[str, Any]:
+    """The AdmissionReview kube-apiserver sends when ``user`` (in ``groups``) creates a Namespace with
+    ``metadata``: for tests that call an admission server directly, as the apiserver would (or as a forger
+    would)."""
+    import uuid
+
+    name = metadata["name"]
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": name,
+            "operation": "CREATE",
+            "userInfo": {"username": user, "groups": groups},
+            "object": {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata},
+        },
+    }
