@@ -21,10 +21,15 @@ from enclave_core.snapshots.hub import SnapshotHub
 from enclave_tenants.bindings import MANAGER
 from enclave_tenants.controller import Settings, TenantsController
 
+TENANTS_GC_THRESHOLDS = "20000,10,100"
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="enclave-tenants", description=__doc__)
-    add_common_flags(parser, probe_port=8082)
+    # Its caches hold every namespace, RoleBinding and RuleStatus and each plan allocates as many objects again:
+    # with CPython's default thresholds, full collections walking all of it were about three quarters of a plan's
+    # time at 10,000 namespaces (docs/benchmarks.md, "Scale"). Young collections stay frequent.
+    add_common_flags(parser, probe_port=8082, gc=TENANTS_GC_THRESHOLDS)
     grpc.add_server_flags(parser)
     grpc.add_subscription_flags(parser, "config")
     parser.add_argument(

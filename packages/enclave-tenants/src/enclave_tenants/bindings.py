@@ -97,15 +97,18 @@ def _owner_entries(
     return entries
 
 
-def desired_bindings(
-    namespace: str,
-    tenant: str,
+BindingTemplates = dict[str, tuple[str, list[JSON]]]
+"""RoleBinding name -> (cluster role, subjects): what every namespace of one tenant gets, namespace aside."""
+
+
+def binding_templates(
     owners: Iterable[Owner],
     additional: Iterable[AdditionalRoleBinding] = (),
     administrators: Iterable[Entity] = (),
     administration_roles: Sequence[str] = (),
-) -> dict[str, JSON]:
-    """Every RoleBinding the namespace should have, by name.
+) -> BindingTemplates:
+    """The RoleBindings of one tenant's namespaces, computed once per tenant (not once per namespace: at
+    10,000 namespaces naming and normalising them per namespace was most of a plan's time).
 
     One per (owner, cluster role), one per (administrator, administration role), and one per distinct
     cluster role of ``additionalRoleBindings`` holding the union of its subjects. If two different
@@ -115,16 +118,15 @@ def desired_bindings(
     by_name: dict[str, list[tuple[str, str, str, JSON]]] = {}
     for entry in _owner_entries(owners, administrators, administration_roles):
         by_name.setdefault(owner_binding_name(entry[0], entry[1], entry[2]), []).append(entry)
-    result: dict[str, JSON] = {}
+    result: BindingTemplates = {}
     for name, entries in by_name.items():
         distinct = {(normalize_subject(e[3])["kind"], e[1], e[2]): e for e in entries}
         if len(distinct) == 1:
             kind, owner, role, entry_subject = entries[0]
-            result[name] = role_binding(namespace, name, tenant, role, [entry_subject])
+            result[name] = (role, [entry_subject])
             continue
         for kind, owner, role, entry_subject in distinct.values():
-            hashed = _named(name, True, kind, owner, role)
-            result[hashed] = role_binding(namespace, hashed, tenant, role, [entry_subject])
+            result[_named(name, True, kind, owner, role)] = (role, [entry_subject])
     extra: dict[str, list[JSON]] = {}
     for binding in additional:
         subjects = extra.setdefault(binding.cluster_role_name, [])
@@ -133,9 +135,29 @@ def desired_bindings(
             if normalize_subject(body) not in [normalize_subject(s) for s in subjects]:
                 subjects.append(body)
     for role, subjects in extra.items():
-        name = additional_binding_name(role)
-        result[name] = role_binding(namespace, name, tenant, role, subjects)
+        result[additional_binding_name(role)] = (role, subjects)
     return result
+
+
+def bindings_for(namespace: str, tenant: str, templates: BindingTemplates) -> dict[str, JSON]:
+    """Every RoleBinding ``namespace`` should have, by name, from its tenant's :func:`binding_templates`."""
+    return {
+        name: role_binding(namespace, name, tenant, role, [dict(s) for s in subjects])
+        for name, (role, subjects) in templates.items()
+    }
+
+
+def desired_bindings(
+    namespace: str,
+    tenant: str,
+    owners: Iterable[Owner],
+    additional: Iterable[AdditionalRoleBinding] = (),
+    administrators: Iterable[Entity] = (),
+    administration_roles: Sequence[str] = (),
+) -> dict[str, JSON]:
+    """Every RoleBinding the namespace should have, by name (see :func:`binding_templates`)."""
+    templates = binding_templates(owners, additional, administrators, administration_roles)
+    return bindings_for(namespace, tenant, templates)
 
 
 def normalize_subject(item: Mapping[str, Any]) -> JSON:

@@ -51,6 +51,9 @@ NAMESPACES = Gauge("enclave_tenants_namespaces", "Namespaces that belong to a te
 NOT_READY = Gauge("enclave_tenants_not_ready", "Tenants whose Ready condition is False")
 RECONCILE_SECONDS = Histogram("enclave_tenants_reconcile_seconds", "Duration of one write-loop pass")
 
+PUBLISH_YIELD_AFTER = 0.05
+"""Seconds a snapshot compile may take before the next one waits as long (see ``_publish_loop``)."""
+
 TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
 OWNERS_PATH = f"/apis/{GROUP_VERSION}/tenantowners"
 BINDINGS_PATH = "/apis/rbac.authorization.k8s.io/v1/rolebindings"
@@ -203,12 +206,21 @@ class TenantsController:
     async def _publish_loop(self) -> None:
         while True:
             self._publish_trigger.clear()
+            started = time.monotonic()
             try:
                 self.publish()
             except Exception:  # never let a bad object stop the stream; the last good snapshot stays
                 log.exception("compiling the tenancy snapshot failed")
                 PUBLISHES.labels("error").inc()
+            took = time.monotonic() - started
             await self._publish_trigger.wait()
+            if took > PUBLISH_YIELD_AFTER:
+                # A compile covers every tenant; at thousands of namespaces it takes long enough that compiling
+                # on every watch event of a burst would starve the write loop on this same event loop. Changes
+                # that arrive meanwhile are coalesced into the next compile, which comes after as long again
+                # as this one took: at most half of the process goes to compiling. Small tenancies (a compile
+                # well under PUBLISH_YIELD_AFTER) publish at once as before.
+                await asyncio.sleep(min(took, 2.0))
 
     async def _write_loop(self) -> None:
         backoff = 0.5
@@ -233,7 +245,7 @@ class TenantsController:
 
     # -- plan and snapshot ---------------------------------------------------------------------------------
 
-    def plan(self) -> Plan:
+    def plan(self, writes: bool = True) -> Plan:
         plan = build_plan(
             self.tenants.values(),
             self.owners.values(),
@@ -245,6 +257,7 @@ class TenantsController:
                 self.ledger_cache.values(),
                 {str(t["metadata"]["name"]): str(t["metadata"].get("uid", "")) for t in self.tenants.values()},
             ),
+            writes=writes,
         )
         self._views = {name: p.view for name, p in plan.tenants.items() if p.view is not None}
         return plan
@@ -261,7 +274,7 @@ class TenantsController:
         return rl.compile_namespaces(tenants, plan.namespace_tenant, live, own)
 
     def publish(self) -> Plan:
-        plan = self.plan()
+        plan = self.plan(writes=False)
         # Itemized (tenant name -> view JSON): subscribers get only what changed. A view the plan reused from
         # the previous round is the same object, so its JSON is reused too instead of re-encoding 10,000.
         items: dict[str, bytes] = {}
@@ -458,11 +471,14 @@ class TenantsController:
     # -- status and events ---------------------------------------------------------------------------------
 
     async def _tenant_statuses(self, plan: Plan, outcomes: dict[str, _Outcome], pruned: dict[str, _Outcome]) -> None:
+        """Events of this pass's namespace writes, then each tenant's Warning and status: ``concurrency`` at a
+        time (one after the other, 10,000 namespaces' events took minutes of round trips)."""
         now = datetime.now(UTC)
-        not_ready = 0
+        semaphore = asyncio.Semaphore(self.settings.concurrency)
+        problems_of: dict[str, list[st.Problem]] = {}
+        synced: list[Awaitable[None]] = []
         for name, tenant_plan in plan.tenants.items():
-            problems = list(tenant_plan.problems)
-            raw = tenant_plan.raw
+            problems = problems_of[name] = list(tenant_plan.problems)
             for namespace in tenant_plan.namespaces:
                 for outcome in (outcomes.get(namespace), pruned.get(namespace)):
                     if outcome is None:
@@ -470,9 +486,16 @@ class TenantsController:
                     problems += [st.Problem(reason="ApplyFailed", message=e) for e in outcome.errors]
                     if outcome.actions:
                         message = f"namespace {namespace}: " + "; ".join(outcome.actions)
-                        await self._emit(raw, "Tenant", "Normal", "NamespaceSynced", message)
+                        synced.append(self._emit(tenant_plan.raw, "Tenant", "Normal", "NamespaceSynced", message))
+
+        async def bounded(work: Awaitable[None]) -> None:
+            async with semaphore:
+                await work
+
+        async def tenant(name: str) -> None:
+            tenant_plan, problems = plan.tenants[name], problems_of[name]
+            raw = tenant_plan.raw
             await self._warn("Tenant", raw, problems)
-            not_ready += bool(problems)
             cordoned = bool(tenant_plan.tenant and tenant_plan.tenant.spec.cordoned)
             status = st.tenant_status(
                 raw,
@@ -483,7 +506,10 @@ class TenantsController:
                 now=now,
             )
             await self._write_status(self.tenants, TENANTS_PATH, name, raw, status)
-        NOT_READY.set(not_ready)
+
+        await asyncio.gather(*(bounded(work) for work in synced))
+        await asyncio.gather(*(bounded(tenant(name)) for name in plan.tenants))
+        NOT_READY.set(sum(bool(problems) for problems in problems_of.values()))
 
     async def _owner_statuses(self, plan: Plan) -> None:
         now = datetime.now(UTC)

@@ -66,7 +66,14 @@ def _valid_metadata(values: Mapping[str, str] | None, *, labels: bool, problems:
 
 
 def desired_namespace(name: str, tenant: str, uid: str, spec: TenantSpec, live: JSON | None) -> tuple[JSON, list[str]]:
-    """The apply body for namespace ``name`` of ``tenant`` and the problems with the tenant's metadata.
+    """The apply body for namespace ``name`` of ``tenant`` and the problems with the tenant's metadata."""
+    labels, annotations, problems = namespace_metadata(tenant, spec)
+    return namespace_body(name, tenant, uid, labels, annotations, live), problems
+
+
+def namespace_metadata(tenant: str, spec: TenantSpec) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """Labels and annotations every namespace of ``tenant`` gets, and the problems with them: computed once
+    per tenant (validating them per namespace was a visible share of a plan at 10,000 namespaces).
 
     Invalid keys or values of ``additionalMetadata`` are left out (and reported) so one typo does not block
     the tenant label, the node selector and the owner reference. The tenant label and the node-selector
@@ -82,10 +89,21 @@ def desired_namespace(name: str, tenant: str, uid: str, spec: TenantSpec, live: 
     labels[TENANT_LABEL] = tenant
     if spec.node_selector:
         annotations[NODE_SELECTOR_ANNOTATION] = node_selector_annotation(spec.node_selector)
-    metadata: JSON = {"name": name, "labels": labels, "ownerReferences": [tenant_reference(tenant, uid, live)]}
+    return labels, annotations, problems
+
+
+def namespace_body(
+    name: str, tenant: str, uid: str, labels: Mapping[str, str], annotations: Mapping[str, str], live: JSON | None
+) -> JSON:
+    """The apply body for namespace ``name`` from its tenant's :func:`namespace_metadata`."""
+    metadata: JSON = {
+        "name": name,
+        "labels": dict(labels),
+        "ownerReferences": [tenant_reference(tenant, uid, live)],
+    }
     if annotations:
-        metadata["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}, problems
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
 def release_body(name: str) -> JSON:

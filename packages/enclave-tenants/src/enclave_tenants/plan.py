@@ -152,8 +152,12 @@ def build_plan(
     policy: Policy,
     previous_views: Mapping[str, TenantView] | None = None,
     ledgers: Mapping[str, str] | None = None,
+    writes: bool = True,
 ) -> Plan:
     """Compile the observed objects into a :class:`Plan`.
+
+    ``writes=False`` leaves out what only the write loop needs (namespace bodies, RoleBindings, metadata
+    problems): the snapshot loop compiles on every change and at 10,000 namespaces those were most of a plan.
 
     ``previous_views`` are the last good views by tenant name: a Tenant that stops parsing keeps its last
     good rules in the snapshot (with current namespaces), so admission does not suddenly forget its owners.
@@ -209,7 +213,8 @@ def build_plan(
         if not tenant_plan.writable:
             plan.frozen.update(tenant_plan.namespaces)
             continue
-        _plan_namespaces(plan, tenant_plan, tenant, uid, live_namespaces, policy)
+        if writes:
+            _plan_namespaces(plan, tenant_plan, tenant, uid, live_namespaces, policy)
     plan.snapshot = TenancySnapshot(tenants=views)
     return plan
 
@@ -218,22 +223,22 @@ def _plan_namespaces(
     plan: Plan, tenant_plan: TenantPlan, tenant: Tenant, uid: str, live: Mapping[str, JSON], policy: Policy
 ) -> None:
     # The metadata problems depend on the spec alone: report them even when no namespace is written.
-    _, metadata_problems = ns.desired_namespace("-", tenant_plan.name, uid, tenant.spec, None)
+    labels, annotations, metadata_problems = ns.namespace_metadata(tenant_plan.name, tenant.spec)
+    templates = rb.binding_templates(
+        tenant_plan.owners,
+        tenant.spec.additional_role_bindings or (),
+        policy.administrators,
+        policy.administration_cluster_roles,
+    )
     for namespace in tenant_plan.namespaces:
         item = live[namespace]
         if ns.is_terminating(item):
             plan.frozen.add(namespace)
             continue
-        body, _ = ns.desired_namespace(namespace, tenant_plan.name, uid, tenant.spec, item)
-        plan.namespace_bodies[namespace] = body
-        plan.bindings[namespace] = rb.desired_bindings(
-            namespace,
-            tenant_plan.name,
-            tenant_plan.owners,
-            tenant.spec.additional_role_bindings or (),
-            policy.administrators,
-            policy.administration_cluster_roles,
+        plan.namespace_bodies[namespace] = ns.namespace_body(
+            namespace, tenant_plan.name, uid, labels, annotations, item
         )
+        plan.bindings[namespace] = rb.bindings_for(namespace, tenant_plan.name, templates)
     tenant_plan.problems += [Problem(reason="InvalidMetadata", message=m) for m in metadata_problems]
 
 

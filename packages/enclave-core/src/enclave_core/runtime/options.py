@@ -46,8 +46,30 @@ def check_controller_flags(parser: argparse.ArgumentParser, args: argparse.Names
     return seconds
 
 
-def add_common_flags(parser: argparse.ArgumentParser, *, probe_port: int, leader_election: bool = True) -> None:
-    """Flags every process has. Environment variables fill the defaults so a Helm chart can set either."""
+PYTHON_GC_THRESHOLDS = "700,10,10"
+"""CPython's own collector thresholds (``gc.get_threshold()``): the default of ``--gc-thresholds``."""
+
+
+def gc_thresholds(value: str) -> tuple[int, int, int]:
+    """``--gc-thresholds`` as the three numbers ``gc.set_threshold`` takes."""
+    parts = value.split(",")
+    if len(parts) != 3 or not all(part.strip().isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"{value!r}: want three whole numbers, e.g. 700,10,10")
+    first, second, third = (int(part) for part in parts)
+    return first, second, third
+
+
+def add_common_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    probe_port: int,
+    leader_election: bool = True,
+    gc: str = PYTHON_GC_THRESHOLDS,
+) -> None:
+    """Flags every process has. Environment variables fill the defaults so a Helm chart can set either.
+
+    ``gc`` is the component's default for ``--gc-thresholds`` (a controller that holds large caches raises it).
+    """
     parser.add_argument(
         "--kubeconfig",
         default=env_default("KUBECONFIG", ""),
@@ -70,6 +92,13 @@ def add_common_flags(parser: argparse.ArgumentParser, *, probe_port: int, leader
         choices=["uvloop", "asyncio"],
         default=env_default("ENCLAVE_EVENT_LOOP", "uvloop"),
         help="uvloop (libuv, and TLS without a Python layer) or the stdlib loop (env ENCLAVE_EVENT_LOOP)",
+    )
+    parser.add_argument(
+        "--gc-thresholds",
+        type=gc_thresholds,
+        default=env_default("ENCLAVE_GC_THRESHOLDS", gc),
+        help="the cyclic garbage collector's thresholds, gen0,gen1,gen2 as gc.set_threshold takes them "
+        f"(env ENCLAVE_GC_THRESHOLDS, default {gc})",
     )
     if leader_election:
         parser.add_argument(
