@@ -40,6 +40,9 @@ class BinarySpec:
     package: str
     pinned_module: str
     per_kubernetes_minor: bool = False
+    hack_dir: str = "controlplane"
+    """The folder under ``hack/`` that holds ``module_dir`` (peers we benchmark against live outside
+    ``hack/controlplane``, which is only the control plane and its clients)."""
 
     def version_ldflags(self, version: str, commit: str, build_date: str) -> list[str]:
         """Version stamps, so that ``/version`` and ``--version`` report the real release."""
@@ -62,6 +65,12 @@ class BinarySpec:
                 f"-X {self.pinned_module}/internal/version.version={version}",
                 f"-X {self.pinned_module}/internal/version.gitCommit={commit}",
                 f"-X {self.pinned_module}/internal/version.gitTreeState=clean",
+            ]
+        if self.pinned_module == "github.com/projectcapsule/capsule":
+            return [
+                f"-X {self.pinned_module}/internal/version.GitTag={version}",
+                f"-X {self.pinned_module}/internal/version.GitCommit={commit}",
+                f"-X {self.pinned_module}/internal/version.BuildTime={build_date}",
             ]
         return []
 
@@ -97,11 +106,22 @@ BINARIES: dict[str, BinarySpec] = {
         BinarySpec(
             "kubeconform", "kubeconform", "github.com/yannh/kubeconform/cmd/kubeconform", "github.com/yannh/kubeconform"
         ),
+        # The peer of the side-by-side benchmark (tests/sidebyside, tox -e capsule): Capsule's manager, hack/capsule.
+        BinarySpec(
+            "capsule",
+            ".",
+            "github.com/projectcapsule/capsule/cmd/controller",
+            "github.com/projectcapsule/capsule",
+            hack_dir="capsule",
+        ),
     )
 }
 
 # The binaries of the control plane proper (the rest are clients such as helm).
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager")
+
+# Peers benchmarked side by side: built only when named (``python -m enclave_testing.binaries capsule``).
+PEERS = ("capsule",)
 
 _MINOR = re.compile(r"^\d+\.\d+$")
 
@@ -151,7 +171,7 @@ def cache_root() -> Path:
 
 
 def _module_dir(spec: BinarySpec, minor: str | None = None) -> Path:
-    root = repo_root() / "hack" / "controlplane"
+    root = repo_root() / "hack" / spec.hack_dir
     if spec.per_kubernetes_minor:
         return root / (minor or selected_kubernetes_minor()) / spec.module_dir
     return root / spec.module_dir
@@ -253,7 +273,7 @@ def ensure(*names: str, minor: str | None = None) -> dict[str, Path]:
     ``minor`` picks the Kubernetes release of the control-plane binaries (default: the selected one).
     """
     minor = minor or selected_kubernetes_minor()
-    wanted = names or tuple(BINARIES)
+    wanted = names or tuple(name for name in BINARIES if name not in PEERS)
     found: dict[str, Path] = {}
     missing = []
     for name in wanted:
