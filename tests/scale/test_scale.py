@@ -139,6 +139,8 @@ class Progress:
     samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
 
     def follow(self, counters: dict[str, Callable[[], int]], timeout: float, interval: float = 2.0) -> None:
+        told = [time.monotonic()]
+
         def step() -> bool:
             for what, count in counters.items():
                 if what in self.done:
@@ -148,6 +150,10 @@ class Progress:
                 self.samples.setdefault(what, []).append((now, found))
                 if found >= self.total:
                     self.done[what] = now
+            if time.monotonic() - told[0] > 30:  # a long run shows where it is, and a cut-off one what it reached
+                told[0] = time.monotonic()
+                reached = ", ".join(f"{what} {samples[-1][1]}" for what, samples in self.samples.items())
+                print(f"  {time.monotonic() - self.started:.0f}s: {reached} of {self.total}", flush=True)
             return len(self.done) == len(counters)
 
         poll(step, timeout=timeout, interval=interval, what=f"every one of {self.total} {', '.join(counters)}")

@@ -148,3 +148,23 @@ def test_invalid_regex_is_a_problem_but_still_published() -> None:
     assert plan.tenants["t"].problems[0].reason == "InvalidSpec"
     assert "forbiddenAnnotations.deniedRegex" in plan.tenants["t"].problems[0].message
     assert plan.snapshot.by_name["t"].forbidden_annotations.denied_regex == "(["
+
+
+def test_the_snapshot_compile_leaves_out_only_what_the_write_loop_needs() -> None:
+    """``writes=False`` (the snapshot loop's compile) gives the same snapshot and membership, without bodies."""
+    namespaces = [namespace("solar-a", "solar"), namespace("solar-b", "solar")]
+    full = build_plan([SOLAR], [], namespaces, [], Policy())
+    light = build_plan([SOLAR], [], namespaces, [], Policy(), writes=False)
+    assert light.snapshot == full.snapshot
+    assert light.namespace_tenant == full.namespace_tenant
+    assert set(full.bindings) == {"solar-a", "solar-b"}
+    assert not light.bindings
+    assert not light.namespace_bodies
+    # Every namespace of a tenant gets the same RoleBindings but its own namespace and object copies.
+    first, second = full.bindings["solar-a"], full.bindings["solar-b"]
+    assert first.keys() == second.keys()
+    for name in first:
+        assert first[name]["metadata"]["namespace"] == "solar-a"
+        assert second[name]["metadata"]["namespace"] == "solar-b"
+        assert first[name]["subjects"] == second[name]["subjects"]
+        assert first[name]["subjects"] is not second[name]["subjects"]

@@ -479,14 +479,17 @@ class TenantsController:
         synced: list[Awaitable[None]] = []
         for name, tenant_plan in plan.tenants.items():
             problems = problems_of[name] = list(tenant_plan.problems)
+            done: list[str] = []
             for namespace in tenant_plan.namespaces:
                 for outcome in (outcomes.get(namespace), pruned.get(namespace)):
                     if outcome is None:
                         continue
                     problems += [st.Problem(reason="ApplyFailed", message=e) for e in outcome.errors]
                     if outcome.actions:
-                        message = f"namespace {namespace}: " + "; ".join(outcome.actions)
-                        synced.append(self._emit(tenant_plan.raw, "Tenant", "Normal", "NamespaceSynced", message))
+                        done.append(f"namespace {namespace}: " + "; ".join(outcome.actions))
+            if done:
+                message = synced_message(done)
+                synced.append(self._emit(tenant_plan.raw, "Tenant", "Normal", "NamespaceSynced", message))
 
         async def bounded(work: Awaitable[None]) -> None:
             async with semaphore:
@@ -598,6 +601,25 @@ class TenantsController:
         """Events about our cluster-scoped kinds go to the configuration's events namespace."""
         obj = _with_kind(raw, GROUP_VERSION, kind)
         await self.events.emit(obj, event_type, reason, message, namespace=self.policy.events_namespace)
+
+
+EVENT_MESSAGE_LIMIT = 1024
+"""kube-apiserver refuses a longer Event note (events.k8s.io); core/v1 Events are kept to the same."""
+
+
+def synced_message(done: list[str]) -> str:
+    """One Event per tenant and pass for what was written in its namespaces (one per namespace was a write per
+    namespace: 10,000 Events for 10,000 new namespaces); namespaces past the size limit are counted."""
+    if len(done) == 1:
+        return done[0][:EVENT_MESSAGE_LIMIT]
+    head = f"{len(done)} namespaces: "
+    shown: list[str] = []
+    for index, item in enumerate(done):
+        rest = f"; and {len(done) - index} more"
+        if len(head) + len("; ".join([*shown, item])) + len(rest) > EVENT_MESSAGE_LIMIT:
+            return head + "; ".join(shown) + rest
+        shown.append(item)
+    return head + "; ".join(shown)
 
 
 def _with_kind(obj: JSON, api_version: str, kind: str) -> JSON:
