@@ -29,6 +29,7 @@ def test_there_are_enough_cases() -> None:
     assert {"namespaces", "tenants", "tenantowners", "serviceaccounts", "nodes", "serviceconfigurations"} <= paths
     assert {"configmaps", "secrets"} <= paths  # the rules hooks (/resources)
     assert {"resourcepools", "resourcepoolclaims"} <= paths  # pools, from the pools snapshot compiled offline
+    assert {"globalresourcequotas", "pods"} <= paths  # shared quotas: their snapshot and ledgers compiled offline
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -391,3 +392,17 @@ def test_bad_usage_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, _, err = _run(capsys, "test", str(tmp_path))
     assert code == 2
     assert "extra.test.yaml:3: usage.pools maps pool -> namespace -> {resource: quantity}" in err
+
+
+def test_usage_fills_the_shared_quota() -> None:
+    """The shared quota's ledger holds the manifest's usage: without it, the same Pod fits."""
+    case = next(c for c in CASES if c.name == "a pod beyond the shared quota is refused")
+    assert testing.run_case(case, COMPILED).passed
+    outcome = evaluate(case.request, COMPILED.state(), COMPILED.namespace)
+    assert outcome.result == "allowed", outcome.message
+    ledger = COMPILED.state(case.usage).ledgers.cached("globalresourcequota.cli-shared")  # type: ignore[union-attr]
+    assert ledger is not None
+    assert ledger.status is not None
+    block = ledger.status.resource_quota
+    assert block is not None
+    assert (block.used, block.initialized) == ({"pods": "1", "requests.cpu": "500m"}, True)

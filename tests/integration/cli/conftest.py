@@ -117,6 +117,7 @@ _PLURALS = {
     "TenantOwner": "tenantowners",
     "ResourcePool": "resourcepools",
     "ResourcePoolClaim": "resourcepoolclaims",
+    "GlobalResourceQuota": "globalresourcequotas",
 }
 
 
@@ -165,26 +166,25 @@ def _usage_pods(kube: Any) -> list[tuple[str, str]]:
     """Pods that use, in the cluster, what the test manifests' ``usage`` states (one usage for every case: the
     cluster has one state). A Pod counts toward its namespace's ResourceQuotas while not terminal, scheduled
     or not (this control plane has no scheduler or kubelet)."""
-    usages = {case.usage.key: case.usage for case in CASES if case.usage.pools}
-    assert len(usages) <= 1, "the cluster can realise one usage only: give every case the same usage"
+    per_namespace: dict[str, dict[str, str]] = {}
+    for area in ("pools", "global_resource_quotas"):
+        usages = {json.dumps(getattr(c.usage, area), sort_keys=True) for c in CASES if getattr(c.usage, area)}
+        assert len(usages) <= 1, f"the cluster can realise one {area} usage only: give those cases the same usage"
+        for usage in usages:
+            for amounts in json.loads(usage).values():
+                for namespace, used in amounts.items():
+                    per_namespace.setdefault(namespace, {}).update(used)
     created = []
-    for usage in usages.values():
-        per_namespace: dict[str, dict[str, str]] = {}
-        for amounts in usage.pools.values():
-            for namespace, used in amounts.items():
-                per_namespace.setdefault(namespace, {}).update(used)
-        for namespace, used in per_namespace.items():
-            assert set(used) <= {"requests.cpu", "requests.memory", "pods"}, used
-            assert used.get("pods", "1") == "1", "one Pod per namespace realises the usage"
-            requests = {key.split(".", 1)[1]: value for key, value in used.items() if key.startswith("requests.")}
-            pod = {
-                "metadata": {"name": "cli-usage", "namespace": namespace},
-                "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": requests}}]},
-            }
-            poll(
-                _creating_pod(kube, namespace, pod), what=f"the usage Pod in {namespace} (its quota may lag the claim)"
-            )
-            created.append((namespace, "cli-usage"))
+    for namespace, used in per_namespace.items():
+        assert set(used) <= {"requests.cpu", "requests.memory", "pods"}, used
+        assert used.get("pods", "1") == "1", "one Pod per namespace realises the usage"
+        requests = {key.split(".", 1)[1]: value for key, value in used.items() if key.startswith("requests.")}
+        pod = {
+            "metadata": {"name": "cli-usage", "namespace": namespace},
+            "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": requests}}]},
+        }
+        poll(_creating_pod(kube, namespace, pod), what=f"the usage Pod in {namespace} (its quota may lag the claim)")
+        created.append((namespace, "cli-usage"))
     return created
 
 
@@ -196,10 +196,13 @@ def _sized(stack: TenancyStack, name: str, size: int) -> Callable[[], bool]:
 def cluster(control_plane: ControlPlane, enclave_crds: list[str]) -> Iterator[tuple[TenancyStack, Remote]]:
     assert WORLD.configuration is not None
     spec = {k: v for k, v in WORLD.configuration.data["spec"].items() if k not in _STACK_OWNED}
-    stack = start_tenancy(control_plane, spec["users"], pools=True)
+    stack = start_tenancy(control_plane, spec["users"], pools=True, globalquotas=True)
     kube = stack.kube
     custom = client.CustomObjectsApi(kube)
-    world = WORLD.tenants + WORLD.owners + WORLD.namespaces + WORLD.accounts + WORLD.pools + WORLD.claims
+    world = [
+        *(WORLD.tenants + WORLD.owners + WORLD.namespaces + WORLD.accounts),
+        *(WORLD.pools + WORLD.claims + WORLD.global_quotas),
+    ]
     objects = [d.data for d in world]
     pods: list[tuple[str, str]] = []
     try:

@@ -9,6 +9,14 @@
   with :func:`enclave_pools.plan.quota_body`; their ``status.used`` (what the namespace's objects use, which
   kube-apiserver reports in a cluster) is the usage the test manifest gives (:class:`Usage`), zero otherwise.
 
+* **GlobalResourceQuotas** (enclave-globalquotas): :func:`enclave_globalquotas.plan.build_plan` selects the
+  namespaces and plans the ResourceQuotas it provisions; their ``status.used`` is the manifest's usage (zero
+  for what it leaves out), and a second pass reads them back as the controller does, which gives the snapshot
+  and each quota's usage. The quota's QuantityLedger is :func:`enclave_globalquotas.ledger.ledger_body` with
+  the status the controller folds into it (:func:`enclave_core.ledger.resources.fold_resources`: used, no
+  reservation pending). Admission's reservation hook is asked as a dry run, as ``enclave test`` always asks,
+  so it checks against that ledger through admission's own ledger client and writes nothing.
+
 The usage model: what objects in a cluster consume is not computed from objects offline; a test manifest
 states it (``usage:`` at the top of an ``EnclaveTest`` or in one case, the case's entries winning).
 """
@@ -22,34 +30,72 @@ from datetime import UTC, datetime
 from typing import Any
 
 from enclave_cli.documents import Document
+from enclave_core.ledger import LedgerClient
+from enclave_core.ledger.resources import fold_resources
+from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
 
 JSON = dict[str, Any]
-POOL_KINDS = ("ResourcePool", "ResourcePoolClaim")
-USAGE_KEYS = ("pools",)
+USAGE_KEYS = ("pools", "globalResourceQuotas")
+LEDGER_NAMESPACE = "enclave-system"
+"""Where offline ledgers live (admission's own namespace in a cluster; offline only a name)."""
+
+
+Amounts = Mapping[str, Mapping[str, Mapping[str, str]]]
+"""Name -> namespace -> resource -> quantity."""
 
 
 @dataclass(frozen=True)
 class Usage:
     """What a test manifest says objects use in the cluster (the part offline runs cannot count)."""
 
-    pools: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
-    """Pool -> namespace -> resource -> quantity: ``status.used`` of the ResourceQuota the pool provisions
-    in that namespace."""
+    pools: Amounts = field(default_factory=dict)
+    """Pool -> namespace -> what the namespace's objects use against the ResourceQuota the pool provisions
+    there (its ``status.used``)."""
+    global_resource_quotas: Amounts = field(default_factory=dict)
+    """GlobalResourceQuota -> namespace -> what the namespace's objects use against the ResourceQuota the
+    quota provisions there."""
 
     def merged(self, other: Usage) -> Usage:
-        pools = {name: dict(per) for name, per in self.pools.items()}
-        for name, per in other.pools.items():
-            pools.setdefault(name, {}).update(per)
-        return Usage(pools=pools)
+        return Usage(
+            pools=_merge(self.pools, other.pools),
+            global_resource_quotas=_merge(self.global_resource_quotas, other.global_resource_quotas),
+        )
 
     @property
     def key(self) -> str:
         """A stable text of the whole usage (what compiled snapshots are cached by)."""
-        return json.dumps({"pools": self.pools}, sort_keys=True)
+        return json.dumps({"pools": self.pools, "grq": self.global_resource_quotas}, sort_keys=True)
+
+    @property
+    def stated(self) -> bool:
+        return bool(self.pools or self.global_resource_quotas)
+
+
+def _merge(first: Amounts, second: Amounts) -> Amounts:
+    merged = {name: dict(per) for name, per in first.items()}
+    for name, per in second.items():
+        merged.setdefault(name, {}).update(per)
+    return merged
 
 
 NO_USAGE = Usage()
+
+
+def _amounts(document: Document, raw: Any, loc: tuple[str | int, ...], what: str) -> Amounts:
+    ok = isinstance(raw, dict) and all(
+        isinstance(per, dict)
+        and all(isinstance(amounts, dict) and all(isinstance(k, str) for k in amounts) for amounts in per.values())
+        for per in raw.values()
+    )
+    if not ok:
+        raise document.error(
+            f"usage.{what} maps {what[:-1] if what == 'pools' else 'quota'} -> namespace -> {{resource: quantity}}", loc
+        )
+    return {
+        str(name): {str(ns): {str(k): str(v) for k, v in amounts.items()} for ns, amounts in per.items()}
+        for name, per in raw.items()
+    }
 
 
 def parse_usage(document: Document, raw: Any, loc: tuple[str | int, ...]) -> Usage:
@@ -59,22 +105,13 @@ def parse_usage(document: Document, raw: Any, loc: tuple[str | int, ...]) -> Usa
         raise document.error("usage must be a mapping", loc)
     unknown = sorted(set(raw) - set(USAGE_KEYS))
     if unknown:
-        raise document.error(
-            f"unknown field {unknown[0]!r} in usage (known: {', '.join(USAGE_KEYS)})", (*loc, unknown[0])
-        )
-    pools = raw.get("pools") or {}
-    ok = isinstance(pools, dict) and all(
-        isinstance(per, dict)
-        and all(isinstance(amounts, dict) and all(isinstance(k, str) for k in amounts) for amounts in per.values())
-        for per in pools.values()
-    )
-    if not ok:
-        raise document.error("usage.pools maps pool -> namespace -> {resource: quantity}", (*loc, "pools"))
+        known = ", ".join(USAGE_KEYS)
+        raise document.error(f"unknown field {unknown[0]!r} in usage (known: {known})", (*loc, unknown[0]))
     return Usage(
-        pools={
-            str(pool): {str(ns): {str(k): str(v) for k, v in amounts.items()} for ns, amounts in per.items()}
-            for pool, per in pools.items()
-        }
+        pools=_amounts(document, raw.get("pools") or {}, (*loc, "pools"), "pools"),
+        global_resource_quotas=_amounts(
+            document, raw.get("globalResourceQuotas") or {}, (*loc, "globalResourceQuotas"), "globalResourceQuotas"
+        ),
     )
 
 
@@ -124,3 +161,53 @@ def pools_snapshot(objects: PoolObjects, usage: Usage) -> PoolsSnapshot:
             body["status"] = {"hard": body["spec"]["hard"], "used": dict(used)}
             quotas.append(body)
     return pools.snapshot(published, quotas)
+
+
+def global_quotas(
+    quotas: list[Document], namespaces: list[Document], usage: Usage
+) -> tuple[GlobalQuotasSnapshot, list[JSON]]:
+    """The GlobalQuotas snapshot and the quotas' ledgers, as enclave-globalquotas keeps them (see the module)."""
+    from enclave_globalquotas.ledger import ledger_body
+    from enclave_globalquotas.plan import build_plan
+
+    raws = [_with_uid(d.data, f"offline-grq-{d.name}") for d in quotas]
+    by_name = {d.name: d.data for d in namespaces}
+    planned = build_plan(raws, by_name, {}, ledger_namespace=LEDGER_NAMESPACE)
+    reported: dict[str, JSON] = {}
+    for quota in planned.quotas.values():
+        stated = usage.global_resource_quotas.get(quota.name, {})
+        for namespace, body in quota.desired.items():
+            used = {key: stated.get(namespace, {}).get(key, "0") for key in quota.hard}
+            reported[f"{namespace}/{body['metadata']['name']}"] = {
+                **body,
+                "status": {"hard": body["spec"]["hard"], "used": used},
+            }
+    plan = build_plan(raws, by_name, reported, ledger_namespace=LEDGER_NAMESPACE)
+    now = datetime.now(UTC)
+    ledgers = []
+    for quota in plan.quotas.values():
+        if not quota.valid:
+            continue
+        body = ledger_body(quota.name, quota.uid, LEDGER_NAMESPACE)
+        status = fold_resources(
+            None,
+            used=quota.used,
+            namespaces=quota.namespaces,
+            initialized=quota.initialized,
+            generation=quota.generation,
+            settled=lambda _: True,
+            now=now,
+        )
+        body["metadata"]["resourceVersion"] = "1"
+        body["status"] = status.to_k8s()
+        ledgers.append(body)
+    return plan.snapshot, ledgers
+
+
+def offline_ledgers(ledgers: list[JSON]) -> LedgerClient:
+    """Admission's own ledger client holding ``ledgers`` as if it had read them: decisions read them from its
+    cache (a dry run writes nothing). It has no API client: a ledger it does not hold cannot be fetched."""
+    client = LedgerClient(None, LEDGER_NAMESPACE)  # type: ignore[arg-type]  # never used: every ledger is held
+    for ledger in ledgers:
+        client.observe(ledger)
+    return client

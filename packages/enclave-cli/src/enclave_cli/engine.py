@@ -7,15 +7,16 @@ decision behind each path is :data:`enclave_admission.routes.ROUTES`.
 
 What the offline run does not model: namespace and object selectors and CEL matchConditions of the hooks
 (which only narrow *who is sent*; the decision functions pass everyone they do not concern), and the hooks
-whose decisions read snapshots of controllers the offline world does not compile (custom quotas, replication,
-shared quotas; pools are compiled, see :mod:`enclave_cli.areas`).
+whose decisions read snapshots of controllers the offline world does not compile (custom quotas, replication;
+pools and shared quotas are compiled, see :mod:`enclave_cli.areas`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,8 +57,10 @@ class Hook:
 
 def hooks(namespace: str) -> list[Hook]:
     """Admission's default hooks (mutating first, in order), with the node hook that is off by default and the
-    hooks of the components whose snapshots the offline world compiles (pools)."""
-    rendered = webhooks(url_client("https://enclave.offline"), namespace=namespace, nodes=True, pools=True)
+    hooks of the components whose snapshots the offline world compiles (pools, global quotas)."""
+    rendered = webhooks(
+        url_client("https://enclave.offline"), namespace=namespace, nodes=True, pools=True, globalquotas=True
+    )
     found: list[Hook] = []
     for side, mutating in ((rendered.mutating, True), (rendered.validating, False)):
         for webhook in (side.webhooks or []) if side is not None else []:
@@ -248,15 +251,23 @@ def decide_locally(state: State) -> Decide:
     """The decision functions of :data:`ROUTES` on ``state``, exactly as the server calls them."""
 
     def decide(hook: Hook, review: JSON) -> Decision:
-        decided = ROUTES[hook.path](AdmissionRequest.from_review(review), state)
-        if not isinstance(decided, Decision):
+        request = AdmissionRequest.from_review(review)
+        decided = ROUTES[hook.path](request, state)
+        if isinstance(decided, Decision):
+            return decided
+        if not request.dry_run:  # a reservation would be written: never offline
             close = getattr(decided, "close", None)
             if close is not None:
                 close()
             raise UnsupportedRouteError(f"{hook.path} writes quota reservations; it is not evaluated offline")
-        return decided
+        # a dry run checks the ledgers admission's client holds (offline: the compiled ones) and writes nothing
+        return asyncio.run(_awaited(decided))
 
     return decide
+
+
+async def _awaited(pending: Awaitable[Decision]) -> Decision:
+    return await pending
 
 
 def evaluate(request: Request, state: State, namespace: str, decide: Decide | None = None) -> Outcome:

@@ -126,13 +126,15 @@ def start_tenancy(
     nodes: bool = False,
     extra_spec: dict[str, Any] | None = None,
     pools: bool = False,
+    globalquotas: bool = False,
 ) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
     The CRDs must be installed. Admission's hooks are the defaults of ``enclave_admission.defaults`` behind
     a ``url`` client (the only route from a local kube-apiserver to a local process); ``nodes`` adds the node
     metadata hook. ``extra_spec`` is merged into the ServiceConfiguration's spec (e.g. ``nodeMetadata``).
-    ``pools`` also runs enclave-pools, admission subscribed to it, with the pool hooks registered.
+    ``pools`` also runs enclave-pools, admission subscribed to it, with the pool hooks registered;
+    ``globalquotas`` likewise enclave-globalquotas and the GlobalResourceQuota hooks.
     """
     from enclave_admission.defaults import url_client, webhooks
 
@@ -161,10 +163,18 @@ def start_tenancy(
         endpoints["tenants"] = start("tenants", endpoints).grpc_target
         if pools:
             endpoints["pools"] = start("pools", {"config": endpoints["config"]}).grpc_target
+        if globalquotas:
+            endpoints["globalquotas"] = start("globalquotas", {"config": endpoints["config"]}).grpc_target
         admission = start(
             "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]
         )
-        rendered = webhooks(url_client(admission.webhook_url), namespace=stack.namespace, nodes=nodes, pools=pools)
+        rendered = webhooks(
+            url_client(admission.webhook_url),
+            namespace=stack.namespace,
+            nodes=nodes,
+            pools=pools,
+            globalquotas=globalquotas,
+        )
         assert rendered.mutating is not None
         assert rendered.validating is not None
         rendered.mutating.name = f"{stack.config_name}-mutating"
