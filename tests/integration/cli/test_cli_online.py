@@ -103,7 +103,7 @@ def test_cordon_uncordon_and_promote(
         core.delete_namespace(namespace)
 
 
-def test_quota_lists_pools_and_claims(
+def test_quota_lists_pools_claims_and_shared_quotas(
     cluster: tuple[TenancyStack, Remote], control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = _run(capsys, control_plane, "quota", "cli-acme-prod")
@@ -113,7 +113,11 @@ def test_quota_lists_pools_and_claims(
     assert any(line.split()[:2] == ["cli-acme-prod", "cli-claim"] for line in claims.splitlines())
     code, out, _ = _run(capsys, control_plane, "quota", "cli-gamma-one")
     assert code == 0
-    assert out.strip() == "no custom quotas, global quotas or resource pools covering namespace cli-gamma-one"
+    assert out.splitlines()[0] == "GlobalResourceQuotas"
+    assert out.splitlines()[2].split()[:4] == ["cli-shared", "1", "pods=1,requests.cpu=500m", "pods=2,requests.cpu=1"]
+    code, out, _ = _run(capsys, control_plane, "quota", "cli-beta-one")
+    assert code == 0
+    assert out.strip() == "no custom quotas, global quotas or resource pools covering namespace cli-beta-one"
 
 
 def test_doctor_on_a_healthy_stack(
