@@ -1,13 +1,14 @@
 """Faults: one of three admission replicas behind one webhook URL SIGKILLed in the middle of a burst of
-namespace creates against a tenant's namespace quota.
+namespace creates (against a tenant's namespace quota) mixed with quota-counted creates (ConfigMaps against a
+CustomQuota).
 
 Three replicas behind a local round-robin balancer (``enclave_testing.balancer``: what a Service spreading
-kube-apiserver's calls over endpoints does; a dead endpoint is skipped), the quota on the tenant's
-QuantityLedger (the enclave of ``quotas/test_tenant_namespace_quota.py``, started again for this module). A
-review on the killed replica fails (the hook fails closed) or its reservation is left behind without an
-object. Asserted from what kube-apiserver stored: never more namespaces than the quota, during the burst or
-after; and nothing lost: once the dead replica's reservations expire (``--reservation-ttl=5s``), the tenant
-admits exactly up to its quota again.
+kube-apiserver's calls over endpoints does; a dead endpoint is skipped), with enclave-config, enclave-tenants
+and enclave-quotas (``quotas.harness.quota_enclave(tenants=True)``); both quotas live on QuantityLedgers. A
+review on the killed replica fails (the hooks fail closed) or its reservation is left behind without an
+object. Asserted from what kube-apiserver stored: never more namespaces or ConfigMaps than their quotas;
+every create answered 201 is stored and nothing else is (no request allowed by error); and nothing lost: once
+the dead replica's reservations expire (``--reservation-ttl=5s``), each quota admits exactly up to its limit.
 """
 
 from __future__ import annotations
@@ -15,86 +16,147 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from quotas import test_tenant_namespace_quota as enclave
-from quotas.harness import GROUP, VERSION, metric
+from quotas.harness import GROUP, VERSION, QuotaEnclave, hook_resources, metric, quota_enclave
 
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
-tenant_enclave = enclave.tenant_enclave
-QUOTA = 5
+OWNER = "fault-quota-owner"
+NAMESPACE_QUOTA, CONFIGMAP_QUOTA = 5, 10
 
 
-def test_killing_a_replica_mid_burst_admits_exactly_the_quota(
-    tenant_enclave: dict[str, Any], control_plane: ControlPlane, kube: Any
+@pytest.fixture(scope="module")
+def mixed(control_plane: ControlPlane, kube: Any, enclave_crds: list[str]) -> Iterator[QuotaEnclave]:
+    with quota_enclave(control_plane, kube, replicas=3, anchor=False, tenants=True) as running:
+        yield running
+
+
+def _attempt(call: Callable[[], Any]) -> bool:
+    """True when kube-apiserver answered 201; False when refused, or when the review died with its replica
+    (the hooks fail closed)."""
+    try:
+        call()
+    except ApiException:
+        return False
+    return True
+
+
+def test_killing_a_replica_mid_burst_of_namespace_and_counted_creates_admits_exactly_the_quotas(
+    mixed: QuotaEnclave, control_plane: ControlPlane, kube: Any, namespace: str
 ) -> None:
     custom, core = client.CustomObjectsApi(kube), client.CoreV1Api(kube)
-    name = unique("tk")
+    tenant = unique("tk")
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Tenant",
-        "metadata": {"name": name},
-        "spec": {"owners": [{"kind": "User", "name": enclave.OWNER}], "namespaceOptions": {"quota": QUOTA}},
+        "metadata": {"name": tenant},
+        "spec": {"owners": [{"kind": "User", "name": OWNER}], "namespaceOptions": {"quota": NAMESPACE_QUOTA}},
     }
     custom.create_cluster_custom_object(GROUP, VERSION, "tenants", body)
-    home, ledger = tenant_enclave["namespace"], f"tenant.{name}"
+    labels = {"burst": tenant}
+    counted = {"kind": "ConfigMap", "op": "count", "selectors": [{"matchLabels": labels}]}
+    mixed.create_quota(namespace, "counted", {"limit": CONFIGMAP_QUOTA, "sources": [counted]})
+    ledgers = {"namespaces": f"tenant.{tenant}", "configmaps": mixed.ledger_name(namespace, "counted")}
 
-    def status() -> dict[str, Any]:
-        obj = custom.get_namespaced_custom_object(GROUP, VERSION, home, "quantityledgers", ledger)
-        return dict(obj.get("status") or {})
+    def ledger(kind: str) -> dict[str, Any]:
+        return dict(mixed.ledger(ledgers[kind]).get("status") or {})
 
-    def stored() -> int:
-        return len(core.list_namespace(label_selector=f"enclave.dev/tenant={name}").items)
+    def settled(kind: str, allocated: int | None) -> bool:
+        """Nothing reserved on the ledger (and ``allocated`` as given)."""
+        status = ledger(kind)
+        return status.get("reserved") == "0" and (allocated is None or status.get("allocated") == str(allocated))
+
+    def stored_namespaces() -> int:
+        return len(core.list_namespace(label_selector=f"enclave.dev/tenant={tenant}").items)
+
+    def stored_configmaps() -> int:
+        return len(core.list_namespaced_config_map(namespace, label_selector=f"burst={tenant}").items)
 
     try:
-        poll(lambda: status().get("allocated") == "0", what="the tenant's ledger initialised")
-        for admission in tenant_enclave["admissions"]:
+        poll(lambda: ledger("namespaces").get("allocated") == "0", what="the tenant's ledger initialised")
+        for admission in mixed.admissions:
             url = admission.probe_url
             poll(lambda: (metric(url, "enclave_admission_tenant_ledgers") or 0) >= 1, what="admission knows the ledger")  # noqa: B023
-        owner = client.CoreV1Api(control_plane.impersonate(enclave.OWNER, ["enclave.dev"]))
+        poll(lambda: "configmaps" in hook_resources(mixed), what="the quota hook scoped to ConfigMaps")
+        owner = client.CoreV1Api(control_plane.impersonate(OWNER, ["enclave.dev"]))
         owner.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 16
+        admin = client.CoreV1Api(mixed.wide)
 
-        def create(prefix: str, index: int) -> bool:
-            try:
-                owner.create_namespace({"metadata": {"name": f"{name}-{prefix}{index}"}})
-                return True
-            except ApiException:  # denied, or the review died with its replica (the hook fails closed)
-                return False
+        def create_namespace(index: int) -> bool:
+            return _attempt(lambda: owner.create_namespace({"metadata": {"name": f"{tenant}-b{index}"}}))
 
-        results: list[bool] = []
+        def create_configmap(index: int) -> bool:
+            cm = {"metadata": {"name": f"b{index}", "labels": labels}}
+            return _attempt(lambda: admin.create_namespaced_config_map(namespace, cm))
+
+        # Interleaved: 30 namespace creates and 40 counted creates, 16 at a time.
+        work = [("namespaces", create_namespace, i) for i in range(30)] + [
+            ("configmaps", create_configmap, i) for i in range(40)
+        ]
+        work.sort(key=lambda item: item[2])
+        results: list[tuple[str, bool]] = []
 
         def run() -> None:
-            with ThreadPoolExecutor(10) as pool:
-                results.extend(pool.map(lambda i: create("b", i), range(30)))
+            with ThreadPoolExecutor(16) as pool:
+                results.extend(pool.map(lambda item: (item[0], item[1](item[2])), work))
 
         burst = threading.Thread(target=run)
         burst.start()
-        poll(lambda: stored() >= 1, interval=0.05, what="the burst under way")
-        victim = tenant_enclave["admissions"][-1]
+        poll(lambda: stored_namespaces() >= 1 and stored_configmaps() >= 1, interval=0.05, what="the burst under way")
+        victim = mixed.admissions[-1]
         popen = victim.process.popen
         assert popen is not None
         popen.send_signal(signal.SIGKILL)
-        burst.join(120)
+        burst.join(180)
         assert not burst.is_alive()
-        during = stored()
-        assert during <= QUOTA, f"{during} namespaces stored against a quota of {QUOTA}"
-        assert sum(results) == during
 
-        # Nothing lost: the dead replica's reservations expire, the ledger settles, the quota fills exactly.
-        poll(lambda: status().get("reserved") == "0", timeout=60, what="ledger settled")
-        after = [create("a", i) for i in range(QUOTA + 2)]
-        assert sum(after) == QUOTA - during
-        assert stored() == QUOTA
-        poll(lambda: status().get("allocated") == str(QUOTA), timeout=60, what="ledger allocated at the quota")
+        namespaces_during, configmaps_during = stored_namespaces(), stored_configmaps()
+        assert namespaces_during <= NAMESPACE_QUOTA, f"{namespaces_during} namespaces against {NAMESPACE_QUOTA}"
+        assert configmaps_during <= CONFIGMAP_QUOTA, f"{configmaps_during} ConfigMaps against {CONFIGMAP_QUOTA}"
+        admitted = {kind: sum(ok for k, ok in results if k == kind) for kind in ledgers}
+        assert admitted == {"namespaces": namespaces_during, "configmaps": configmaps_during}, (
+            "every 201 is stored and nothing refused is"
+        )
+        print(
+            f"\nreplica killed mid-burst: {namespaces_during}/{NAMESPACE_QUOTA} namespaces and "
+            f"{configmaps_during}/{CONFIGMAP_QUOTA} ConfigMaps stored"
+        )
+
+        # Nothing lost: the dead replica's reservations expire, the ledgers settle, the quotas fill exactly.
+        mixed.admissions.remove(victim)
+        for kind in ledgers:
+            poll(partial(settled, kind, None), timeout=60, what=f"{kind} ledger settled")
+        extra_namespaces = [
+            _attempt(partial(owner.create_namespace, {"metadata": {"name": f"{tenant}-a{i}"}}))
+            for i in range(NAMESPACE_QUOTA + 2)
+        ]
+        extra_configmaps = [
+            _attempt(
+                partial(
+                    admin.create_namespaced_config_map, namespace, {"metadata": {"name": f"a{i}", "labels": labels}}
+                )
+            )
+            for i in range(CONFIGMAP_QUOTA + 2)
+        ]
+        assert sum(extra_namespaces) == NAMESPACE_QUOTA - namespaces_during
+        assert sum(extra_configmaps) == CONFIGMAP_QUOTA - configmaps_during
+        assert (stored_namespaces(), stored_configmaps()) == (NAMESPACE_QUOTA, CONFIGMAP_QUOTA)
+        for kind, limit in (("namespaces", NAMESPACE_QUOTA), ("configmaps", CONFIGMAP_QUOTA)):
+            poll(partial(settled, kind, limit), timeout=60, what=f"{kind} ledger allocated at its quota")
     finally:
-        for item in core.list_namespace(label_selector=f"enclave.dev/tenant={name}").items:
+        for item in core.list_namespace(label_selector=f"enclave.dev/tenant={tenant}").items:
             with contextlib.suppress(ApiException):
                 core.delete_namespace(item.metadata.name)
         with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", name)
+            custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
+        with contextlib.suppress(ApiException, AssertionError):
+            mixed.delete_quota(namespace, "counted")

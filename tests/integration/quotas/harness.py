@@ -206,10 +206,26 @@ def start_admission(plane: ControlPlane, namespace: str, endpoints: dict[str, st
     )
 
 
+def start_tenants(plane: ControlPlane, namespace: str, config: RunningComponent) -> RunningComponent:
+    """enclave-tenants following ``config``; not waited for (it is ready once enclave-config is configured)."""
+    return start_component(
+        SPECS["tenants"],
+        kubeconfig=plane.kubeconfig,
+        log_dir=plane.log_dir,
+        namespace=namespace,
+        endpoints={"config": config.grpc_target},
+        args=["--resync=5s"],
+        identity=unique("tenants"),
+        wait_ready=False,
+    )
+
+
 @contextlib.contextmanager
 def quota_enclave(
-    control_plane: ControlPlane, kube: Any, replicas: int = 3, *, anchor: bool = True
+    control_plane: ControlPlane, kube: Any, replicas: int = 3, *, anchor: bool = True, tenants: bool = False
 ) -> Iterator[QuotaEnclave]:
+    """With ``tenants``, enclave-tenants runs too (in ``extra``) and admission subscribes to it: tenant
+    namespace quotas are then enforced beside the custom quotas."""
     namespace = unique("enclave-q")
     config_name = unique("q")
     core = client.CoreV1Api(kube)
@@ -237,6 +253,12 @@ def quota_enclave(
         )
         running.append(quotas)
         endpoints = {"config": config_process.grpc_target, "quotas": quotas.grpc_target}
+        extra: list[RunningComponent] = []
+        if tenants:
+            tenancy = start_tenants(control_plane, namespace, config_process)
+            running.append(tenancy)
+            extra.append(tenancy)
+            endpoints["tenants"] = tenancy.grpc_target
         admissions = [start_admission(control_plane, namespace, endpoints, wait=False) for _ in range(replicas)]
         running += admissions
         ports = [a.webhook_port for a in admissions if a.webhook_port is not None]
@@ -252,10 +274,13 @@ def quota_enclave(
             custom.patch_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name, {"spec": full})
             for admission in admissions:
                 admission.wait_ready(60)
+            for component in extra:
+                component.wait_ready(60)
             enclave = QuotaEnclave(
                 control_plane, kube, namespace, config_name, config_process, quotas, admissions, balancer
             )
             enclave.wide = wide_client(control_plane)
+            enclave.extra.extend(extra)
             # An anchor quota on ConfigMaps and Pods keeps both in the quota hook's rules for the whole module:
             # rules follow the quotas, and kube-apiserver sees a rule change a moment after it is written, so
             # tests that create and delete quotas would otherwise race that propagation.
@@ -266,7 +291,7 @@ def quota_enclave(
             try:
                 yield enclave
             finally:
-                running += enclave.extra
+                running += [component for component in enclave.extra if component not in running]
     finally:
         for component in reversed(running):
             component.process.stop()

@@ -24,7 +24,7 @@ from enclave_testing.names import unique
 from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll
 
-from .harness import GROUP, SPECS, VERSION, metric, start_admission, wide_client
+from .harness import GROUP, SPECS, VERSION, metric, start_admission, start_tenants, wide_client
 
 OWNER = "quota-owner"
 
@@ -47,16 +47,7 @@ def tenant_enclave(control_plane: ControlPlane, kube: Any, enclave_crds: list[st
             identity=unique("config"),
         )
         running.append(config)
-        tenants = start_component(
-            SPECS["tenants"],
-            kubeconfig=control_plane.kubeconfig,
-            log_dir=control_plane.log_dir,
-            namespace=namespace,
-            endpoints={"config": config.grpc_target},
-            args=["--resync=5s"],
-            identity=unique("tenants"),
-            wait_ready=False,
-        )
+        tenants = start_tenants(control_plane, namespace, config)
         running.append(tenants)
         endpoints = {"config": config.grpc_target, "tenants": tenants.grpc_target}
         admissions = [start_admission(control_plane, namespace, endpoints, wait=False) for _ in range(3)]
