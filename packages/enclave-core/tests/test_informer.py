@@ -232,3 +232,30 @@ def test_deleted_events_remove_objects() -> None:
         assert informer.resource_version == "11"
 
     scenario(body)
+
+
+def test_keep_managed_fields_keeps_only_the_named_managers_entries() -> None:
+    from enclave_core.kube.informer import keep_managed_fields
+    from enclave_core.kube.managedfields import owned_keys
+
+    def namespace() -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": "a",
+                "labels": {"x": "1", "y": "2"},
+                "managedFields": [
+                    {"manager": "mine", "operation": "Apply", "fieldsV1": {"f:metadata": {"f:labels": {"f:x": {}}}}},
+                    {
+                        "manager": "kubectl",
+                        "operation": "Update",
+                        "fieldsV1": {"f:metadata": {"f:labels": {"f:y": {}}}},
+                    },
+                ],
+            }
+        }
+
+    kept = keep_managed_fields("mine")(namespace())
+    assert [entry["manager"] for entry in kept["metadata"]["managedFields"]] == ["mine"]
+    assert owned_keys(kept, "mine", "metadata", "labels") == {"x"}  # what the controller reads is unchanged
+    assert "managedFields" not in keep_managed_fields()(namespace())["metadata"]
+    assert keep_managed_fields()({"metadata": {"name": "b"}}) == {"metadata": {"name": "b"}}

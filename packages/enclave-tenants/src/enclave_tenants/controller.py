@@ -24,7 +24,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from enclave_core import GROUP_VERSION
 from enclave_core.api.ledger import QuantityLedgerStatus
 from enclave_core.kube.events import EventRecorder, EventType
-from enclave_core.kube.informer import Informer
+from enclave_core.kube.informer import Informer, keep_managed_fields
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError, fold, new_ledger
 from enclave_core.quantity import Quantity
@@ -122,9 +122,12 @@ class TenantsController:
         """Namespace -> signature of the managed metadata last reconciled onto its objects."""
         self._warned: dict[str, tuple[str, str]] = {}
         change = self._changed
-        self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants")
-        self.owners = Informer(kube, OWNERS_PATH, on_change=change, name="tenantowners")
-        self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
+        # Only namespaces' own apply entries are read (what this controller applied, to release it); every
+        # other cached kind needs no managedFields at all. At 10,000 namespaces they were most of the caches.
+        trim, own = keep_managed_fields(), keep_managed_fields(rb.MANAGER)
+        self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants", transform=trim)
+        self.owners = Informer(kube, OWNERS_PATH, on_change=change, name="tenantowners", transform=trim)
+        self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces", transform=own)
         self.ledgers = LedgerClient(kube, settings.namespace)
         self.ledger_cache = Informer(
             kube,
@@ -135,7 +138,12 @@ class TenantsController:
         )
         self._fold_due = float("inf")
         self.bindings = Informer(
-            kube, BINDINGS_PATH, label_selector=f"{rb.MANAGED_BY}={rb.MANAGER}", on_change=change, name="rolebindings"
+            kube,
+            BINDINGS_PATH,
+            label_selector=f"{rb.MANAGED_BY}={rb.MANAGER}",
+            on_change=change,
+            name="rolebindings",
+            transform=trim,
         )
         self.accounts = Informer(
             kube,
@@ -144,7 +152,7 @@ class TenantsController:
             on_change=change,
             name="serviceaccounts",
         )
-        self.rule_statuses = Informer(kube, RULE_STATUSES_PATH, on_change=change, name="rulestatuses")
+        self.rule_statuses = Informer(kube, RULE_STATUSES_PATH, on_change=change, name="rulestatuses", transform=trim)
         self.volumes = Informer(kube, VOLUMES_PATH, on_change=change, name="persistentvolumes")
         self.budgets = Informer(kube, BUDGETS_PATH, on_change=self._budget_changed, name="poddisruptionbudgets")
         """For ``disruptionBudgets.required``: admission decides coverage from the Rules snapshot alone."""

@@ -57,8 +57,12 @@ class Informer:
         on_change: Callable[[str], None] | None = None,
         name: str = "",
         page_size: int = PAGE_SIZE,
+        transform: Callable[[JSON], JSON] | None = None,
     ) -> None:
+        """``transform`` trims each object before it is cached (e.g. :func:`keep_managed_fields`): a controller
+        watching thousands of objects keeps only what it reads."""
         self.kube = kube
+        self.transform = transform
         self.path = path
         self.label_selector = label_selector
         self.field_selector = field_selector
@@ -133,6 +137,8 @@ class Informer:
 
     async def _relist(self) -> None:
         listing, version = await self._list()
+        if self.transform is not None:
+            listing = [self.transform(obj) for obj in listing]
         fresh = {object_key(obj): obj for obj in listing}
         changed = (set(fresh) ^ set(self.items)) | {
             key for key in fresh.keys() & self.items.keys() if fresh[key] != self.items[key]
@@ -163,6 +169,8 @@ class Informer:
                     if version:
                         self.resource_version = version
                     continue
+                if self.transform is not None:
+                    obj = self.transform(obj)
                 key = object_key(obj)
                 if kind == "DELETED":
                     self.items.pop(key, None)
@@ -183,6 +191,25 @@ class Informer:
         except Exception:
             HANDLER_ERRORS.labels(self.name).inc()
             log.exception("informer handler failed", extra={"informer": self.name, "key": key})
+
+
+def keep_managed_fields(*managers: str) -> Callable[[JSON], JSON]:
+    """An informer ``transform`` that keeps only the ``metadata.managedFields`` entries of ``managers`` (none:
+    drops them all). managedFields are often most of a small object's size, and a controller reads at most its
+    own entries (:mod:`enclave_core.kube.managedfields`)."""
+    wanted = set(managers)
+
+    def trim(obj: JSON) -> JSON:
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and "managedFields" in meta:
+            kept = [entry for entry in meta["managedFields"] or [] if entry.get("manager") in wanted]
+            if kept:
+                meta["managedFields"] = kept
+            else:
+                del meta["managedFields"]
+        return obj
+
+    return trim
 
 
 def _typed(page: JSON) -> list[JSON]:
