@@ -30,6 +30,7 @@ def test_there_are_enough_cases() -> None:
     assert {"configmaps", "secrets"} <= paths  # the rules hooks (/resources)
     assert {"resourcepools", "resourcepoolclaims"} <= paths  # pools, from the pools snapshot compiled offline
     assert {"globalresourcequotas", "pods"} <= paths  # shared quotas: their snapshot and ledgers compiled offline
+    assert "customquotas" in paths  # custom quotas: their targets and ledgers compiled offline
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -406,3 +407,14 @@ def test_usage_fills_the_shared_quota() -> None:
     block = ledger.status.resource_quota
     assert block is not None
     assert (block.used, block.initialized) == ({"pods": "1", "requests.cpu": "500m"}, True)
+
+
+def test_custom_quota_usage_and_hook_scope() -> None:
+    """The generic quota hook covers exactly what the quotas count, and the ledger holds the stated usage."""
+    from enclave_cli.engine import _scoped, hooks
+
+    case = next(c for c in CASES if c.name == "a pod beyond the custom quota is refused")
+    state = COMPILED.state(case.usage)
+    scoped = next(h for h in _scoped(hooks(COMPILED.namespace), state) if h.path == "/quotas")
+    assert [(r.api_groups, r.resources) for r in scoped.rules] == [([""], ["pods"])]
+    assert evaluate(case.request, COMPILED.state(), COMPILED.namespace).result == "allowed"  # nothing used yet

@@ -118,6 +118,8 @@ _PLURALS = {
     "ResourcePool": "resourcepools",
     "ResourcePoolClaim": "resourcepoolclaims",
     "GlobalResourceQuota": "globalresourcequotas",
+    "CustomQuota": "customquotas",
+    "GlobalCustomQuota": "globalcustomquotas",
 }
 
 
@@ -139,7 +141,7 @@ def _delete(kube: Any, body: dict[str, Any]) -> None:
     custom = client.CustomObjectsApi(kube)
     if kind == "Namespace":
         client.CoreV1Api(kube).delete_namespace(meta["name"])
-    elif kind == "ResourcePoolClaim":
+    elif kind in ("ResourcePoolClaim", "CustomQuota"):
         custom.delete_namespaced_custom_object(GROUP, VERSION, meta["namespace"], _PLURALS[kind], meta["name"])
     elif kind in _PLURALS:
         custom.delete_cluster_custom_object(GROUP, VERSION, _PLURALS[kind], meta["name"])
@@ -185,6 +187,21 @@ def _usage_pods(kube: Any) -> list[tuple[str, str]]:
         }
         poll(_creating_pod(kube, namespace, pod), what=f"the usage Pod in {namespace} (its quota may lag the claim)")
         created.append((namespace, "cli-usage"))
+    counted = {json.dumps(c.usage.custom_quotas, sort_keys=True) for c in CASES if c.usage.custom_quotas}
+    assert len(counted) <= 1, "the cluster can realise one custom quota usage only"
+    for key, amount in json.loads(counted.pop() if counted else "{}").items():
+        namespace, _, name = key.rpartition("/")
+        quota = next(d for d in WORLD.custom_quotas if d.name == name)
+        assert quota.data["spec"]["sources"] == [{"apiVersion": "v1", "kind": "Pod", "op": "count"}], (
+            "a custom quota's usage is realised as Pods: only a quota counting Pods can be given one here"
+        )
+        for index in range(int(amount)):
+            pod = {
+                "metadata": {"name": f"cli-usage-{index}", "namespace": namespace},
+                "spec": {"containers": [{"name": "c", "image": "pause"}]},
+            }
+            poll(_creating_pod(kube, namespace, pod), what=f"usage Pod {index} of {key} (its ledger may be new)")
+            created.append((namespace, f"cli-usage-{index}"))
     return created
 
 
@@ -196,12 +213,12 @@ def _sized(stack: TenancyStack, name: str, size: int) -> Callable[[], bool]:
 def cluster(control_plane: ControlPlane, enclave_crds: list[str]) -> Iterator[tuple[TenancyStack, Remote]]:
     assert WORLD.configuration is not None
     spec = {k: v for k, v in WORLD.configuration.data["spec"].items() if k not in _STACK_OWNED}
-    stack = start_tenancy(control_plane, spec["users"], pools=True, globalquotas=True)
+    stack = start_tenancy(control_plane, spec["users"], pools=True, globalquotas=True, quotas=True)
     kube = stack.kube
     custom = client.CustomObjectsApi(kube)
     world = [
         *(WORLD.tenants + WORLD.owners + WORLD.namespaces + WORLD.accounts),
-        *(WORLD.pools + WORLD.claims + WORLD.global_quotas),
+        *(WORLD.pools + WORLD.claims + WORLD.global_quotas + WORLD.custom_quotas),
     ]
     objects = [d.data for d in world]
     pods: list[tuple[str, str]] = []

@@ -17,6 +17,14 @@
   reservation pending). Admission's reservation hook is asked as a dry run, as ``enclave test`` always asks,
   so it checks against that ledger through admission's own ledger client and writes nothing.
 
+* **CustomQuotas and GlobalCustomQuotas** (enclave-quotas): :func:`enclave_quotas.compute.count`, the
+  controller's own count of one quota, compiles each into its QuotaTargets entry (sources resolved against a
+  catalogue of exactly the kinds the sources name, since there is no discovery offline: ``*`` forms resolve to
+  nothing and the quota is left out), with no object listed; the used amount is the manifest's usage, folded
+  into the quota's QuantityLedger by :func:`enclave_core.ledger.fold` as the controller folds its count. The
+  generic hook ``quotas.enclave.dev`` gets exactly the rules :func:`enclave_quotas.webhook.rules` derives from
+  the entries (what enclave-quotas applies to it in a cluster). Reservations are asked as dry runs.
+
 The usage model: what objects in a cluster consume is not computed from objects offline; a test manifest
 states it (``usage:`` at the top of an ``EnclaveTest`` or in one case, the case's entries winning).
 """
@@ -30,13 +38,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from enclave_cli.documents import Document
-from enclave_core.ledger import LedgerClient
+from enclave_core.ledger import LedgerClient, fold, new_ledger
 from enclave_core.ledger.resources import fold_resources
+from enclave_core.quantity import Quantity
 from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
+from enclave_core.snapshots.quotas import QuotaTargets
 
 JSON = dict[str, Any]
-USAGE_KEYS = ("pools", "globalResourceQuotas")
+USAGE_KEYS = ("pools", "globalResourceQuotas", "customQuotas")
 LEDGER_NAMESPACE = "enclave-system"
 """Where offline ledgers live (admission's own namespace in a cluster; offline only a name)."""
 
@@ -55,21 +65,22 @@ class Usage:
     global_resource_quotas: Amounts = field(default_factory=dict)
     """GlobalResourceQuota -> namespace -> what the namespace's objects use against the ResourceQuota the
     quota provisions there."""
+    custom_quotas: Mapping[str, str] = field(default_factory=dict)
+    """``namespace/name`` of a CustomQuota, or the name of a GlobalCustomQuota -> its used amount."""
 
     def merged(self, other: Usage) -> Usage:
         return Usage(
             pools=_merge(self.pools, other.pools),
             global_resource_quotas=_merge(self.global_resource_quotas, other.global_resource_quotas),
+            custom_quotas={**self.custom_quotas, **other.custom_quotas},
         )
 
     @property
     def key(self) -> str:
         """A stable text of the whole usage (what compiled snapshots are cached by)."""
-        return json.dumps({"pools": self.pools, "grq": self.global_resource_quotas}, sort_keys=True)
-
-    @property
-    def stated(self) -> bool:
-        return bool(self.pools or self.global_resource_quotas)
+        return json.dumps(
+            {"pools": self.pools, "grq": self.global_resource_quotas, "cq": self.custom_quotas}, sort_keys=True
+        )
 
 
 def _merge(first: Amounts, second: Amounts) -> Amounts:
@@ -107,11 +118,18 @@ def parse_usage(document: Document, raw: Any, loc: tuple[str | int, ...]) -> Usa
     if unknown:
         known = ", ".join(USAGE_KEYS)
         raise document.error(f"unknown field {unknown[0]!r} in usage (known: {known})", (*loc, unknown[0]))
+    custom = raw.get("customQuotas") or {}
+    if not isinstance(custom, dict) or not all(isinstance(v, str | int) for v in custom.values()):
+        raise document.error(
+            "usage.customQuotas maps namespace/name (CustomQuota) or name (GlobalCustomQuota) -> quantity",
+            (*loc, "customQuotas"),
+        )
     return Usage(
         pools=_amounts(document, raw.get("pools") or {}, (*loc, "pools"), "pools"),
         global_resource_quotas=_amounts(
             document, raw.get("globalResourceQuotas") or {}, (*loc, "globalResourceQuotas"), "globalResourceQuotas"
         ),
+        custom_quotas={str(k): str(v) for k, v in custom.items()},
     )
 
 
@@ -211,3 +229,49 @@ def offline_ledgers(ledgers: list[JSON]) -> LedgerClient:
     for ledger in ledgers:
         client.observe(ledger)
     return client
+
+
+def _catalogue(quotas: list[Document]) -> Any:
+    """The resources the quotas' sources name exactly (``apiVersion`` and ``kind`` both spelled out)."""
+    from enclave_quotas.discovery import ApiResource, Catalogue
+
+    from enclave_cli.engine import Request, resource_of
+
+    found: dict[tuple[str, str, str], ApiResource] = {}
+    preferred: dict[str, str] = {"": "v1"}
+    for document in quotas:
+        for source in (document.data.get("spec") or {}).get("sources") or []:
+            api_version, kind = str(source.get("apiVersion") or "v1"), str(source.get("kind") or "")
+            if "*" in api_version or kind in ("", "*") or ("/" not in api_version and api_version != "v1"):
+                continue
+            group, plural = resource_of(kind, api_version)
+            version = api_version.rpartition("/")[2]
+            probe = Request("", (), "CREATE", None, None, group, plural, kind=kind, api_version=api_version)
+            found[(group, version, kind)] = ApiResource(group, version, kind, plural, probe.namespaced)
+            preferred.setdefault(group, version)
+    return Catalogue(tuple(found.values()), tuple(sorted(preferred.items())))
+
+
+def custom_quotas(quotas: list[Document], namespaces: list[Document], usage: Usage) -> tuple[QuotaTargets, list[JSON]]:
+    """The QuotaTargets snapshot and the quotas' ledgers, as enclave-quotas keeps them (see the module)."""
+    from enclave_quotas.compute import count
+
+    now = datetime.now(UTC)
+    catalogue = _catalogue(quotas)
+    labels = {d.name: dict((d.data.get("metadata") or {}).get("labels") or {}) for d in namespaces}
+    entries = []
+    ledgers = []
+    for document in quotas:
+        raw = _with_uid(document.data, f"offline-quota-{document.name}")
+        view = count(document.kind, raw, catalogue, lambda _: [], labels, now=now)
+        if view.entry is None or not view.entry.sources:
+            continue
+        entries.append(view.entry)
+        key = f"{view.target.namespace}/{view.target.name}" if view.target.namespace else view.target.name
+        used = Quantity.parse(usage.custom_quotas.get(key, "0"))
+        status = fold(None, used, settled=lambda _: True, gone=lambda _: True, now=now)
+        body = new_ledger(view.target, LEDGER_NAMESPACE).to_k8s()
+        body["metadata"]["resourceVersion"] = "1"
+        body["status"] = status.to_k8s()
+        ledgers.append(body)
+    return QuotaTargets(quotas=entries), ledgers

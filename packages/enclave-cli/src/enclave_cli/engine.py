@@ -7,8 +7,8 @@ decision behind each path is :data:`enclave_admission.routes.ROUTES`.
 
 What the offline run does not model: namespace and object selectors and CEL matchConditions of the hooks
 (which only narrow *who is sent*; the decision functions pass everyone they do not concern), and the hooks
-whose decisions read snapshots of controllers the offline world does not compile (custom quotas, replication;
-pools and shared quotas are compiled, see :mod:`enclave_cli.areas`).
+whose decisions read the snapshot of a controller the offline world does not compile (replication; pools,
+shared and custom quotas are compiled, see :mod:`enclave_cli.areas`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from enclave_admission.defaults import url_client, webhooks
 from enclave_admission.review import REVIEW_API_VERSION, AdmissionRequest, Decision
-from enclave_admission.routes import ROUTES
+from enclave_admission.routes import QUOTAS, ROUTES
 from enclave_admission.state import State, Subject
 from enclave_core.api import KINDS_BY_NAME
 from enclave_core.api.configuration import WebhookRule
@@ -57,9 +57,14 @@ class Hook:
 
 def hooks(namespace: str) -> list[Hook]:
     """Admission's default hooks (mutating first, in order), with the node hook that is off by default and the
-    hooks of the components whose snapshots the offline world compiles (pools, global quotas)."""
+    hooks of the components whose snapshots the offline world compiles (pools, global and custom quotas)."""
     rendered = webhooks(
-        url_client("https://enclave.offline"), namespace=namespace, nodes=True, pools=True, globalquotas=True
+        url_client("https://enclave.offline"),
+        namespace=namespace,
+        nodes=True,
+        pools=True,
+        globalquotas=True,
+        quotas=True,
     )
     found: list[Hook] = []
     for side, mutating in ((rendered.mutating, True), (rendered.validating, False)):
@@ -270,13 +275,24 @@ async def _awaited(pending: Awaitable[Decision]) -> Decision:
     return await pending
 
 
+def _scoped(found: list[Hook], state: State) -> list[Hook]:
+    """The generic quota hook with the rules enclave-quotas gives it in a cluster (exactly the resources the
+    quotas count, :func:`enclave_quotas.webhook.rules`); enclave-config writes it with none."""
+    from enclave_quotas.webhook import rules
+
+    if state.quotas is None:
+        return found
+    scoped = tuple(WebhookRule.model_validate(rule) for rule in rules(state.quotas.targets.quotas))
+    return [Hook(h.name, h.path, h.mutating, scoped) if h.path == QUOTAS else h for h in found]
+
+
 def evaluate(request: Request, state: State, namespace: str, decide: Decide | None = None) -> Outcome:
     """Run ``request`` through every matching hook, as kube-apiserver does; ``decide`` answers each (by default
     admission's functions on ``state``, which also classifies the requester for :mod:`enclave_cli.explain`)."""
     decide = decide or decide_locally(state)
     outcome = Outcome(obj=request.obj, subject=state.subject(request.user, request.groups))
     obj = request.obj
-    for hook in hooks(namespace):
+    for hook in _scoped(hooks(namespace), state):
         if not hook.matches(request.group, request.full_resource, request.operation, request.namespaced):
             outcome.skipped.append(hook.name)
             continue

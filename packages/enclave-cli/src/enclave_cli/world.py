@@ -8,7 +8,8 @@
   through :func:`enclave_tenants.rules.compile_namespaces` and :func:`enclave_tenants.rules.snapshot`, which
   make the Rules snapshot.
 * ResourcePools and ResourcePoolClaims go through enclave-pools' plan, GlobalResourceQuotas through
-  enclave-globalquotas' (:mod:`enclave_cli.areas`), with the usage a test manifest states.
+  enclave-globalquotas', custom quotas through enclave-quotas' count (:mod:`enclave_cli.areas`), with the usage
+  a test manifest states.
 * The results are handed to :class:`enclave_admission.state.State` through the same setters the admission
   process calls when a snapshot arrives.
 
@@ -23,7 +24,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from enclave_admission.state import State
-from enclave_cli.areas import NO_USAGE, PoolObjects, Usage, global_quotas, offline_ledgers, pools_snapshot
+from enclave_cli.areas import (
+    NO_USAGE,
+    PoolObjects,
+    Usage,
+    custom_quotas,
+    global_quotas,
+    offline_ledgers,
+    pools_snapshot,
+)
 from enclave_cli.documents import Document, InputError
 from enclave_core.api import KINDS_BY_NAME
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
@@ -32,6 +41,7 @@ from enclave_core.api.validation import service_configuration_problems
 from enclave_core.snapshots.configuration import EffectiveConfiguration, effective
 from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
+from enclave_core.snapshots.quotas import QuotaTargets
 from enclave_core.snapshots.rules import RULE_STATUS_NAME, RulesSnapshot
 from enclave_core.snapshots.tenancy import PROMOTED_LABEL
 from enclave_tenants import rules as rl
@@ -67,6 +77,7 @@ class World:
     pools: list[Document] = field(default_factory=list)
     claims: list[Document] = field(default_factory=list)
     global_quotas: list[Document] = field(default_factory=list)
+    custom_quotas: list[Document] = field(default_factory=list)
     others: list[Document] = field(default_factory=list)
     """Enclave kinds whose compilers are not part of the offline world (quotas, pools, replication): checked,
     never used for a decision (a request on a route that needs them is reported, not guessed)."""
@@ -105,6 +116,8 @@ class World:
                 world.claims.append(document)
             elif kind == "GlobalResourceQuota":
                 world.global_quotas.append(document)
+            elif kind in ("CustomQuota", "GlobalCustomQuota"):
+                world.custom_quotas.append(document)
             elif kind in KINDS_BY_NAME or kind == "Node":
                 world.others.append(document)
             else:
@@ -128,9 +141,10 @@ class Compiled:
     """Labels of the directory's namespaces (what the tenant rules' ``namespaceSelector`` was matched against)."""
     pool_objects: PoolObjects = field(default_factory=lambda: PoolObjects([], [], []))
     _pools: dict[str, PoolsSnapshot] = field(default_factory=dict)
-    quota_documents: tuple[list[Document], list[Document]] = ([], [])
-    """(GlobalResourceQuotas, Namespaces): compiled per usage by :func:`enclave_cli.areas.global_quotas`."""
+    quota_documents: tuple[list[Document], list[Document], list[Document]] = ([], [], [])
+    """(GlobalResourceQuotas, custom quotas, Namespaces): compiled per usage by :mod:`enclave_cli.areas`."""
     _global: dict[str, tuple[GlobalQuotasSnapshot, list[dict[str, Any]]]] = field(default_factory=dict)
+    _custom: dict[str, tuple[QuotaTargets, list[dict[str, Any]]]] = field(default_factory=dict)
 
     def tenant(self, name: str) -> Tenant | None:
         found = self.plan.tenants.get(name)
@@ -145,20 +159,36 @@ class Compiled:
     def global_quotas(self, usage: Usage = NO_USAGE) -> tuple[GlobalQuotasSnapshot, list[dict[str, Any]]]:
         found = self._global.get(usage.key)
         if found is None:
-            found = self._global[usage.key] = global_quotas(*self.quota_documents, usage)
+            grqs, _, namespaces = self.quota_documents
+            found = self._global[usage.key] = global_quotas(grqs, namespaces, usage)
+        return found
+
+    def custom_quotas(self, usage: Usage = NO_USAGE) -> tuple[QuotaTargets, list[dict[str, Any]]]:
+        found = self._custom.get(usage.key)
+        if found is None:
+            _, quotas, namespaces = self.quota_documents
+            found = self._custom[usage.key] = custom_quotas(quotas, namespaces, usage)
         return found
 
     def state(self, usage: Usage = NO_USAGE) -> State:
         """A fresh admission state (fresh per request: no reservation of one case leaks into the next), with
         the pools the usage of ``usage``. The pools component counts as installed (its hooks are on)."""
-        state = State(expect_tenancy=True, namespace=self.namespace, expect_pools=True, expect_globalquotas=True)
+        state = State(
+            expect_tenancy=True,
+            namespace=self.namespace,
+            expect_pools=True,
+            expect_globalquotas=True,
+            expect_quotas=True,
+        )
         state.set_config(self.config)
         state.set_tenancy(self.plan.snapshot)
         state.set_rules(self.rules)
         state.set_pools(self.pools(usage))
         snapshot, ledgers = self.global_quotas(usage)
         state.set_globalquotas(snapshot)
-        state.ledgers = offline_ledgers(ledgers)
+        targets, quota_ledgers = self.custom_quotas(usage)
+        state.set_quotas(targets)
+        state.ledgers = offline_ledgers(ledgers + quota_ledgers)
         return state
 
 
@@ -240,5 +270,5 @@ def compile_world(world: World, namespace: str = DEFAULT_NAMESPACE) -> Compiled:
             raise document.error(f"ResourcePoolClaim {document.name!r} has no metadata.namespace", ("metadata",))
     pool_objects = PoolObjects.of(world.pools, world.claims, world.namespaces)
     compiled = Compiled(config, plan, namespace, rules, labels, pool_objects)
-    compiled.quota_documents = (world.global_quotas, world.namespaces)
+    compiled.quota_documents = (world.global_quotas, world.custom_quotas, world.namespaces)
     return compiled

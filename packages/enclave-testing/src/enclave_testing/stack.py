@@ -127,6 +127,7 @@ def start_tenancy(
     extra_spec: dict[str, Any] | None = None,
     pools: bool = False,
     globalquotas: bool = False,
+    quotas: bool = False,
 ) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
@@ -134,7 +135,8 @@ def start_tenancy(
     a ``url`` client (the only route from a local kube-apiserver to a local process); ``nodes`` adds the node
     metadata hook. ``extra_spec`` is merged into the ServiceConfiguration's spec (e.g. ``nodeMetadata``).
     ``pools`` also runs enclave-pools, admission subscribed to it, with the pool hooks registered;
-    ``globalquotas`` likewise enclave-globalquotas and the GlobalResourceQuota hooks.
+    ``globalquotas`` likewise enclave-globalquotas and the GlobalResourceQuota hooks; ``quotas`` enclave-quotas
+    and the custom quota hooks.
     """
     from enclave_admission.defaults import url_client, webhooks
 
@@ -165,6 +167,8 @@ def start_tenancy(
             endpoints["pools"] = start("pools", {"config": endpoints["config"]}).grpc_target
         if globalquotas:
             endpoints["globalquotas"] = start("globalquotas", {"config": endpoints["config"]}).grpc_target
+        if quotas:
+            endpoints["quotas"] = start("quotas", {"config": endpoints["config"]}).grpc_target
         admission = start(
             "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]
         )
