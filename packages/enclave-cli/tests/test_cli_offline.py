@@ -418,3 +418,17 @@ def test_custom_quota_usage_and_hook_scope() -> None:
     scoped = next(h for h in _scoped(hooks(COMPILED.namespace), state) if h.path == "/quotas")
     assert [(r.api_groups, r.resources) for r in scoped.rules] == [([""], ["pods"])]
     assert evaluate(case.request, COMPILED.state(), COMPILED.namespace).result == "allowed"  # nothing used yet
+
+
+def test_explain_uses_the_cases_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "explain", str(POLICIES), "a pod beyond the custom quota is refused")
+    assert code == 0
+    assert "quotas.enclave.dev (/quotas): denied [QuotaExceeded]" in out
+    request = tmp_path / "request.yaml"
+    request.write_text(
+        "user: carol\nusage: {customQuotas: {cli-delta-apps/cli-pods: '1'}}\n"
+        "object: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: cli-delta-apps}}\n"
+    )
+    code, out, _ = _run(capsys, "explain", str(POLICIES), str(request))
+    assert code == 0
+    assert "answer: denied by quotas.enclave.dev: CustomQuota cli-delta-apps/cli-pods exceeded" in out

@@ -68,6 +68,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     from enclave_cli import documents, testing
+    from enclave_cli.areas import parse_usage
     from enclave_cli.cases import parse_request
     from enclave_cli.engine import evaluate
     from enclave_cli.explain import explain
@@ -82,12 +83,13 @@ def _explain(args: argparse.Namespace) -> int:
         if len(loaded) != 1:
             raise InputError("a request file holds exactly one request", candidate)
         request = parse_request(loaded[0], loaded[0].data, ())
+        usage = parse_usage(loaded[0], loaded[0].data.get("usage"), ("usage",))
     else:
         cases = [case for case in testing.collect_cases(world) if case.name == args.request]
         if not cases:
             raise InputError(f"{args.request!r} is neither a file nor the name of a test case in {args.directory}")
-        request = cases[0].request
-    state = compiled.state()
+        request, usage = cases[0].request, cases[0].usage
+    state = compiled.state(usage)
     outcome = evaluate(request, state, compiled.namespace)
     tenant = state.tenancy.namespace_owner.get(request.namespace, "")
     rules = trace(
