@@ -271,12 +271,23 @@ class NamespaceSet:
     programs: tuple[cel.Program[bool], ...] = ()
     """Every condition of ``conditional``, flattened in the same order: one evaluation per request shares the
     conversion of the object between all of them."""
+    mutating: tuple[CompiledRule, ...] = ()
+    """The rules the mutating hook asks about (``mutate[]`` or managed/default metadata) that have conditions."""
+    mutating_programs: tuple[cel.Program[bool], ...] = ()
+    """Their conditions, flattened: the mutating hook evaluates these, not every rule's (see ``programs``)."""
     budgets: tuple[BudgetView, ...] = ()
     """The namespace's PodDisruptionBudgets (only when a rule requires coverage; see the Rules snapshot)."""
 
 
 def compile_namespace(item: NamespaceRules, budgets: tuple[BudgetView, ...] = ()) -> NamespaceSet:
     rules = tuple(compile_rule(index, rule) for index, rule in enumerate(item.rules))
+    mutating = tuple(
+        r
+        for r in rules
+        if r.conditions
+        and not r.broken
+        and (r.mutations or any(k.default is not None or k.managed is not None for p in r.metadata for k in p.keys))
+    )
     return NamespaceSet(
         namespace=item.namespace,
         tenant=item.tenant,
@@ -291,6 +302,8 @@ def compile_namespace(item: NamespaceRules, budgets: tuple[BudgetView, ...] = ()
         mutations=tuple(r for r in rules if r.mutations),
         conditional=tuple(r for r in rules if r.conditions and not r.broken),
         programs=tuple(p for r in rules if r.conditions and not r.broken for p in r.conditions),
+        mutating=mutating,
+        mutating_programs=tuple(p for r in mutating for p in r.conditions),
         budgets=budgets,
     )
 

@@ -63,7 +63,9 @@ class Review:
 
     __slots__ = (
         "_applies",
+        "_conditional",
         "_conditions",
+        "_programs",
         "_request_vars",
         "_variables",
         "findings",
@@ -72,9 +74,13 @@ class Review:
         "rules",
     )
 
-    def __init__(self, request: AdmissionRequest, rules: NamespaceSet) -> None:
+    def __init__(self, request: AdmissionRequest, rules: NamespaceSet, *, mutating: bool = False) -> None:
         self.request = request
         self.rules = rules
+        # Which conditions the first rule asked evaluates together: every rule's for the validating hook, only
+        # those of the rules the mutating hook asks about for it (any other rule asked is evaluated alone).
+        self._conditional = rules.mutating if mutating else rules.conditional
+        self._programs = rules.mutating_programs if mutating else rules.programs
         self.findings: list[Finding] = []
         self.malformed = ""
         """Why the object cannot be judged (a field of the wrong JSON type): answered as a bad request."""
@@ -167,10 +173,10 @@ class Review:
         the namespace at once: the request's object is converted for CEL once, not once per rule."""
         found = self._conditions
         if found is None:
-            results = cel.default().evaluate_all(list(self.rules.programs), self.variables())
+            results = cel.default().evaluate_all(list(self._programs), self.variables())
             found = self._conditions = {}
             position = 0
-            for candidate in self.rules.conditional:
+            for candidate in self._conditional:
                 count = len(candidate.conditions)
                 found[candidate.index] = results[position : position + count]
                 position += count

@@ -25,7 +25,7 @@ def mutate(request: AdmissionRequest, state: State) -> Decision:
     rules = state.rule_set(request.namespace)
     if not rules.managed and not rules.mutations:
         return Decision.allow("NoMutations", tenant=rules.tenant)
-    review = Review(request, rules)
+    review = Review(request, rules, mutating=True)
     wanted = _mutations(review)
     if rules.managed:
         metadata.managed_and_defaults(review, wanted)

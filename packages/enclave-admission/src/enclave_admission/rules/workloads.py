@@ -83,8 +83,21 @@ def _map(value: Any) -> dict[str, Any]:
 # -- image references ------------------------------------------------------------------------------------------
 
 
+_IMAGES: Final[dict[str, str]] = {}
+
+
 def normalize_image(image: str) -> str:
     """The reference the runtime pulls: registry, repository, and tag (``latest`` when none) or digest."""
+    found = _IMAGES.get(image)
+    if found is None:
+        found = _normalize_image(image)
+        if len(_IMAGES) > 4096:
+            _IMAGES.clear()
+        _IMAGES[image] = found
+    return found
+
+
+def _normalize_image(image: str) -> str:
     name, at, digest = image.partition("@")
     first, slash, rest = name.partition("/")
     if not slash or ("." not in first and ":" not in first and first != "localhost"):
@@ -130,11 +143,22 @@ def containers(spec: Mapping[str, Any], base: str, lists: tuple[str, ...] = CONT
                 yield Container(list_name, index, body, f"{base}.{list_name}[{index}]")
 
 
+_QUANTITIES: Final[dict[str, Quantity | None]] = {}
+"""Parsed amounts by spelling: a cluster's Pods repeat a handful of them (``256Mi``, ``100m``)."""
+
+
 def _quantity(value: Any) -> Quantity | None:
+    text = value if isinstance(value, str) else str(value)
+    if text in _QUANTITIES:
+        return _QUANTITIES[text]
     try:
-        return Quantity.parse(value if isinstance(value, int) else str(value))
+        found: Quantity | None = Quantity.parse(text)
     except (ValueError, TypeError):
-        return None
+        found = None
+    if len(_QUANTITIES) > 4096:
+        _QUANTITIES.clear()
+    _QUANTITIES[text] = found
+    return found
 
 
 _QOS_RESOURCES: Final = ("cpu", "memory")
@@ -155,8 +179,9 @@ def qos_class(spec: Mapping[str, Any]) -> str:
     ``resources`` when set, else from init and regular containers (ephemeral ones declare none); only cpu and
     memory count, zero amounts count as unset; Guaranteed needs cpu and memory limits on every container
     and the summed requests equal to the summed limits."""
-    requests: dict[str, Quantity] = {}
-    limits: dict[str, Quantity] = {}
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
+    """Summed amounts in nano-units (exact integers)."""
     guaranteed = True
     pod_level = _map(spec.get("resources"))
     if pod_level:
@@ -164,19 +189,21 @@ def qos_class(spec: Mapping[str, Any]) -> str:
     else:
         sources = [_map(c.body.get("resources")) for c in containers(spec, "", ("initContainers", "containers"))]
     for resources in sources:
-        for part, into in ((_requests_as_stored(resources), requests), (_map(resources.get("limits")), limits)):
+        declared_limits = _map(resources.get("limits"))
+        for part, into in ((_requests_as_stored(resources), requests), (declared_limits, limits)):
             for name in _QOS_RESOURCES:
                 amount = _quantity(part[name]) if name in part else None
-                if amount is not None and amount.sign() > 0:
-                    into[name] = into[name] + amount if name in into else amount
-        found = _map(resources.get("limits"))
-        if pod_level and not found:
+                if amount is not None and amount.nanos > 0:
+                    into[name] = into.get(name, 0) + amount.nanos
+        if pod_level and not declared_limits:
             continue
-        if not all(name in found and (_quantity(found[name]) or Quantity()).sign() > 0 for name in _QOS_RESOURCES):
-            guaranteed = False
+        for name in _QOS_RESOURCES:
+            amount = _quantity(declared_limits[name]) if name in declared_limits else None
+            if amount is None or amount.nanos <= 0:
+                guaranteed = False
     if not requests and not limits:
         return "BestEffort"
-    if guaranteed and len(requests) == len(limits) and all(limits.get(n) == q for n, q in requests.items()):
+    if guaranteed and requests == limits:
         return "Guaranteed"
     return "Burstable"
 
@@ -184,8 +211,22 @@ def qos_class(spec: Mapping[str, Any]) -> str:
 # -- targets ---------------------------------------------------------------------------------------------------
 
 
+_TARGETS: Final[dict[int, tuple[WorkloadsPolicy | WorkloadMutation, dict[str, tuple[str, ...]]]]] = {}
+
+
 def _targets(policy: WorkloadsPolicy | WorkloadMutation) -> dict[str, tuple[str, ...]]:
-    """Target kind -> container lists it covers."""
+    """Target kind -> container lists it covers (kept per policy object: rules live as long as a snapshot)."""
+    hit = _TARGETS.get(id(policy))
+    if hit is not None and hit[0] is policy:
+        return hit[1]
+    found = _read_targets(policy)
+    if len(_TARGETS) > 4096:
+        _TARGETS.clear()
+    _TARGETS[id(policy)] = (policy, found)
+    return found
+
+
+def _read_targets(policy: WorkloadsPolicy | WorkloadMutation) -> dict[str, tuple[str, ...]]:
     found: dict[str, set[str]] = {}
     for target in policy.targets or ["Pod"]:
         kind, _, part = target.partition("/")
@@ -249,6 +290,8 @@ def judge(review: Review) -> None:
         review.malformed = f"cannot judge {kind} {request.name}: {malformed}"
         return
     old_spec = _dig(request.old, spec_path) if request.operation == "UPDATE" and request.old else None
+    view = _View(spec, base)
+    old_view = _View(old_spec, base) if old_spec is not None else None
     mutated: dict[str, str] | None = None
     for rule in review.rules.workloads:
         policy = rule.workloads
@@ -269,9 +312,9 @@ def judge(review: Review) -> None:
         if policy.disruption_budgets is not None and policy.disruption_budgets.required and kind in REPLICATED:
             _coverage(review, rule, kind)
         lists = targets[kind]
-        old_items = set(_items(policy, old_spec, base, lists)) if old_spec is not None else set()
-        for found in _items(policy, spec, base, lists):
-            if found in old_items:
+        old_items = set(_items(policy, old_view, lists)) if old_view is not None else None
+        for found in _items(policy, view, lists):
+            if old_items is not None and found in old_items:
                 continue
             item = Item()
             _judge_item(item, rule, policy, found)
@@ -284,38 +327,71 @@ def judge(review: Review) -> None:
             review.settle(item)
 
 
-def _items(policy: WorkloadsPolicy, spec: Mapping[str, Any], base: str, lists: tuple[str, ...]) -> Iterator[Finding]:
+class _View:
+    """One Pod spec of a request, read once for every rule: the items of each kind per container selection
+    (independent of the rule asking), and its QoS class."""
+
+    __slots__ = ("_found", "base", "spec")
+
+    def __init__(self, spec: Mapping[str, Any], base: str) -> None:
+        self.spec, self.base = spec, base
+        self._found: dict[tuple[str, tuple[str, ...]], list[Finding]] = {}
+
+    def found(self, what: str, lists: tuple[str, ...] = ()) -> list[Finding]:
+        key = (what, lists)
+        hit = self._found.get(key)
+        if hit is None:
+            hit = self._found[key] = list(self._read(what, lists))
+        return hit
+
+    def _read(self, what: str, lists: tuple[str, ...]) -> Iterator[Finding]:
+        spec, base = self.spec, self.base
+        if what == "qos":
+            yield Finding("qos", base, qos_class(spec))
+        elif what == "registry":
+            for container in containers(spec, base, lists):
+                image = str(container.body.get("image") or "")
+                pull = str(container.body.get("imagePullPolicy") or "")
+                yield Finding("registry", f"{container.path}.image", f"{image}\x00{pull}")
+        elif what == "resources":
+            for container in containers(spec, base, lists):
+                if container.list_name == "ephemeralContainers":
+                    continue  # Kubernetes forbids resources on them: a bound would only block `kubectl debug`
+                resources = _map(container.body.get("resources"))
+                yield Finding("resources", f"{container.path}.resources", repr(sorted(resources.items())), resources)
+        elif what == "security":
+            yield from _security_items(spec, base, list(containers(spec, base, lists)))
+        else:
+            yield from _placement_items(spec, base)
+
+
+def _items(policy: WorkloadsPolicy, view: _View, lists: tuple[str, ...]) -> Iterator[Finding]:
     """The items ``policy`` judges in a Pod spec."""
     if policy.qos_classes:
-        yield Finding("qos", base, qos_class(spec))
-    chosen = list(containers(spec, base, lists))
+        yield from view.found("qos")
     if policy.registries:
-        for container in chosen:
-            image = str(container.body.get("image") or "")
-            pull = str(container.body.get("imagePullPolicy") or "")
-            yield Finding("registry", f"{container.path}.image", f"{image}\x00{pull}")
+        yield from view.found("registry", lists)
     if policy.resources:
-        for container in chosen:
-            if container.list_name == "ephemeralContainers":
-                continue  # Kubernetes forbids resources on them: a bound would only block `kubectl debug`
-            resources = _map(container.body.get("resources"))
-            yield Finding("resources", f"{container.path}.resources", repr(sorted(resources.items())), resources)
+        yield from view.found("resources", lists)
     if policy.security:
-        yield from _security_items(spec, base, chosen)
-    placement = policy.placement
-    if placement is not None or policy.schedulers:
-        yield Finding("scheduler", f"{base}.schedulerName", str(spec.get("schedulerName") or "default-scheduler"))
-        if spec.get("priorityClassName"):
-            yield Finding("priority", f"{base}.priorityClassName", str(spec["priorityClassName"]))
-        if spec.get("runtimeClassName"):
-            yield Finding("runtime", f"{base}.runtimeClassName", str(spec["runtimeClassName"]))
-        for key in sorted(_map(spec.get("nodeSelector"))):
-            yield Finding("nodeSelector", f"{base}.nodeSelector[{key!r}]", key)
-        for index, toleration in enumerate(_list(spec.get("tolerations"))):
-            body = _map(toleration)
-            if _defaulted(body):
-                continue
-            yield Finding("toleration", f"{base}.tolerations[{index}]", repr(sorted(body.items())), body)
+        yield from view.found("security", lists)
+    if policy.placement is not None or policy.schedulers:
+        yield from view.found("placement")
+
+
+def _placement_items(spec: Mapping[str, Any], base: str) -> Iterator[Finding]:
+    yield Finding("scheduler", f"{base}.schedulerName", str(spec.get("schedulerName") or "default-scheduler"))
+    if spec.get("priorityClassName"):
+        yield Finding("priority", f"{base}.priorityClassName", str(spec["priorityClassName"]))
+    if spec.get("runtimeClassName"):
+        yield Finding("runtime", f"{base}.runtimeClassName", str(spec["runtimeClassName"]))
+    for key in sorted(_map(spec.get("nodeSelector"))):
+        yield Finding("nodeSelector", f"{base}.nodeSelector[{key!r}]", key)
+    for index, toleration in enumerate(_list(spec.get("tolerations"))):
+        body = _map(toleration)
+        if _defaulted(body):
+            continue
+        yield Finding("toleration", f"{base}.tolerations[{index}]", repr(sorted(body.items())), body)
 
 
 _DEFAULT_TOLERATIONS: Final = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
@@ -472,10 +548,17 @@ def _registry(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, path: str
     _verdict(item, rule, matched, path, shown, f"registries {urls} with their pull policies")
 
 
+_PATTERNS: Final[dict[str, re.Pattern[str]]] = {}
+
+
 def _search(pattern: str, value: str) -> bool:
-    """Patterns were compiled when the rule was (a broken one makes the whole rule broken), so this is a cache
-    hit in ``re``."""
-    return re.match(pattern, value) is not None
+    """Patterns were compiled when the rule was (a broken one makes the whole rule broken); kept here by text."""
+    compiled = _PATTERNS.get(pattern)
+    if compiled is None:
+        if len(_PATTERNS) > 1024:
+            _PATTERNS.clear()
+        compiled = _PATTERNS[pattern] = re.compile(pattern)
+    return compiled.match(value) is not None
 
 
 def _resources(
@@ -496,11 +579,13 @@ def _resources(
                 problems.append(f"{path}.{part}[{name!r}]={declared[name]!r} is not a quantity")
         for name, low in (limit.min or {}).items():
             have = _quantity(declared.get(name)) if name in declared else None
-            if have is not None and have < Quantity.parse(low):
+            bound = _quantity(low)
+            if have is not None and bound is not None and have < bound:
                 problems.append(f"{path}.{part}[{name!r}]={declared[name]} is below {low}")
         for name, high in (limit.max or {}).items():
             have = _quantity(declared.get(name)) if name in declared else None
-            if have is not None and have > Quantity.parse(high):
+            bound = _quantity(high)
+            if have is not None and bound is not None and have > bound:
                 problems.append(f"{path}.{part}[{name!r}]={declared[name]} is above {high}")
     outside = bool(problems)
     if rule.action == "allow":
