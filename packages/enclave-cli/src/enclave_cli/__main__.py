@@ -169,8 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["__complete"]:  # a TAB in a shell: answered without building the whole CLI
+        from enclave_cli.complete import fast
+
+        return fast(arguments[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     try:
         code: int = args.run(args)
     except InputError as err:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from enclave_cli.online import COMPLETE_VERB, TENANT_VERBS
+from enclave_cli.complete import COMPLETE_VERB, TENANT_VERBS
 
 
 def _verbs(parser: argparse.ArgumentParser) -> dict[str, list[str]]:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from enclave_cli.complete import COMPLETE_VERB, add_arguments
+from enclave_cli.complete import run as run_complete
 from enclave_cli.documents import InputError
 from enclave_cli.output import Style, table
 from enclave_core import API_GROUP, API_VERSION
@@ -409,34 +411,6 @@ def _access(report: Report, api: Any) -> None:
             report.warn(f"you may not {verb} {resource}: {uses} will be refused")
 
 
-# -- completion ---------------------------------------------------------------------------------------------
-
-COMPLETE_VERB = "__complete"
-"""The hidden verb the completion scripts call for values only the cluster knows (``__complete tenants``)."""
-TENANT_VERBS = ("cordon", "uncordon")
-"""Verbs whose argument is a tenant name."""
-COMPLETE_TIMEOUT = (1.0, 2.0)
-"""(connect, read) seconds: a completion must never hang a shell; offline or slow, it offers nothing."""
-
-
-def _complete(args: argparse.Namespace) -> int:
-    """Print the names asked for, one per line; print nothing (exit 0) on any failure: a shell completing
-    ``enclave cordon <TAB>`` without a cluster must stay silent, never show an error in the command line."""
-    try:
-        from kubernetes import client, config
-
-        api = config.new_client_from_config(config_file=args.kubeconfig, context=args.context)
-        found = client.CustomObjectsApi(api).list_cluster_custom_object(
-            API_GROUP, API_VERSION, "tenants", _request_timeout=COMPLETE_TIMEOUT
-        )
-        names = sorted(str(item["metadata"]["name"]) for item in found.get("items") or [])
-    except Exception:  # any failure at all: no completion rather than a message in the shell
-        return 0
-    if names:
-        print("\n".join(names))
-    return 0
-
-
 # -- registration ------------------------------------------------------------------------------------------
 
 
@@ -517,7 +491,6 @@ def add_verbs(verb: Verb) -> None:
         COMPLETE_VERB,
         "(for the completion scripts) print tenant names from the current kubeconfig, or nothing",
         f"examples:\n  enclave {COMPLETE_VERB} tenants --context prod",
-        _complete,
+        run_complete,
     )
-    complete.add_argument("what", choices=("tenants",))
-    _cluster_flags(complete)
+    add_arguments(complete)
