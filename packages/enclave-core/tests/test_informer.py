@@ -259,3 +259,31 @@ def test_keep_managed_fields_keeps_only_the_named_managers_entries() -> None:
     assert owned_keys(kept, "mine", "metadata", "labels") == {"x"}  # what the controller reads is unchanged
     assert "managedFields" not in keep_managed_fields()(namespace())["metadata"]
     assert keep_managed_fields()({"metadata": {"name": "b"}}) == {"metadata": {"name": "b"}}
+
+
+def test_an_unreachable_apiserver_makes_the_process_blind_until_a_list_works_again() -> None:
+    """``informer.watching()`` is what a snapshot publisher vouches by: false from the first failure to reach
+    the apiserver (or a 5xx) until a list succeeds again; a 4xx answer (a resource not served) is not blindness."""
+    from enclave_core.kube import informer as module
+
+    async def body() -> None:
+        kube = FakeKube([obj("a", 1)], version=10)
+        seen: list[bool] = []
+        kube.scripts = [
+            [lambda: seen.append(module.watching()), ConnectionRefusedError("apiserver down")],
+            [lambda: seen.append(module.watching()), KubeError(404, "NotFound", "the server could not find it")],
+            [lambda: seen.append(module.watching())],
+        ]
+        real_list = kube.list
+
+        async def listing(path: str, **kwargs: Any) -> JSON:
+            seen.append(module.watching())  # before each list: blind after the refused watch, not after the 404
+            return await real_list(path, **kwargs)
+
+        kube.list = listing  # type: ignore[method-assign]
+        informer = Informer(kube, "/x", name="blind")  # type: ignore[arg-type]
+        await run_until_done(informer, kube)
+        assert seen == [True, True, False, True, True, True]
+        assert module.watching()
+
+    scenario(body)

@@ -121,6 +121,47 @@ def test_heartbeats_keep_an_unchanged_snapshot_fresh_and_silence_closes_the_gate
     assert 0 <= age < 5
 
 
+def test_a_blind_publishers_heartbeats_and_resends_keep_the_stream_but_not_the_gate() -> None:
+    """A publisher whose watches fail marks what it sends ``unconfirmed``: the staleness bound runs on as if
+    it were silent, a re-send after a reconnect does not reset it, and its first real heartbeat reopens it."""
+    accepted: list[Snapshot] = []
+    clock = Clock()
+    subscriber = _subscriber(accepted, clock, staleness=30.0)
+    subscriber.receive(_snapshot(1, b'{"tenants": []}'))
+    blind_beat = _snapshot(1, heartbeat=True)
+    blind_beat.unconfirmed = True
+    blind_resend = _snapshot(1, b'{"tenants": []}')
+    blind_resend.unconfirmed = True
+    for _ in range(3):
+        clock.now += 8
+        subscriber.receive(blind_beat)
+    assert subscriber.ready, "still within the bound"
+    clock.now += 8
+    subscriber.receive(blind_resend)
+    assert not subscriber.ready, "32 s without a confirmation"
+    subscriber.receive(_snapshot(1, heartbeat=True))
+    assert subscriber.ready
+    assert len(accepted) == 1
+
+
+async def test_a_hub_that_cannot_vouch_marks_everything_it_sends_unconfirmed() -> None:
+    seeing = [False]
+    hub = SnapshotHub("test", confirming=lambda: seeing[0])
+    hub.publish(KIND, b'{"tenants": []}')
+    stream = hub.stream([KIND], heartbeat=0.05)
+    first = await anext(stream)
+    beat = await asyncio.wait_for(anext(stream), timeout=5)
+    assert first.unconfirmed
+    assert beat.heartbeat
+    assert beat.unconfirmed
+    assert not hub.latest(KIND).unconfirmed, "the shared snapshot is never marked"  # type: ignore[union-attr]
+    seeing[0] = True
+    beat = await asyncio.wait_for(anext(stream), timeout=5)
+    assert beat.heartbeat
+    assert not beat.unconfirmed
+    await stream.aclose()  # type: ignore[attr-defined]
+
+
 def test_a_publisher_without_heartbeats_is_not_judged_stale() -> None:
     """One release behind, a publisher sends no heartbeats; an upgraded subscriber must not go unready."""
     clock = Clock()

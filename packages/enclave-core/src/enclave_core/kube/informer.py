@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable
 
 import aiohttp
@@ -42,6 +43,15 @@ def object_key(obj: JSON) -> str:
     meta = obj.get("metadata", {})
     namespace = meta.get("namespace")
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+
+
+_LIVE: weakref.WeakSet[Informer] = weakref.WeakSet()
+
+
+def watching() -> bool:
+    """No informer of this process is failing: every cache is (as far as it can tell) current. A snapshot
+    publisher vouches for its state only while this holds (``SnapshotHub.confirming``)."""
+    return not any(informer.failing for informer in list(_LIVE))
 
 
 class Informer:
@@ -73,6 +83,9 @@ class Informer:
         self.synced = asyncio.Event()
         self.resource_version = ""
         """The resourceVersion the cache is current to (the list's, then each watch event's)."""
+        self.failing = False
+        """The last list or watch failed and no list has worked since: the cache may be falling behind."""
+        _LIVE.add(self)
 
     def get(self, key: str) -> JSON | None:
         return self.items.get(key)
@@ -89,27 +102,35 @@ class Informer:
             nonlocal backoff
             backoff = 0.2
 
-        while True:
-            try:
-                await self._relist()
-                while True:
-                    await self._watch(reset)
-                    reset()  # a watch that ended normally: the path to the apiserver is healthy
-            except asyncio.CancelledError:
-                raise
-            except _WatchExpiredError:
-                RELISTS.labels(self.name, "expired").inc()
-                log.info("watch expired (410); relisting", extra={"informer": self.name})
-            except Exception as err:
-                RELISTS.labels(self.name, "error").inc()
-                log.warning(
-                    "watch failed; relisting",
-                    # Expected trouble (the API's answers, the network) in one line; anything else with its traceback.
-                    exc_info=not isinstance(err, KubeError | OSError | TimeoutError | aiohttp.ClientError),
-                    extra={"informer": self.name, "error": str(err) or type(err).__name__, "retry_in": backoff},
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(5.0, backoff * 2)
+        try:
+            while True:
+                try:
+                    await self._relist()
+                    self.failing = False
+                    while True:
+                        await self._watch(reset)
+                        reset()  # a watch that ended normally: the path to the apiserver is healthy
+                except asyncio.CancelledError:
+                    raise
+                except _WatchExpiredError:
+                    RELISTS.labels(self.name, "expired").inc()
+                    log.info("watch expired (410); relisting", extra={"informer": self.name})
+                except Exception as err:
+                    # Blind only when the apiserver cannot be reached or answers 5xx; a 4xx is an answer (a
+                    # resource not served, a right missing), reported in the log, and says nothing about the rest.
+                    self.failing = self.failing or _unreachable(err)
+                    RELISTS.labels(self.name, "error").inc()
+                    log.warning(
+                        "watch failed; relisting",
+                        # Expected trouble (the API's answers, the network) in one line; anything else with its
+                        # traceback.
+                        exc_info=not isinstance(err, KubeError | OSError | TimeoutError | aiohttp.ClientError),
+                        extra={"informer": self.name, "error": str(err) or type(err).__name__, "retry_in": backoff},
+                    )
+                    await asyncio.sleep(backoff)
+                    backoff = min(5.0, backoff * 2)
+        finally:
+            self.failing = False  # a stopped informer no longer speaks for the process
 
     async def _list(self) -> tuple[list[JSON], str]:
         """Every object, page by page from one snapshot; restarts when a continue token expired."""
@@ -224,6 +245,12 @@ def _typed(page: JSON) -> list[JSON]:
             item.setdefault("apiVersion", version)
             item.setdefault("kind", kind[: -len("List")])
     return items
+
+
+def _unreachable(err: Exception) -> bool:
+    if isinstance(err, KubeError):
+        return err.status >= 500
+    return isinstance(err, OSError | TimeoutError | aiohttp.ClientError)
 
 
 class _WatchExpiredError(Exception):

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from enclave_core.durations import parse_duration
+from enclave_core.kube import informer
 from enclave_core.kube.rest import Kube
 from enclave_core.kube.tls_secret import TlsSecretSource
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
@@ -152,6 +153,9 @@ async def serve_snapshots(
     the Secret is its own to create), so the wait runs in the background rather than blocking the block.
     """
     args = process.args
+    # The hub vouches for its state only while the process's watches work: a publisher cut off from the
+    # apiserver keeps its streams alive but lets subscribers' staleness bounds run (docs/architecture.md, Faults).
+    hub.confirming = informer.watching
     secret = TlsSecretSource(kube, args.namespace, args.grpc_tls_secret) if args.grpc_tls_secret else None
     server = SnapshotServer(
         args.grpc_address,

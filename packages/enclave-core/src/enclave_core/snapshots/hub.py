@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -79,8 +79,11 @@ def _stamp() -> Timestamp:
 class SnapshotHub:
     """Holds the newest snapshot of each kind and streams changes to subscribers."""
 
-    def __init__(self, publisher: str) -> None:
+    def __init__(self, publisher: str, *, confirming: Callable[[], bool] = lambda: True) -> None:
         self.incarnation = f"{publisher}/{os.getpid()}/{time.time_ns()}"
+        self.confirming = confirming
+        """Whether the publisher can vouch that its state is current (its watches work); while it cannot,
+        every message goes out ``unconfirmed`` (``grpc.serve_snapshots`` sets the process's informers)."""
         self._revision = 0
         self._latest: dict[str, Snapshot] = {}
         self._itemized: dict[str, _Itemized] = {}
@@ -167,26 +170,30 @@ class SnapshotHub:
                     try:
                         await asyncio.wait_for(subscription.wakeup.wait(), timeout=heartbeat)
                     except TimeoutError:
+                        unconfirmed = not self.confirming()
                         for kind, last in sorted(sent.items()):
-                            yield _heartbeat(kind, last)
+                            yield _heartbeat(kind, last, unconfirmed)
                         continue
                 else:
                     await subscription.wakeup.wait()
                 subscription.wakeup.clear()
                 batch = sorted(subscription.pending.values(), key=lambda s: s.revision)
                 subscription.pending.clear()
+                unconfirmed = not self.confirming()
                 for snapshot in batch:
                     sent[snapshot.kind] = snapshot
                     state = self._itemized.get(snapshot.kind)
                     if state is None:
-                        yield snapshot
+                        yield _marked(snapshot, unconfirmed)
                     elif not itemized:
                         whole = Snapshot()
                         whole.CopyFrom(snapshot)
                         whole.payload = state.assembled()
+                        whole.unconfirmed = unconfirmed
                         yield whole
                     else:
                         for message in _item_messages(snapshot, state.items, sent_items.get(snapshot.kind)):
+                            message.unconfirmed = unconfirmed
                             yield message
                         sent_items[snapshot.kind] = state.items
         finally:
@@ -224,7 +231,22 @@ def _item_messages(snapshot: Snapshot, items: dict[str, bytes], before: dict[str
         )
 
 
-def _heartbeat(kind: str, last: Snapshot) -> Snapshot:
+def _heartbeat(kind: str, last: Snapshot, unconfirmed: bool = False) -> Snapshot:
     return Snapshot(
-        kind=kind, revision=last.revision, incarnation=last.incarnation, produced_at=_stamp(), heartbeat=True
+        kind=kind,
+        revision=last.revision,
+        incarnation=last.incarnation,
+        produced_at=_stamp(),
+        heartbeat=True,
+        unconfirmed=unconfirmed,
     )
+
+
+def _marked(snapshot: Snapshot, unconfirmed: bool) -> Snapshot:
+    """``snapshot`` itself (shared by every stream, never mutated), or a copy marked unconfirmed."""
+    if not unconfirmed:
+        return snapshot
+    copy = Snapshot()
+    copy.CopyFrom(snapshot)
+    copy.unconfirmed = True
+    return copy

@@ -371,6 +371,10 @@ class SnapshotSubscriber:
         return work()
 
     def _confirm(self, snapshot: Snapshot) -> None:
+        if snapshot.unconfirmed and snapshot.kind in self.state.confirmed_at:
+            # The publisher cannot see the cluster: what it sends is its last state, not a fresh one. The
+            # first state a replica gets counts (it is all there is); after that the bound runs on.
+            return
         self.state.confirmed_at[snapshot.kind] = self.clock()
         if snapshot.HasField("produced_at"):
             self.state.produced_at[snapshot.kind] = snapshot.produced_at.ToNanoseconds() / 1e9

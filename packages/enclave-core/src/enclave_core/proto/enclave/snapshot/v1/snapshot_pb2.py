@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"enclave/snapshot/v1/snapshot.proto\x12\x13\x65nclave.snapshot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x01\n\x08Snapshot\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12/\n\x0bproduced_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\theartbeat\x18\x06 \x01(\x08\x12(\n\x05items\x18\x07 \x03(\x0b\x32\x19.enclave.snapshot.v1.Item\x12\x0f\n\x07removed\x18\x08 \x03(\t\x12\r\n\x05\x64\x65lta\x18\t \x01(\x08\x12\x0c\n\x04more\x18\n \x01(\x08\"\"\n\x04Item\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"^\n\x0cWatchRequest\x12\x12\n\nsubscriber\x18\x01 \x01(\t\x12\r\n\x05kinds\x18\x02 \x03(\t\x12\x19\n\x11heartbeat_seconds\x18\x03 \x01(\r\x12\x10\n\x08itemized\x18\x04 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"enclave/snapshot/v1/snapshot.proto\x12\x13\x65nclave.snapshot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x02\n\x08Snapshot\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12/\n\x0bproduced_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\theartbeat\x18\x06 \x01(\x08\x12(\n\x05items\x18\x07 \x03(\x0b\x32\x19.enclave.snapshot.v1.Item\x12\x0f\n\x07removed\x18\x08 \x03(\t\x12\r\n\x05\x64\x65lta\x18\t \x01(\x08\x12\x0c\n\x04more\x18\n \x01(\x08\x12\x13\n\x0bunconfirmed\x18\x0b \x01(\x08\"\"\n\x04Item\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"^\n\x0cWatchRequest\x12\x12\n\nsubscriber\x18\x01 \x01(\t\x12\r\n\x05kinds\x18\x02 \x03(\t\x12\x19\n\x11heartbeat_seconds\x18\x03 \x01(\r\x12\x10\n\x08itemized\x18\x04 \x01(\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,9 +33,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'enclave.snapshot.v1.snapsho
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SNAPSHOT']._serialized_start=93
-  _globals['_SNAPSHOT']._serialized_end=329
-  _globals['_ITEM']._serialized_start=331
-  _globals['_ITEM']._serialized_end=365
-  _globals['_WATCHREQUEST']._serialized_start=367
-  _globals['_WATCHREQUEST']._serialized_end=461
+  _globals['_SNAPSHOT']._serialized_end=350
+  _globals['_ITEM']._serialized_start=352
+  _globals['_ITEM']._serialized_end=386
+  _globals['_WATCHREQUEST']._serialized_start=388
+  _globals['_WATCHREQUEST']._serialized_end=482
 # @@protoc_insertion_point(module_scope)

@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Snapshot(_message.Message):
-    __slots__ = ("kind", "revision", "incarnation", "payload", "produced_at", "heartbeat", "items", "removed", "delta", "more")
+    __slots__ = ("kind", "revision", "incarnation", "payload", "produced_at", "heartbeat", "items", "removed", "delta", "more", "unconfirmed")
     KIND_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class Snapshot(_message.Message):
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
+    UNCONFIRMED_FIELD_NUMBER: _ClassVar[int]
     kind: str
     revision: int
     incarnation: str
@@ -31,7 +32,8 @@ class Snapshot(_message.Message):
     removed: _containers.RepeatedScalarFieldContainer[str]
     delta: bool
     more: bool
-    def __init__(self, kind: _Optional[str] = ..., revision: _Optional[int] = ..., incarnation: _Optional[str] = ..., payload: _Optional[bytes] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat: _Optional[bool] = ..., items: _Optional[_Iterable[_Union[Item, _Mapping]]] = ..., removed: _Optional[_Iterable[str]] = ..., delta: _Optional[bool] = ..., more: _Optional[bool] = ...) -> None: ...
+    unconfirmed: bool
+    def __init__(self, kind: _Optional[str] = ..., revision: _Optional[int] = ..., incarnation: _Optional[str] = ..., payload: _Optional[bytes] = ..., produced_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat: _Optional[bool] = ..., items: _Optional[_Iterable[_Union[Item, _Mapping]]] = ..., removed: _Optional[_Iterable[str]] = ..., delta: _Optional[bool] = ..., more: _Optional[bool] = ..., unconfirmed: _Optional[bool] = ...) -> None: ...
 
 class Item(_message.Message):
     __slots__ = ("key", "value")
