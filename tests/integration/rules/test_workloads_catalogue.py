@@ -109,7 +109,7 @@ RULES: list[dict[str, Any]] = [
         "enforce": {
             "action": "allow",
             "workloads": {
-                "targets": ["Deployment", "StatefulSet"],
+                "targets": ["Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"],
                 "disruptionBudgets": {"required": True, "maxUnavailable": 1},
             },
         }
@@ -370,13 +370,14 @@ def test_replicated_controllers_need_a_disruption_budget_first(tenant: Tenant) -
     """Coverage is decided from the PodDisruptionBudgets in the Rules snapshot: refused without one, admitted
     once the budget the tenant creates has reached admission (moments later: the refusal says so)."""
     policy = client.PolicyV1Api(tenant.apis)
-    for kind in ("Deployment", "StatefulSet"):
+    for kind in ("Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"):
         body = workload(kind, pod_spec())
         body["spec"]["replicas"] = 2
         message = refusal(partial(tenant.create, body))
         assert "requires a PodDisruptionBudget covering " + kind in message
         assert "may not have reached admission yet" in message
-        budget = {"metadata": {"name": unique("pdb")}, "spec": {"selector": body["spec"]["selector"]}}
+        selector = {"matchLabels": body["spec"]["template"]["metadata"]["labels"]}
+        budget: dict[str, Any] = {"metadata": {"name": unique("pdb")}, "spec": {"selector": selector}}
         too_loose = copy.deepcopy(budget)
         too_loose["spec"]["maxUnavailable"] = 3
         create_budget = policy.create_namespaced_pod_disruption_budget
