@@ -51,6 +51,7 @@ pytest.importorskip("kopf")
 TENANTS = int(os.environ.get("ENCLAVE_KOPF_TENANTS", "1000"))
 NAMESPACES = int(os.environ.get("ENCLAVE_KOPF_NAMESPACES", "2"))
 IDLE = 20.0
+HANDOVER_BOUND = 300.0
 CONTROLLER = "bench-controller"
 GROUP, VERSION = "enclave.dev", "v1beta2"
 TENANT_LABEL = "enclave.dev/tenant"
@@ -278,13 +279,16 @@ def _measure(name: str, root: Path) -> Result:
         killed = time.monotonic()
         core.create_namespace({"metadata": {"name": "handover", "labels": {TENANT_LABEL: tenants[0]}}})
         rbac = client.RbacAuthorizationV1Api(kube)
-        poll(
-            lambda: len(rbac.list_namespaced_role_binding("handover", label_selector=MANAGED).items) >= roles,
-            timeout=300,
-            interval=0.2,
-            what=f"{name}: the standby binds a namespace after the leader died",
-        )
-        handover = time.monotonic() - killed
+        try:
+            poll(
+                lambda: len(rbac.list_namespaced_role_binding("handover", label_selector=MANAGED).items) >= roles,
+                timeout=HANDOVER_BOUND,
+                interval=0.2,
+                what=f"{name}: the standby binds a namespace after the leader died",
+            )
+            handover = time.monotonic() - killed
+        except AssertionError:
+            handover = float("inf")  # printed as "> bound": a result, not a crash of the benchmark
         return Result(done - last, done - first, _kinds(run_events), _kinds(idle_events), rss, handover)
     finally:
         for replica in replicas:
@@ -300,7 +304,10 @@ def workdir() -> Iterator[Path]:
 
 
 def test_kopf_against_our_runtime(workdir: Path) -> None:
-    results = {name: _measure(name, workdir) for name in ("ours", "kopf")}
+    results: dict[str, Result] = {}
+    for name in ("ours", "kopf"):
+        results[name] = _measure(name, workdir)
+        print(f"\n{name}: {results[name]}", flush=True)  # kept if the other runtime's half fails
     total = TENANTS * NAMESPACES
     print(f"\nenclave-tenants' write loop: {TENANTS} tenants x {NAMESPACES} namespaces = {total}, two replicas each")
     print(f"{'':<46}{'ours':>12}{'kopf':>12}")
@@ -327,6 +334,12 @@ def test_kopf_against_our_runtime(workdir: Path) -> None:
         ".0f",
     )
     row("RSS of the active replica, MB", lambda r: r.rss_mb, ".0f")
-    row("handover after SIGKILL, s", lambda r: r.handover)
+    print(
+        f"{'handover after SIGKILL, s':<46}"
+        + "".join(
+            f"{(f'> {HANDOVER_BOUND:g}' if r.handover == float('inf') else f'{r.handover:.1f}'):>12}"
+            for r in (results["ours"], results["kopf"])
+        )
+    )
     for name, result in results.items():
         print(f"{name} requests during the run: {dict(result.requests_run.most_common(8))}")
