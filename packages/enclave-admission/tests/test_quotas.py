@@ -156,6 +156,26 @@ async def test_dry_run_evaluates_without_writing() -> None:
     assert not (await decide(state, "CREATE", configmap("b"), dry_run=True)).allowed
 
 
+class Unreachable(Store):
+    """kube-apiserver (or its etcd) away: every read and write fails the way the REST client reports it."""
+
+    async def get_or_none(self, path: str) -> JSON | None:
+        raise KubeError(503, "ServiceUnavailable", "etcdserver: request timed out")
+
+    async def replace(self, path: str, body: JSON) -> JSON:
+        raise KubeError(503, "ServiceUnavailable", "etcdserver: request timed out")
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["create", "dry-run"])
+async def test_an_unreachable_ledger_is_a_denial_naming_the_quota_not_an_error(dry_run: bool) -> None:
+    state = setup(Unreachable(), entry("cm", "5", configmaps()))
+    denied = await decide(state, "CREATE", configmap("a"), dry_run=dry_run)
+    assert not denied.allowed
+    assert denied.reason == "QuotaNotReady"
+    assert "cm" in denied.message
+    assert "retry" in denied.message or "could not be" in denied.message
+
+
 async def test_path_sums_memory_over_containers_and_updates_hold_only_growth() -> None:
     store = Store()
     state = setup(store, entry("mem", "3Gi", pods(path=MEMORY)))

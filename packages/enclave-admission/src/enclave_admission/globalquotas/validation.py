@@ -124,6 +124,12 @@ async def _dry_run(state: State, needs: list[Need]) -> Decision:
                 await ledgers.read(need.quota.ledger_name)
             except LedgerMissingError:
                 return _missing(need)
+            except Exception as err:  # kube-apiserver or etcd away: fail closed with a reason, not a 500
+                log.warning("ledger read failed", extra={"ledger": need.quota.ledger_name, "error": str(err)})
+                return Decision.deny(
+                    "GlobalQuotaNotReady",
+                    f"GlobalResourceQuota {need.quota.name}: the ledger could not be read: {err}; retry",
+                )
             cached = ledgers.cached(need.quota.ledger_name)
         outcome = reserve_resources(cached.status if cached else None, need.hold, need.hard, now=now)
         if isinstance(outcome, ResourceRefusal):

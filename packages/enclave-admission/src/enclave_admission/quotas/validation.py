@@ -141,6 +141,11 @@ async def _dry_run(state: State, needs: list[Need]) -> Decision:
                 await ledgers.read(need.quota.ledger)
             except LedgerMissingError:
                 return _missing(need)
+            except Exception as err:  # kube-apiserver or etcd away: fail closed with a reason, not a 500
+                log.warning("ledger read failed", extra={"ledger": need.quota.ledger, "error": str(err)})
+                return Decision.deny(
+                    "QuotaNotReady", f"{need.quota.display}: the ledger could not be read: {err}; retry"
+                )
             cached = ledgers.cached(need.quota.ledger)
         outcome = reserve(cached.status if cached else None, need.hold, need.limit, now=now)
         if isinstance(outcome, Refusal):
