@@ -126,6 +126,44 @@ def test_evaluate_all_converts_once_and_keeps_order(facade: cel.CelFacade) -> No
     assert isinstance(results[3], cel.Failed)
 
 
+def _same(folded: list[cel.EvalResult[bool]], alone: list[cel.EvalResult[bool]]) -> None:
+    assert len(folded) == len(alone)
+    for one, other in zip(folded, alone, strict=True):
+        if isinstance(other, cel.Failed):
+            assert isinstance(one, cel.Failed), (one, other)
+            assert one.error.kind is other.error.kind
+        else:
+            assert one == other
+
+
+def test_condition_batch_answers_exactly_as_each_condition_alone(facade: cel.CelFacade) -> None:
+    """Folded into one program when all hold or are false; when one errors or is not a bool the chunk is
+    evaluated one by one, so each keeps its own result and error."""
+    texts = [
+        "object.metadata.labels['app'] == 'web'",
+        "request.userInfo.username == 'bob'",
+        "object.metadata.name.startsWith('w') // a trailing comment",
+        "object.metadata.labels['missing'] == 'x' || true",  # CEL's || absorbs the error inside a condition
+    ]
+    programs = [facade.condition(text, cel.RULE_CONDITION_ENV) for text in texts]
+    batch = facade.condition_batch(programs)
+    _same(batch.evaluate(variables()), facade.evaluate_all(programs, variables()))
+    assert batch.evaluate(variables()) == [cel.Ok(True), cel.Ok(False), cel.Ok(True), cel.Ok(True)]
+    erring = [*programs, facade.condition("object.spec.nodeName == 'n1'", cel.RULE_CONDITION_ENV)]
+    _same(facade.condition_batch(erring).evaluate(variables()), facade.evaluate_all(erring, variables()))
+    assert isinstance(facade.condition_batch(erring).evaluate(variables())[-1], cel.Failed)
+
+
+def test_condition_batch_chunks_past_62_conditions(facade: cel.CelFacade) -> None:
+    programs = [
+        facade.condition(f"object.spec.containers.size() > {i % 3}", cel.RULE_CONDITION_ENV) for i in range(130)
+    ]
+    results = facade.condition_batch(programs).evaluate(variables())
+    _same(results, facade.evaluate_all(programs, variables()))
+    assert results.count(cel.Ok(True)) > 0
+    assert results.count(cel.Ok(False)) > 0
+
+
 def test_combine_conditions_follows_the_spec() -> None:
     error = cel.Failed(cel.EvalError(cel.ErrorKind.OTHER, "boom", "x"))
     assert cel.combine_conditions([])[0] is cel.ConditionOutcome.MATCH

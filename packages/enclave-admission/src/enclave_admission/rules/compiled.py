@@ -250,6 +250,61 @@ def _areas(rule: AppliedRule) -> dict[str, Any]:
     return areas
 
 
+MAX_CACHED_KINDS = 256
+"""Bound of the per-kind memo of a namespace's rules (a cluster has a few hundred kinds at most)."""
+MAX_CACHED_AUDIENCES = 64
+"""Bound of the per-applicability memo of a kind's metadata keys."""
+
+
+class KeyGroup:
+    """One label or annotation key and the (rule, key rule) pairs that apply to it, in rule order, with what
+    every request would otherwise work out again: its field path, its effective managed value (the last
+    one) and whether any allow rule governs it (without one, an absent key has nothing to answer)."""
+
+    __slots__ = ("governed", "managed", "pairs", "path")
+
+    def __init__(self, part: str, key: str, pairs: tuple[tuple[CompiledRule, KeyRule], ...]) -> None:
+        self.pairs = pairs
+        self.path = f"metadata.{part}[{key!r}]"
+        managed: tuple[str, CompiledRule] | None = None
+        for rule, key_rule in pairs:
+            if key_rule.managed is not None:
+                managed = (key_rule.managed, rule)
+        self.managed = managed
+        self.governed = any(rule.action == "allow" for rule, _ in pairs)
+
+
+MetadataKeys = dict[tuple[str, str], KeyGroup]
+"""Per (labels|annotations, key): the key's group of applicable rules."""
+
+
+class MetadataScope:
+    """The metadata rules of one namespace that speak about one kind, and their keys grouped per label or
+    annotation for each combination of those rules that applies to a request (usually one or two: rules
+    with audiences or conditions split it)."""
+
+    __slots__ = ("by_applicable", "rules")
+
+    def __init__(self, rules: tuple[tuple[CompiledRule, tuple[KeyRule, ...]], ...]) -> None:
+        self.rules = rules
+        self.by_applicable: dict[tuple[int, ...], MetadataKeys] = {}
+
+    def keys(self, applicable: tuple[int, ...]) -> MetadataKeys:
+        """The keys of the rules at positions ``applicable`` (of :attr:`rules`); shared, never to be changed."""
+        found = self.by_applicable.get(applicable)
+        if found is None:
+            grouped: dict[tuple[str, str], list[tuple[CompiledRule, KeyRule]]] = {}
+            for position in applicable:
+                rule, keys = self.rules[position]
+                for key in keys:
+                    grouped.setdefault((key.part, key.key), []).append((rule, key))
+            found = {(part, key): KeyGroup(part, key, tuple(pairs)) for (part, key), pairs in grouped.items()}
+            if len(self.by_applicable) >= MAX_CACHED_AUDIENCES:
+                self.by_applicable.clear()
+            self.by_applicable[applicable] = found
+        return found
+
+
 @dataclass(frozen=True, slots=True)
 class NamespaceSet:
     """A namespace's compiled rules and which of them speak about each area (for skipping quickly)."""
@@ -275,8 +330,31 @@ class NamespaceSet:
     """The rules the mutating hook asks about (``mutate[]`` or managed/default metadata) that have conditions."""
     mutating_programs: tuple[cel.Program[bool], ...] = ()
     """Their conditions, flattened: the mutating hook evaluates these, not every rule's (see ``programs``)."""
+    mutating_batch: cel.ConditionBatch | None = None
+    """``mutating_programs`` folded like ``batch``."""
     budgets: tuple[BudgetView, ...] = ()
     """The namespace's PodDisruptionBudgets (only when a rule requires coverage; see the Rules snapshot)."""
+    batch: cel.ConditionBatch | None = None
+    """``programs`` folded for evaluation together: one runtime call per request for all of them."""
+    metadata_scopes: dict[tuple[str, str], MetadataScope] = field(default_factory=dict, compare=False)
+    """Per (kind, apiVersion): the metadata rules that speak about it, filled on first use (see
+    :meth:`metadata_scope`)."""
+
+    def metadata_scope(self, kind: str, api_version: str) -> MetadataScope:
+        """The metadata rules whose kinds match ``kind``/``api_version``, with their keys: worked out once per
+        kind for the snapshot, not per request."""
+        found = self.metadata_scopes.get((kind, api_version))
+        if found is None:
+            rules = []
+            for rule in self.metadata:
+                parts = [part for part in rule.metadata if part.scope.matches(kind, api_version)]
+                if parts:
+                    rules.append((rule, tuple(key for part in parts for key in part.keys)))
+            found = MetadataScope(tuple(rules))
+            if len(self.metadata_scopes) >= MAX_CACHED_KINDS:
+                self.metadata_scopes.clear()
+            self.metadata_scopes[(kind, api_version)] = found
+        return found
 
 
 def compile_namespace(item: NamespaceRules, budgets: tuple[BudgetView, ...] = ()) -> NamespaceSet:
@@ -288,6 +366,8 @@ def compile_namespace(item: NamespaceRules, budgets: tuple[BudgetView, ...] = ()
         and not r.broken
         and (r.mutations or any(k.default is not None or k.managed is not None for p in r.metadata for k in p.keys))
     )
+    programs = tuple(p for r in rules if r.conditions and not r.broken for p in r.conditions)
+    mutating_programs = tuple(p for r in mutating for p in r.conditions)
     return NamespaceSet(
         namespace=item.namespace,
         tenant=item.tenant,
@@ -301,9 +381,11 @@ def compile_namespace(item: NamespaceRules, budgets: tuple[BudgetView, ...] = ()
         workloads=tuple(r for r in rules if r.workloads is not None),
         mutations=tuple(r for r in rules if r.mutations),
         conditional=tuple(r for r in rules if r.conditions and not r.broken),
-        programs=tuple(p for r in rules if r.conditions and not r.broken for p in r.conditions),
+        programs=programs,
+        batch=cel.default().condition_batch(programs) if programs else None,
         mutating=mutating,
-        mutating_programs=tuple(p for r in mutating for p in r.conditions),
+        mutating_programs=mutating_programs,
+        mutating_batch=cel.default().condition_batch(mutating_programs) if mutating_programs else None,
         budgets=budgets,
     )
 

@@ -63,9 +63,10 @@ class Review:
 
     __slots__ = (
         "_applies",
+        "_batch",
         "_conditional",
         "_conditions",
-        "_programs",
+        "_outcomes",
         "_request_vars",
         "_variables",
         "findings",
@@ -80,14 +81,17 @@ class Review:
         # Which conditions the first rule asked evaluates together: every rule's for the validating hook, only
         # those of the rules the mutating hook asks about for it (any other rule asked is evaluated alone).
         self._conditional = rules.mutating if mutating else rules.conditional
-        self._programs = rules.mutating_programs if mutating else rules.programs
+        self._batch = rules.mutating_batch if mutating else rules.batch
         self.findings: list[Finding] = []
         self.malformed = ""
         """Why the object cannot be judged (a field of the wrong JSON type): answered as a bad request."""
         self._applies: dict[int, bool] = {}
         self._variables: dict[str, Any] | None = None
         self._request_vars: dict[str, Any] | None = None
-        self._conditions: dict[int, list[cel.EvalResult[bool]]] | None = None
+        self._conditions: dict[int, list[cel.EvalResult[bool]]] = {}
+        """The condition results of rules whose conditions did not all hold (for their messages)."""
+        self._outcomes: dict[int, bool | None] | None = None
+        """Per conditional rule: all conditions true, one false, or None (an error and none false)."""
 
     # -- applicability ----------------------------------------------------------------------------------------
 
@@ -148,7 +152,12 @@ class Review:
             return False  # a broken rule is reported once by check_broken
         if not rule.conditions:
             return True
-        results = self._condition_results(rule)
+        verdict = self._condition_outcomes().get(rule.index)
+        if verdict is not None:
+            return verdict
+        results = self._conditions.get(rule.index) or cel.default().evaluate_all(
+            list(rule.conditions), self.variables()
+        )
         outcome, _ = cel.combine_conditions(results)
         if outcome is cel.ConditionOutcome.MATCH:
             return True
@@ -168,19 +177,34 @@ class Review:
             )
         return False
 
-    def _condition_results(self, rule: CompiledRule) -> list[cel.EvalResult[bool]]:
-        """The results of ``rule``'s conditions. The first rule asked evaluates the conditions of every rule of
-        the namespace at once: the request's object is converted for CEL once, not once per rule."""
-        found = self._conditions
+    def _condition_outcomes(self) -> dict[int, bool | None]:
+        """Whether each conditional rule's conditions hold. The first rule asked evaluates the conditions of
+        every rule of the namespace at once (one folded program, :class:`enclave_core.cel.ConditionBatch`):
+        the request's object is converted for CEL once and the runtime is called once, not once per rule."""
+        found = self._outcomes
         if found is None:
-            results = cel.default().evaluate_all(list(self._programs), self.variables())
-            found = self._conditions = {}
+            batch = self._batch
+            results = batch.evaluate(self.variables()) if batch is not None else []
+            found = self._outcomes = {}
             position = 0
             for candidate in self._conditional:
                 count = len(candidate.conditions)
-                found[candidate.index] = results[position : position + count]
+                verdict: bool | None = True
+                for result in results[position : position + count]:
+                    if not isinstance(result, cel.Ok) or result.value is not True:
+                        verdict = None
+                        break
+                if verdict is None:
+                    chunk = results[position : position + count]
+                    outcome, _ = cel.combine_conditions(chunk)
+                    if outcome is cel.ConditionOutcome.SKIP:
+                        verdict = False
+                    self._conditions[candidate.index] = chunk
+                found[candidate.index] = verdict
+                if verdict is not None and candidate.everyone:
+                    self._applies[candidate.index] = verdict  # nothing else to ask: later rules hit the memo
                 position += count
-        return found.get(rule.index) or cel.default().evaluate_all(list(rule.conditions), self.variables())
+        return found
 
     def check_broken(self) -> None:
         """Rules that cannot be evaluated reject every request of their audience (they were refused at the

@@ -19,32 +19,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from enclave_admission.review import JSON, pointer
-from enclave_admission.rules.compiled import CompiledRule, KeyRule
+from enclave_admission.rules.compiled import CompiledRule, KeyRule, MetadataKeys
 from enclave_admission.rules.engine import Item, Review
 from enclave_admission.rules.matching import describe, match_any
 
 
-def _entries(review: Review) -> dict[tuple[str, str], list[tuple[CompiledRule, KeyRule]]]:
-    """Per (labels|annotations, key): the (rule, key rule) pairs that apply to this request, in rule order."""
+def _entries(review: Review) -> MetadataKeys:
+    """Per (labels|annotations, key): the (rule, key rule) pairs that apply to this request, in rule order.
+    Which rules speak about the kind is known per snapshot; only whether each applies is asked here."""
     request = review.request
-    found: dict[tuple[str, str], list[tuple[CompiledRule, KeyRule]]] = {}
-    for rule in review.rules.metadata:
-        parts = [part for part in rule.metadata if part.scope.matches(request.kind, request.api_version)]
-        if not parts or not review.applies(rule):
-            continue
-        for part in parts:
-            for key in part.keys:
-                found.setdefault((key.part, key.key), []).append((rule, key))
-    return found
-
-
-def _managed(entries: list[tuple[CompiledRule, KeyRule]]) -> tuple[str, CompiledRule] | None:
-    """The effective managed value of a key: the last applicable one."""
-    found = None
-    for rule, key in entries:
-        if key.managed is not None:
-            found = (key.managed, rule)
-    return found
+    scope = review.rules.metadata_scope(request.kind, request.api_version)
+    if not scope.rules:
+        return {}
+    applicable = tuple(position for position, (rule, _) in enumerate(scope.rules) if review.applies(rule))
+    return scope.keys(applicable) if applicable else {}
 
 
 def judge(review: Review) -> None:
@@ -55,22 +43,24 @@ def judge(review: Review) -> None:
     if not entries:
         return
     update = request.operation == "UPDATE"
-    for (part, key), pairs in entries.items():
+    for (part, key), group in entries.items():
         new: Mapping[str, str] = request.labels if part == "labels" else request.annotations
-        old: Mapping[str, str] = request.old_labels if part == "labels" else request.old_annotations
         value = new.get(key)
-        if update and value == old.get(key):
-            continue
-        path = f"metadata.{part}[{key!r}]"
-        managed = _managed(pairs)
+        if value is None and group.managed is None and not group.governed:
+            continue  # deny and audit never match an absent key, and no allow requires it
+        if update:
+            old: Mapping[str, str] = request.old_labels if part == "labels" else request.old_annotations
+            if value == old.get(key):
+                continue
+        managed = group.managed
         if managed is not None:
             wanted, owner = managed
             if value != wanted:
-                review.settle(_managed_violation(owner, path, wanted, value))
+                review.settle(_managed_violation(owner, group.path, wanted, value))
             continue  # equal to the managed value: exempt from value validation
         item = Item()
-        for rule, rule_key in pairs:
-            _judge_key(item, rule, rule_key, path, value)
+        for rule, rule_key in group.pairs:
+            _judge_key(item, rule, rule_key, group.path, value)
         review.settle(item)
 
 
@@ -109,15 +99,15 @@ def managed_and_defaults(review: Review, wanted: dict[tuple[str, str], str]) -> 
     """Add to ``wanted`` (values earlier mutations set) the managed values (CREATE and UPDATE) and the defaults
     of absent keys (CREATE); a managed value always has the last word."""
     request = review.request
-    for (part, key), pairs in _entries(review).items():
-        managed = _managed(pairs)
+    for (part, key), group in _entries(review).items():
+        managed = group.managed
         current = wanted.get((part, key), (request.labels if part == "labels" else request.annotations).get(key))
         if managed is not None:
             if current != managed[0]:
                 wanted[(part, key)] = managed[0]
             continue
         if request.operation == "CREATE" and current is None:
-            defaults = [rule_key.default for _, rule_key in pairs if rule_key.default is not None]
+            defaults = [rule_key.default for _, rule_key in group.pairs if rule_key.default is not None]
             if defaults:
                 wanted[(part, key)] = defaults[-1]
 

@@ -28,7 +28,7 @@ from enclave_core.cel.environment import (
     VarType,
 )
 from enclave_core.cel.errors import CelCompileError, CelIssue, ErrorKind, EvalError
-from enclave_core.cel.facade import CelFacade, Program
+from enclave_core.cel.facade import CelFacade, ConditionBatch, Program
 from enclave_core.cel.results import ConditionOutcome, EvalResult, Failed, Ok, combine_conditions
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "CelCompileError",
     "CelFacade",
     "CelIssue",
+    "ConditionBatch",
     "ConditionOutcome",
     "Environment",
     "ErrorKind",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from enclave_core.cel import limits
 from enclave_core.cel.engine import CompiledExpression, Engine
@@ -19,7 +19,7 @@ from enclave_core.cel.errors import CelCompileError, CelIssue, ErrorKind, EvalEr
 from enclave_core.cel.results import EvalResult, Failed, Ok
 from enclave_core.quantity import Quantity
 
-__all__ = ["CelFacade", "Program"]
+__all__ = ["CelFacade", "ConditionBatch", "Program"]
 
 T = TypeVar("T")
 
@@ -203,6 +203,87 @@ class CelFacade:
                 out.append(result)
             else:
                 out.append(program._convert(program.text, result.value))
+        return out
+
+    def condition_batch(self, programs: Sequence[Program[bool]]) -> ConditionBatch:
+        """Boolean conditions that are evaluated together on every input (a namespace's rule conditions),
+        folded into as few programs as the guards allow (see :class:`ConditionBatch`). Compiled once."""
+        return ConditionBatch(self, programs)
+
+
+_BATCH_BITS: Final = 62
+"""Conditions per folded program: bit 62 would still fit CEL's signed 64-bit int, 62 keeps it clear."""
+_TRUE: Final[Ok[bool]] = Ok(True)
+_FALSE: Final[Ok[bool]] = Ok(False)
+
+
+def _balanced_sum(terms: list[str]) -> str:
+    """``a + b + ...`` as a balanced tree: a left-leaning chain would nest one level per term and trip the
+    depth guard long before the node or length guard."""
+    if len(terms) == 1:
+        return terms[0]
+    middle = len(terms) // 2
+    return f"({_balanced_sum(terms[:middle])} + {_balanced_sum(terms[middle:])})"
+
+
+class ConditionBatch:
+    """Many boolean conditions on the same input, answered by one evaluation instead of one each.
+
+    Why: every evaluation pays a fixed price (the call into the runtime, the result conversion), and a
+    namespace's rule conditions are all asked on every request. The conditions are folded into one program
+    ``((c0) ? 1 : 0) + ((c1) ? 2 : 0) + ...`` whose integer result carries every condition's value as a bit.
+    Semantics are exactly those of evaluating each condition alone: each ``ci`` is its own subexpression, so
+    CEL's error absorption inside it is untouched, and when any condition errors or yields a non-bool the
+    folded program errors too and that chunk's conditions are evaluated one by one, giving each its own
+    result and error. Chunks hold at most 62 conditions and stay within the facade's length, node and depth
+    guards; a chunk that still does not compile is evaluated one by one as well.
+    """
+
+    __slots__ = ("_chunks", "_facade", "_programs")
+
+    def __init__(self, facade: CelFacade, programs: Sequence[Program[bool]]) -> None:
+        self._facade = facade
+        self._programs = list(programs)
+        self._chunks: list[tuple[int, int, Program[Any] | None]] = []
+        start = 0
+        while start < len(self._programs):
+            end, length, nodes = start, 0, 0
+            while end < len(self._programs) and end - start < _BATCH_BITS:
+                program = self._programs[end]
+                facts = program.compiled.facts
+                more_nodes = (facts.nodes if facts is not None else 0) + 4
+                more_length = len(program.text) + 24
+                if end > start and (
+                    length + more_length > limits.MAX_EXPRESSION_LENGTH or nodes + more_nodes > limits.MAX_AST_NODES
+                ):
+                    break
+                length, nodes, end = length + more_length, nodes + more_nodes, end + 1
+            self._chunks.append((start, end, self._fold(self._programs[start:end])))
+            start = end
+
+    def _fold(self, programs: list[Program[bool]]) -> Program[Any] | None:
+        if len(programs) < 2 or len({p.env for p in programs}) != 1:
+            return None
+        # The newline ends a trailing `//` comment of a condition before the closing parenthesis.
+        terms = [f"(({p.text}\n) ? {1 << bit} : 0)" for bit, p in enumerate(programs)]
+        try:
+            return self._facade.compile(_balanced_sum(terms), programs[0].env)
+        except CelCompileError:
+            return None
+
+    def evaluate(self, variables: Mapping[str, Any]) -> list[EvalResult[bool]]:
+        """One result per condition, in order; never raises."""
+        folded = [program for _, _, program in self._chunks if program is not None]
+        raw = iter(self._facade.engine.evaluate_many([p.compiled for p in folded], variables) if folded else ())
+        out: list[EvalResult[bool]] = []
+        for start, end, program in self._chunks:
+            if program is not None:
+                result = next(raw)
+                if isinstance(result, Ok) and type(result.value) is int:
+                    bits = result.value
+                    out.extend(_TRUE if bits >> bit & 1 else _FALSE for bit in range(end - start))
+                    continue
+            out.extend(self._facade.evaluate_all(self._programs[start:end], variables))
         return out
 
 
