@@ -201,8 +201,6 @@ class Review:
                         verdict = False
                     self._conditions[candidate.index] = chunk
                 found[candidate.index] = verdict
-                if verdict is not None and candidate.everyone:
-                    self._applies[candidate.index] = verdict  # nothing else to ask: later rules hit the memo
                 position += count
         return found
 
