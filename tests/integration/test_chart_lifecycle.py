@@ -33,6 +33,7 @@ from enclave_testing.crds import install_crds
 from enclave_testing.names import unique
 from enclave_testing.paths import repo_root
 from enclave_testing.processes import free_port
+from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll
 
 pytestmark = pytest.mark.integration
@@ -257,8 +258,9 @@ def test_live_upgrade_from_the_previous_chart_then_uninstall(
                 core.delete_namespace(name)
         with contextlib.suppress(ApiException):
             custom.delete_cluster_custom_object(GROUP, "v1beta2", "tenants", tenant)
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, "v1beta2", "serviceconfigurations", config_name)
+        # The webhook configurations enclave-config generated (Fail hooks at the stopped admission server that
+        # would refuse every later module's tenant users) and its RBAC, now that it cannot write them back.
+        remove_configuration(kube, config_name)
         with contextlib.suppress(ApiException):
             core.delete_namespace(namespace)
         install_crds(kube)  # this release's CRDs for the tests that follow

@@ -13,10 +13,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from enclave_admission.defaults import url_client, webhooks
-from enclave_core.api import kind_info
+from enclave_core.api import KINDS, kind_info
+from enclave_core.api.v1beta1.examples import example_v1beta1
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
+from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll
 
 SPECS = {spec.name: spec for spec in COMPONENTS}
@@ -112,6 +114,20 @@ def stack(
         return bool(webhook.client_config.url == f"{admission.webhook_url}/convert" and webhook.client_config.ca_bundle)
 
     poll(converted_by_us, what="enclave-config points the CRDs' conversion webhook at admission")
+
+    def converting() -> bool:
+        """kube-apiserver picks a CRD's new conversion client up from its informer, a moment after the write:
+        a dry-run v1beta1 create of every kind goes through /convert once it has."""
+        for info in KINDS:
+            probe = example_v1beta1(info.kind)
+            probe["metadata"]["name"] = unique("probe")
+            if info.namespaced:
+                custom.create_namespaced_custom_object(GROUP, "v1beta1", namespace, info.plural, probe, dry_run="All")
+            else:
+                custom.create_cluster_custom_object(GROUP, "v1beta1", info.plural, probe, dry_run="All")
+        return True
+
+    poll(converting, timeout=60, what="kube-apiserver converts every kind through admission's /convert")
     try:
         yield result
     finally:
@@ -124,16 +140,6 @@ def stack(
                     custom.delete_cluster_custom_object(GROUP, "v1beta2", plural, name)
         for running in reversed(result.processes):
             running.process.stop()
-        for kind in ("validating", "mutating"):
-            with contextlib.suppress(ApiException):
-                getattr(registrations, f"delete_{kind}_webhook_configuration")(f"{config_name}-{kind}")
-        rbac = client.RbacAuthorizationV1Api(kube)
-        with contextlib.suppress(ApiException):
-            rbac.delete_cluster_role_binding(f"{config_name}-prov")
-        for role in (f"{config_name}-prov", f"{config_name}-del"):
-            with contextlib.suppress(ApiException):
-                rbac.delete_cluster_role(role)
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, "v1beta2", "serviceconfigurations", config_name)
+        remove_configuration(kube, config_name)
         with contextlib.suppress(ApiException):
             core.delete_namespace(namespace)

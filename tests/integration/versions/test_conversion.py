@@ -130,11 +130,6 @@ def _attempt(stack: Stack, user: str, name: str, labels: dict[str, str] | None =
     return "created"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="quarantined: in one full clean-clone run the owner's plain create of <tenant>-a did not happen "
-    "(namespace not found afterwards); passes alone. Open in the session 4 closing note.",
-)
 def test_a_v1beta1_tenant_with_deprecated_fields_behaves_like_its_v1beta2_twin(stack: Stack) -> None:
     old, new = unique("old"), unique("new")
     alice, bob = unique("alice"), unique("bob")
@@ -169,11 +164,13 @@ def test_a_v1beta1_tenant_with_deprecated_fields_behaves_like_its_v1beta2_twin(s
     outcomes: dict[str, list[str]] = {}
     for tenant, user in ((old, alice), (new, bob)):
 
-        def first(tenant: str = tenant, user: str = user) -> bool:
+        def first(tenant: str = tenant, user: str = user) -> str | None:
+            # Until admission's snapshot has the tenant, the owner owns nothing; then the forbidden label is
+            # refused. Anything else (another hook refusing, the label let through) is answered at the deadline.
             outcome = _attempt(stack, user, f"{tenant}-a", {"forbidden": "x"})
-            return "you own no tenant" not in outcome and "not received" not in outcome and outcome != "created"
+            return outcome if f"for namespaces of tenant {tenant}" in outcome else None
 
-        poll(first, timeout=30, what=f"admission knows tenant {tenant}")
+        poll(first, timeout=30, what=f"admission refuses tenant {tenant}'s forbidden label")
         steps = [
             _attempt(stack, user, f"{tenant}-a", {"secret-key": "x"}),
             _attempt(stack, user, f"{tenant}-a"),
