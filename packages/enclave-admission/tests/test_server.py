@@ -10,14 +10,16 @@ import socket
 import ssl
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from admission_helpers import ALICE, decode_patch, make_state, namespace, review, tenant
-from aiohttp import ClientSession, TCPConnector
+from aiohttp import ClientError, ClientSession, TCPConnector
 from cryptography import x509
 from prometheus_client import REGISTRY
 
 from enclave_admission.certificates import ServingCertificate
+from enclave_admission.listener import Limits
 from enclave_admission.server import AdmissionServer
 from enclave_admission.state import State
 from enclave_core.pki import CertificateAuthority
@@ -133,5 +135,63 @@ async def test_renewed_certificate_is_served_to_new_connections_without_restart(
                 f"https://127.0.0.1:{port}/namespaces", json=review(ALICE, "CREATE", namespace("y"))
             )
             assert again.status == 200
+    finally:
+        await server.stop()
+
+
+async def test_with_client_authentication_a_caller_without_a_certificate_gets_only_convert(tmp_path: Any) -> None:
+    """kube-apiserver calls conversion webhooks without a client certificate: the handshake lets such a caller
+    in (CERT_OPTIONAL), the listener answers it ``/convert`` and nothing else (403 before the body is read),
+    while a certificate from another CA never completes the handshake and one with another name is closed."""
+    ca = CertificateAuthority.generate("test-ca")
+    serving = ca.issue("admission", ip_addresses=["127.0.0.1"])
+    apiserver = ca.issue("kube-apiserver-webhook", server=False, client=True)
+    stranger = ca.issue("someone-else", server=False, client=True)
+    foreign = CertificateAuthority.generate("other-ca").issue("kube-apiserver-webhook", server=False, client=True)
+    (tmp_path / "ca.crt").write_bytes(ca.pair.cert_pem)
+    certificate = ServingCertificate()
+    assert certificate.load(serving.cert_pem, serving.key_pem)
+    certificate.require_clients(str(tmp_path / "ca.crt"))
+    limits = Limits(
+        client_names=frozenset({"kube-apiserver-webhook"}),
+        require_client_certificate=True,
+        open_paths=frozenset({"/convert"}),
+    )
+    server = AdmissionServer(make_state([tenant("solar", "alice")]))
+    await server.start("127.0.0.1", 0, certificate.context, limits)
+
+    def context(pair: Any = None) -> ssl.SSLContext:
+        trust = ssl.create_default_context(cadata=ca.pair.cert_pem.decode())
+        if pair is not None:
+            (tmp_path / "c.crt").write_bytes(pair.cert_pem)
+            (tmp_path / "c.key").write_bytes(pair.key_pem)
+            trust.load_cert_chain(tmp_path / "c.crt", tmp_path / "c.key")
+        return trust
+
+    conversion = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "request": {"uid": "u1", "desiredAPIVersion": "enclave.dev/v1beta1", "objects": []},
+    }
+    url = f"https://127.0.0.1:{server.port}"
+    before = metric("enclave_admission_requests_total", path="/namespaces")
+    try:
+        async with ClientSession(connector=TCPConnector(ssl=context())) as anonymous:
+            converted = await anonymous.post(f"{url}/convert", json=conversion)
+            assert converted.status == 200
+            assert (await converted.json())["response"]["uid"] == "u1"
+            for path in ("/namespaces", "/namespaces/mutate", "/resources", "/metrics", "/nowhere"):
+                refused = await anonymous.post(f"{url}{path}", json=review(ALICE, "CREATE", namespace("x")))
+                assert refused.status == 403, path
+                assert "client certificate is required" in (await refused.json())["error"]
+        assert metric("enclave_admission_requests_total", path="/namespaces") == before, "never reached a decision"
+        async with ClientSession(connector=TCPConnector(ssl=context(apiserver))) as authenticated:
+            answered = await authenticated.post(f"{url}/namespaces", json=review(ALICE, "CREATE", namespace("x")))
+            assert answered.status == 200
+            assert (await authenticated.post(f"{url}/convert", json=conversion)).status == 200
+        for pair in (stranger, foreign):
+            async with ClientSession(connector=TCPConnector(ssl=context(pair))) as refused_session:
+                with pytest.raises((OSError, ssl.SSLError, ClientError)):
+                    await refused_session.post(f"{url}/convert", json=conversion)
     finally:
         await server.stop()

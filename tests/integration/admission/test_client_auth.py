@@ -47,13 +47,17 @@ def requests_seen(enclave: Enclave) -> float:
     return metric_value(enclave.admission.probe_url, "enclave_admission_requests_total", 'path="/namespaces"') or 0.0
 
 
-def test_a_caller_without_the_client_certificate_is_refused_at_the_handshake(enclave: Enclave) -> None:
+def test_a_caller_without_the_client_certificate_is_refused_before_any_decision(enclave: Enclave) -> None:
+    """Without a certificate the handshake completes (kube-apiserver's conversion calls carry none), but only
+    ``/convert`` is answered: a forged review gets 403 as soon as its request line and headers are read."""
     alice = unique("alice")
     solar = enclave.tenant(unique("solar"), owners=[Entity(kind="User", name=alice)], namespace_quota=1)
     before = requests_seen(enclave)
     for _ in range(3):  # three forged creations would fill a quota of one three times over
-        with pytest.raises(REFUSED):
+        with pytest.raises(urllib.error.HTTPError) as refused:
             post(enclave, enclave.ssl_context(client_certificate=False), forged_creation(alice, unique(solar.name)))
+        assert refused.value.code == 403
+        assert b"client certificate is required" in refused.value.read()
     assert requests_seen(enclave) == before, "a forged review reached the decision code"
     # Nothing was reserved: the tenant's one namespace is still there to take, through the real apiserver.
     enclave.owner(alice).create_namespace({"metadata": {"name": f"{solar.name}-real"}})

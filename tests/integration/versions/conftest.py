@@ -87,7 +87,9 @@ def stack(
     endpoints = {"config": config.grpc_target}
     tenants = start("tenants", endpoints)
     endpoints["tenants"] = tenants.grpc_target
-    admission = start("admission", endpoints, wait_ready=False)
+    # Client authentication on, as the chart's admission.clientAuthentication and `tox -e up` run it:
+    # kube-apiserver's conversion calls carry no client certificate and must still be answered.
+    admission = start("admission", endpoints, wait_ready=False, args=control_plane.webhook_client_args())
     result.admission_url = admission.webhook_url
     rendered = webhooks(url_client(admission.webhook_url), namespace=namespace)
     assert rendered.mutating is not None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import ssl
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from enclave_admission.routes import ROUTES
 from enclave_config.crds import DIGEST_ANNOTATION
 from enclave_core.api import KINDS, kind_info
 from enclave_core.api.conversion import ANNOTATION, HUB, SPOKE, convert
@@ -192,6 +195,56 @@ def test_a_v1beta1_tenant_with_deprecated_fields_behaves_like_its_v1beta2_twin(s
     for tenant in (old, new):
         with contextlib.suppress(ApiException):
             client.CoreV1Api(stack.kube).delete_namespace(f"{tenant}-a")
+
+
+# -- conversion with webhook client authentication on --------------------------------------------------------
+
+
+def _call(stack: Stack, path: str, body: dict[str, Any], certificate: tuple[Any, Any] | None = None) -> int:
+    """POST ``body`` to admission's ``path`` the way a pod that reaches the port would; the HTTP status."""
+    ca = base64.b64decode(
+        client.CoreV1Api(stack.kube).read_namespaced_secret("enclave-tls", stack.namespace).data["ca.crt"]
+    )
+    context = ssl.create_default_context(cadata=ca.decode())
+    if certificate is not None:
+        context.load_cert_chain(*certificate)
+    request = urllib.request.Request(
+        f"{stack.admission_url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
+def test_without_a_client_certificate_only_convert_answers(stack: Stack, control_plane: ControlPlane) -> None:
+    """Admission runs with --client-ca-file here, so every v1beta1 read and write of this module already went
+    through kube-apiserver's certificate-less conversion calls; a caller without a certificate still reaches
+    no admission decision, and one with the apiserver's certificate reaches both."""
+    tenant = stack.create(_named(example_v1beta1("Tenant")))
+    conversion = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "request": {"uid": "direct", "desiredAPIVersion": HUB, "objects": [tenant]},
+    }
+    assert _call(stack, "/convert", conversion) == 200
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "forged",
+            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": "forged",
+            "operation": "CREATE",
+            "userInfo": {"username": "mallory", "groups": ["enclave.dev"]},
+            "object": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "forged"}},
+        },
+    }
+    for path in [*ROUTES, "/healthz", "/nowhere"]:
+        assert _call(stack, path, review) == 403, path
+    assert _call(stack, "/namespaces", review, control_plane.webhook_client_cert) == 200
 
 
 # -- the CRD bundle and storage migration ----------------------------------------------------------------

@@ -51,11 +51,14 @@ class ServingCertificate:
         self.fingerprint = ""
 
     def require_clients(self, ca_file: str) -> None:
-        """Make every handshake require a client certificate signed by a CA of ``ca_file`` (kube-apiserver's
-        webhook client certificate): a caller without one never gets an HTTP exchange. Read once; to rotate the
-        CA, put the old and the new one in the bundle, then restart with the new one alone."""
+        """Make every handshake ask for a client certificate signed by a CA of ``ca_file`` (kube-apiserver's
+        webhook client certificate). One that is presented must verify, or the handshake fails. One that is not
+        presented still completes the handshake (``CERT_OPTIONAL``), because kube-apiserver calls conversion
+        webhooks without a certificate; the listener then serves that connection ``/convert`` alone
+        (:attr:`enclave_admission.listener.Limits.open_paths`; the reasoning is in docs/architecture.md). Read
+        once; to rotate the CA, put the old and the new one in the bundle, then restart with the new one alone."""
         self.context.load_verify_locations(cafile=ca_file)
-        self.context.verify_mode = ssl.CERT_REQUIRED
+        self.context.verify_mode = ssl.CERT_OPTIONAL
         log.info("webhook clients must present a certificate", extra={"ca_file": ca_file})
 
     def load(self, cert_pem: bytes, key_pem: bytes) -> bool:

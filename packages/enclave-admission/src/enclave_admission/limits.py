@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from enclave_admission import conversion
 from enclave_admission.listener import Limits
 from enclave_core.runtime.options import env_default
 
@@ -35,4 +36,12 @@ def limits_from(args: argparse.Namespace) -> Limits:
     names = frozenset(name.strip() for name in (args.client_allowed_names or "").split(",") if name.strip())
     if args.max_connections < 1 or args.max_buffered_bytes < 1:
         raise SystemExit("--max-connections and --max-buffered-bytes must be positive")
-    return Limits(max_connections=args.max_connections, max_buffered=args.max_buffered_bytes, client_names=names)
+    return Limits(
+        max_connections=args.max_connections,
+        max_buffered=args.max_buffered_bytes,
+        client_names=names,
+        require_client_certificate=bool(args.client_ca_file),
+        # kube-apiserver sends no client certificate to conversion webhooks; /convert answers from the request
+        # alone (no snapshot, no write, no Event), so serving it to a caller without one gives nothing away.
+        open_paths=frozenset({conversion.PATH}),
+    )

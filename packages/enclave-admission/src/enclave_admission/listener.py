@@ -17,7 +17,9 @@ What one replica holds is bounded, so a flood (forged or not) costs a refusal, n
 ``max_connections`` a new connection is closed at once, and a body chunk that would take the request bytes
 buffered by all connections past ``max_buffered`` is answered ``503`` and its connection closed (kube-apiserver
 then applies the hook's failure policy, as for any other failed call). With a client CA, connections whose
-certificate names none of ``client_names`` are closed before a byte is read.
+certificate names none of ``client_names`` are closed before a byte is read; a connection without a certificate
+(kube-apiserver's conversion calls carry none) is served only ``open_paths`` (``/convert``): any other request
+line is answered ``403`` as soon as its headers are read, before its body is, and the connection closed.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ _REASONS: Final = {
     100: "Continue",
     200: "OK",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     413: "Content Too Large",
@@ -90,8 +93,14 @@ class Limits:
     """Request body bytes all connections together may hold: about twenty 3 MiB reviews at once, well inside
     the chart's memory limit however many connections send large bodies."""
     client_names: frozenset[str] = frozenset()
-    """Common or DNS names one of which a verified client certificate must carry; empty: any (or no client
-    authentication at all, when the TLS context does not ask for certificates)."""
+    """Common or DNS names one of which a verified client certificate must carry; empty: any."""
+    require_client_certificate: bool = False
+    """Client authentication is on (the TLS context asks for a certificate and verifies one that is presented):
+    a connection without one is served ``open_paths`` only. Off: every connection is served every path."""
+    open_paths: frozenset[str] = frozenset()
+    """What a connection without a client certificate may still ask for when ``require_client_certificate``
+    is on: paths whose answers depend on nothing but the request (CRD conversion), for callers that cannot
+    present one."""
 
 
 _INTERNAL: Final[Answer] = (500, b'{"error":"internal error; see the admission server\'s log"}')
@@ -133,6 +142,8 @@ class _Connection(asyncio.Protocol):
         self.last = 0.0
         """When the last answer was written (or the connection made)."""
         self.closing = False
+        self.anonymous = False
+        """No client certificate although client authentication is on: only ``open_paths`` are answered."""
         self.queued: deque[tuple[asyncio.Future[Answer] | Answer, bool]] | None = None
         """Answers not written yet behind an awaited one, in request order (None: nothing awaited)."""
         self.max_head = listener.limits.max_head
@@ -149,7 +160,11 @@ class _Connection(asyncio.Protocol):
         limits = self.listener.limits
         if len(self.listener.connections) > limits.max_connections:
             self.abort("over-capacity")
-        elif limits.client_names and not _names(transport.get_extra_info("peercert")) & limits.client_names:
+            return
+        peercert = transport.get_extra_info("peercert")  # verified by the handshake when presented at all
+        if limits.require_client_certificate and not peercert:
+            self.anonymous = True
+        elif limits.client_names and not _names(peercert) & limits.client_names:
             log.warning("webhook client certificate names no allowed client; connection closed")
             self.abort("unauthenticated")
 
@@ -202,6 +217,13 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.head = -1
+        if self.anonymous and _path(self.url) not in self.listener.limits.open_paths:
+            self.fail(
+                403,
+                "a client certificate is required for this path; without one only "
+                f"{', '.join(sorted(self.listener.limits.open_paths)) or 'nothing'} is served",
+                "unauthenticated",
+            )
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -249,14 +271,10 @@ class _Connection(asyncio.Protocol):
             self.fail(400, "protocol upgrades are not served here", "malformed")
             return
         url = self.url
-        if url[:1] == b"/" and b"#" not in url:  # origin form, as kube-apiserver sends (`/path?timeout=10s`)
-            path = url.partition(b"?")[0].decode("utf-8", "replace")
-        else:
-            try:
-                path = httptools.parse_url(url).path.decode("utf-8", "replace")
-            except httptools.HttpParserInvalidURLError:
-                self.fail(400, f"malformed request target {url[:200]!r}", "malformed")
-                return
+        path = _path(url)
+        if path is None:
+            self.fail(400, f"malformed request target {url[:200]!r}", "malformed")
+            return
         method = self.parser.get_method().decode("ascii", "replace")
         try:
             answer = self.listener.respond(method, path, b"".join(self.body))
@@ -422,6 +440,16 @@ class Listener:
                         connection.abort("slow-request")
                 elif now - connection.last > self.limits.idle_timeout:
                     connection.close("idle")
+
+
+def _path(url: bytes) -> str | None:
+    """The path of a request target; None when it is malformed."""
+    if url[:1] == b"/" and b"#" not in url:  # origin form, as kube-apiserver sends (`/path?timeout=10s`)
+        return url.partition(b"?")[0].decode("utf-8", "replace")
+    try:
+        return str(httptools.parse_url(url).path.decode("utf-8", "replace"))
+    except httptools.HttpParserInvalidURLError:
+        return None
 
 
 def _names(peercert: Any) -> frozenset[str]:
