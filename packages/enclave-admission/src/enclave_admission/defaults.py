@@ -4,6 +4,9 @@
 ServiceConfiguration; the config component renders it into the two webhook configurations and injects the CA.
 Every choice scopes a hook as tightly as its rule allows:
 
+* **Enclave's kinds are matched in v1beta2 only, with ``matchPolicy: Equivalent``** (every hook): a write
+  through v1beta1 is converted by kube-apiserver (through ``/convert``) before the hook sees it, so the
+  deciding code reads one shape, the stored one, whatever version the client used.
 * **System namespaces are excluded from every hook but the namespace hooks** (``kube-system``,
   ``kube-public``, ``kube-node-lease`` and Enclave's own namespace, by ``kubernetes.io/metadata.name NotIn``):
   a webhook outage must never stop the cluster's own machinery there.
@@ -97,7 +100,7 @@ from __future__ import annotations
 from typing import Literal
 
 from enclave_admission import routes
-from enclave_core import API_GROUP
+from enclave_core import API_GROUP, API_VERSION
 from enclave_core.api.configuration import (
     TENANT_METADATA_CONDITION,
     Admission,
@@ -120,7 +123,10 @@ _NAMESPACE_RESOURCES = ["namespaces", "namespaces/status", "namespaces/finalize"
 def _rule(
     group: str, resources: list[str], operations: list[Operation], scope: Literal["Cluster", "Namespaced"]
 ) -> WebhookRule:
-    return WebhookRule(api_groups=[group], api_versions=["*"], operations=operations, resources=resources, scope=scope)
+    versions = [API_VERSION] if group == API_GROUP else ["*"]
+    return WebhookRule(
+        api_groups=[group], api_versions=versions, operations=operations, resources=resources, scope=scope
+    )
 
 
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
@@ -197,7 +203,7 @@ def _quota_hooks() -> list[ValidatingWebhook]:
             rules=[
                 WebhookRule(
                     api_groups=[API_GROUP],
-                    api_versions=["*"],
+                    api_versions=[API_VERSION],
                     operations=["CREATE", "UPDATE"],
                     resources=["customquotas", "globalcustomquotas"],
                     scope="*",
@@ -257,7 +263,7 @@ def _replication_settings_hook(namespace: str) -> MutatingWebhook:
         rules=[
             WebhookRule(
                 api_groups=[API_GROUP],
-                api_versions=["*"],
+                api_versions=[API_VERSION],
                 operations=["CREATE", "UPDATE"],
                 resources=["globaltenantresources", "tenantresources"],
                 scope="*",
