@@ -115,7 +115,9 @@ def stack(
         webhook = crd.spec.conversion.webhook
         return bool(webhook.client_config.url == f"{admission.webhook_url}/convert" and webhook.client_config.ca_bundle)
 
-    poll(converted_by_us, what="enclave-config points the CRDs' conversion webhook at admission")
+    # config first re-applies every CRD whose digest differs, then points each at admission: a dozen writes
+    # each way, which a loaded machine stretches past half a minute (a 1.37 full-suite run timed out at 30 s).
+    poll(converted_by_us, timeout=180, what="enclave-config points the CRDs' conversion webhook at admission")
 
     def converting() -> bool:
         """kube-apiserver picks a CRD's new conversion client up from its informer, a moment after the write:
