@@ -232,17 +232,6 @@ def test_side_by_side_with_capsule(systems: dict[str, System]) -> None:
                 names = [f"side-r{round_}-c{concurrency}-{index:04d}" for index in range(BLOCK)]
                 latencies.setdefault((system.name, concurrency), []).extend(_create_block(system, names, concurrency))
 
-    admitted: dict[str, int] = {}
-    for system in (peer, ours):
-        assert system.tenant is not None
-        system.tenant("quota", [{"kind": "User", "name": "quota-owner"}], namespaceOptions={"quota": QUOTA})
-    poll(lambda: _tenant_ready(peer, "quota") and _tenant_ready(ours, "quota"), timeout=120, what="quota tenants")
-    for system in (peer, ours):
-        admitted[system.name] = _race_quota(system, "quota", "quota-owner")
-
-    convergence = {system.name: _converge_tenants(system, "conv") for system in (peer, ours)}
-    rss = {system.name: {name: rss_bytes(pid) / 2**20 for name, pid in system.pids.items()} for system in (peer, ours)}
-
     base = {c: statistics.median(latencies[("baseline", c)]) for c in CONCURRENCY}
     base99 = {c: _percentile(latencies[("baseline", c)], 0.99) for c in CONCURRENCY}
     print(
@@ -269,14 +258,27 @@ def test_side_by_side_with_capsule(systems: dict[str, System]) -> None:
                 f"{f'  overhead over the baseline, {label} ms':<44}"
                 f"{(values['Capsule'] - reference) * 1000:>14.1f}{(values['Enclave'] - reference) * 1000:>14.1f}"
             )
+
+    admitted: dict[str, int] = {}
+    for system in (peer, ours):
+        assert system.tenant is not None
+        system.tenant("quota", [{"kind": "User", "name": "quota-owner"}], namespaceOptions={"quota": QUOTA})
+    poll(lambda: _tenant_ready(peer, "quota") and _tenant_ready(ours, "quota"), timeout=120, what="quota tenants")
+    for system in (peer, ours):
+        admitted[system.name] = _race_quota(system, "quota", "quota-owner")
+
     print(
         f"{f'quota {QUOTA}, {RACERS} concurrent creates: admitted':<44}{admitted['Capsule']:>14}{admitted['Enclave']:>14}"
     )
+
+    convergence = {system.name: _converge_tenants(system, "conv") for system in (peer, ours)}
     for index, label in enumerate(("from the first create", "after the last create")):
         print(
             f"{f'{TENANTS} tenants Ready, s {label}':<44}"
             f"{convergence['Capsule'][index]:>14.1f}{convergence['Enclave'][index]:>14.1f}"
         )
+
+    rss = {system.name: {name: rss_bytes(pid) / 2**20 for name, pid in system.pids.items()} for system in (peer, ours)}
     print(
         f"{'RSS at the end, MB (sum of processes)':<44}"
         f"{sum(rss['Capsule'].values()):>14.0f}{sum(rss['Enclave'].values()):>14.0f}"
