@@ -80,15 +80,8 @@ async def body(process: component.Component) -> None:
     controller = ConfigController(kube, settings, hub, EventRecorder(kube, "enclave-config"))
     process.state["controller"] = controller
     process.started.set()
-    process.readiness.add("reconciled")
-    async with grpc.serve_snapshots(process, kube, hub, config_pb2_grpc.add_ConfigServiceServicer_to_server, "Config"):
-
-        async def open_gate() -> None:
-            await controller.reconciled.wait()
-            process.readiness.set("reconciled")
-
-        process.spawn(open_gate(), "readiness")
-        await controller.run()
+    register = config_pb2_grpc.add_ConfigServiceServicer_to_server
+    await grpc.run_controller(process, kube, hub, register, "Config", controller, {"reconciled": controller.reconciled})
 
 
 def main(argv: list[str] | None = None) -> int:

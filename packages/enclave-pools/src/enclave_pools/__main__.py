@@ -43,8 +43,6 @@ async def body(process: component.Component) -> None:
     controller = PoolsController(kube, settings, hub, EventRecorder(kube, MANAGER))
     process.state["controller"] = controller
     process.started.set()
-    process.readiness.add("informers-synced")
-    process.readiness.add("reconciled")
     if args.config_endpoint:
 
         def accept(snapshot: Snapshot) -> None:
@@ -53,16 +51,8 @@ async def body(process: component.Component) -> None:
 
         grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept)
     register = pools_pb2_grpc.add_PoolServiceServicer_to_server
-    async with grpc.serve_snapshots(process, kube, hub, register, "PoolService"):
-
-        async def open_gates() -> None:
-            await controller.synced.wait()
-            process.readiness.set("informers-synced")
-            await controller.reconciled.wait()
-            process.readiness.set("reconciled")
-
-        process.spawn(open_gates(), "readiness")
-        await controller.run()
+    gates = {"informers-synced": controller.synced, "reconciled": controller.reconciled}
+    await grpc.run_controller(process, kube, hub, register, "PoolService", controller, gates)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,12 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, env_default
+from enclave_core.runtime.options import add_common_flags, add_resync_flag, check_resync_flag, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_quotas.controller import DEFAULT_CONFIGURATION, MANAGER, QuotasController, Settings
@@ -25,9 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_flags(parser, probe_port=8083)
     grpc.add_server_flags(parser, default_port=9092)
     grpc.add_subscription_flags(parser, "config")
-    parser.add_argument(
-        "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full pass without changes"
-    )
+    add_resync_flag(parser)
     parser.add_argument(
         "--webhook-configuration",
         default=env_default("ENCLAVE_WEBHOOK_CONFIGURATION", ""),
@@ -41,10 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the generic quota hook whose rules this component sets (env ENCLAVE_WEBHOOK_NAME)",
     )
     args = parser.parse_args(argv)
-    try:
-        parse_duration(args.resync)
-    except ValueError as err:
-        parser.error(f"--resync: {err}")
+    args.resync_seconds = check_resync_flag(parser, args)
     return args
 
 
@@ -57,13 +51,11 @@ async def body(process: component.Component) -> None:
         namespace=args.namespace,
         webhook_configuration=args.webhook_configuration or DEFAULT_CONFIGURATION,
         webhook_name=args.webhook_name,
-        resync_seconds=parse_duration(args.resync).total_seconds(),
+        resync_seconds=args.resync_seconds,
     )
     controller = QuotasController(kube, settings, hub, EventRecorder(kube, MANAGER))
     process.state["controller"] = controller
     process.started.set()
-    process.readiness.add("informers-synced")
-    process.readiness.add("reconciled")
     if args.config_endpoint and not args.webhook_configuration:
         # the hook lives in the configuration the ServiceConfiguration names: follow it
         grpc.subscribe(
@@ -76,16 +68,8 @@ async def body(process: component.Component) -> None:
             ),
         )
     register = quotas_pb2_grpc.add_QuotaServiceServicer_to_server
-    async with grpc.serve_snapshots(process, kube, hub, register, "QuotaService"):
-
-        async def open_gates() -> None:
-            await controller.synced.wait()
-            process.readiness.set("informers-synced")
-            await controller.reconciled.wait()
-            process.readiness.set("reconciled")
-
-        process.spawn(open_gates(), "readiness")
-        await controller.run()
+    gates = {"informers-synced": controller.synced, "reconciled": controller.reconciled}
+    await grpc.run_controller(process, kube, hub, register, "QuotaService", controller, gates)
 
 
 def main(argv: list[str] | None = None) -> int:

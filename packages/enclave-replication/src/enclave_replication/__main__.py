@@ -58,7 +58,6 @@ async def body(process: component.Component) -> None:
     )
     process.state["controller"] = controller
     process.started.set()
-    process.readiness.add("informers-synced")
     if args.config_endpoint:
         grpc.subscribe(
             process,
@@ -68,14 +67,8 @@ async def body(process: component.Component) -> None:
             lambda snapshot: controller.set_configuration(EffectiveConfiguration.model_validate_json(snapshot.payload)),
         )
     register = replication_pb2_grpc.add_ReplicationServiceServicer_to_server
-    async with grpc.serve_snapshots(process, kube, hub, register, "ReplicationService"):
-
-        async def open_gates() -> None:
-            await controller.synced.wait()
-            process.readiness.set("informers-synced")
-
-        process.spawn(open_gates(), "readiness")
-        await controller.run()
+    gates = {"informers-synced": controller.synced}
+    await grpc.run_controller(process, kube, hub, register, "ReplicationService", controller, gates)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -187,3 +187,38 @@ async def serve_snapshots(
         for task in tasks:
             task.cancel()
         await server.stop()
+
+
+class Controller(Protocol):
+    """What :func:`run_controller` needs of a component's controller: its run loop and the events its
+    readiness gates follow."""
+
+    async def run(self) -> None: ...
+
+
+async def run_controller(
+    process: Component,
+    kube: Kube,
+    hub: SnapshotHub,
+    register: Callable[[Any, grpc.aio.Server], None],
+    service: str,
+    controller: Controller,
+    gates: dict[str, asyncio.Event],
+) -> None:
+    """Serve the controller's snapshots and run it, opening each readiness gate when its event is set.
+
+    Every controller component ends its body this way: a gate per condition the process must reach before
+    subscribers and probes may trust it (``informers-synced``, ``reconciled``), in the order given, so a
+    replica that has not listed its kinds never reports ready.
+    """
+    for name in gates:
+        process.readiness.add(name)
+    async with serve_snapshots(process, kube, hub, register, service):
+
+        async def open_gates() -> None:
+            for name, event in gates.items():
+                await event.wait()
+                process.readiness.set(name)
+
+        process.spawn(open_gates(), "readiness")
+        await controller.run()

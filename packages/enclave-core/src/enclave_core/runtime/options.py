@@ -20,11 +20,7 @@ def env_flag(env: str, default: bool) -> bool:
 def add_controller_flags(parser: argparse.ArgumentParser, *, concurrency: int, concurrency_help: str) -> None:
     """``--resync`` (a full pass without changes, default 60s) and ``--concurrency`` (writes in flight), the
     flags of a level-based controller; check them with :func:`check_controller_flags` after parsing."""
-    parser.add_argument(
-        "--resync",
-        default=env_default("ENCLAVE_RESYNC", "60s"),
-        help="period of a full pass without changes (env ENCLAVE_RESYNC)",
-    )
+    add_resync_flag(parser)
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -33,14 +29,28 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, concurrency: int, c
     )
 
 
-def check_controller_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float:
-    """Refuse a bad ``--resync`` or ``--concurrency`` (exit 2 with the flag named); return the resync seconds."""
+def add_resync_flag(parser: argparse.ArgumentParser) -> None:
+    """``--resync`` alone, for a controller whose writes are not fanned out (no ``--concurrency`` to offer)."""
+    parser.add_argument(
+        "--resync",
+        default=env_default("ENCLAVE_RESYNC", "60s"),
+        help="period of a full pass without changes (env ENCLAVE_RESYNC)",
+    )
+
+
+def check_resync_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float:
+    """Refuse a bad ``--resync`` (exit 2 with the flag named); return it in seconds."""
     from enclave_core.durations import parse_duration
 
     try:
-        seconds = parse_duration(args.resync).total_seconds()
+        return parse_duration(args.resync).total_seconds()
     except ValueError as err:
         parser.error(f"--resync: {err}")
+
+
+def check_controller_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float:
+    """Refuse a bad ``--resync`` or ``--concurrency`` (exit 2 with the flag named); return the resync seconds."""
+    seconds = check_resync_flag(parser, args)
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
     return seconds
