@@ -22,6 +22,9 @@ from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
 GROUP, VERSION = "enclave.dev", "v1beta2"
+STACK_LABEL = "enclave-testing/stack"
+"""Label on every Tenant a stack creates (value: its ServiceConfiguration's name), so ``close`` deletes them all
+with one deletecollection instead of one request each (minutes at the scale suite's 1,000 tenants)."""
 _SPECS = {spec.name: spec for spec in COMPONENTS}
 
 
@@ -43,7 +46,7 @@ class TenancyStack:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Tenant",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": {STACK_LABEL: self.config_name}},
             "spec": {"owners": owners, **spec},
         }
         client.CustomObjectsApi(self.kube).create_cluster_custom_object(GROUP, VERSION, "tenants", body)
@@ -60,14 +63,29 @@ class TenancyStack:
         )
 
     def close(self) -> None:
+        """Stop the processes, delete this stack's tenants in one deletecollection (by :data:`STACK_LABEL`) and
+        wait, bounded, until they are gone, then remove the configuration (also when that wait runs out)."""
         for running in reversed(self.processes):
             running.process.stop()
         kube = self.kube
         custom = client.CustomObjectsApi(kube)
-        for tenant in self.tenants:
-            with contextlib.suppress(ApiException):
-                custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
-        remove_configuration(kube, self.config_name)
+        selector = f"{STACK_LABEL}={self.config_name}"
+        try:
+            if self.tenants:
+                with contextlib.suppress(ApiException):
+                    custom.delete_collection_cluster_custom_object(GROUP, VERSION, "tenants", label_selector=selector)
+                poll(
+                    lambda: (
+                        not custom.list_cluster_custom_object(
+                            GROUP, VERSION, "tenants", label_selector=selector, limit=1
+                        )["items"]
+                    ),
+                    timeout=max(60.0, len(self.tenants) / 10),
+                    interval=0.5,
+                    what=f"the stack's {len(self.tenants)} tenants deleted",
+                )
+        finally:
+            remove_configuration(kube, self.config_name)
 
 
 def remove_configuration(kube: Any, config_name: str) -> None:
