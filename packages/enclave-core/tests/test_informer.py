@@ -263,12 +263,15 @@ def test_keep_managed_fields_keeps_only_the_named_managers_entries() -> None:
 
 def test_an_unreachable_apiserver_makes_the_process_blind_until_a_list_works_again() -> None:
     """``informer.watching()`` is what a snapshot publisher vouches by: false from the first failure to reach
-    the apiserver (or a 5xx) until a list succeeds again; a 4xx answer (a resource not served) is not blindness."""
+    the apiserver (or a 5xx) until a list succeeds again; a 4xx answer (a resource not served) is not blindness.
+    The moment it is true again, ``on_watching_resumed`` callbacks run (once: the hub wakes its streams)."""
     from enclave_core.kube import informer as module
 
     async def body() -> None:
         kube = FakeKube([obj("a", 1)], version=10)
         seen: list[bool] = []
+        resumed: list[bool] = []
+        forget = module.on_watching_resumed(lambda: resumed.append(module.watching()))
         kube.scripts = [
             [lambda: seen.append(module.watching()), ConnectionRefusedError("apiserver down")],
             [lambda: seen.append(module.watching()), KubeError(404, "NotFound", "the server could not find it")],
@@ -285,5 +288,8 @@ def test_an_unreachable_apiserver_makes_the_process_blind_until_a_list_works_aga
         await run_until_done(informer, kube)
         assert seen == [True, True, False, True, True, True]
         assert module.watching()
+        assert resumed == [True], "called once, when the relist after the refused watch worked"
+        forget()
+        forget()  # forgetting twice is harmless
 
     scenario(body)

@@ -162,6 +162,33 @@ async def test_a_hub_that_cannot_vouch_marks_everything_it_sends_unconfirmed() -
     await stream.aclose()  # type: ignore[attr-defined]
 
 
+async def test_a_hub_that_vouches_again_tells_every_stream_at_once_not_a_heartbeat_later() -> None:
+    """After a relist (``informer.on_watching_resumed``) ``reconfirm`` sends a confirmed heartbeat of every kind
+    a stream was sent, so a subscriber past its staleness bound is ready again without waiting out the beat."""
+    seeing = [False]
+    hub = SnapshotHub("test", confirming=lambda: seeing[0])
+    hub.publish(KIND, b'{"tenants": []}')
+    hub.publish("Other", b"{}")
+    streams = [hub.stream([KIND], heartbeat=3600), hub.stream(heartbeat=3600), hub.stream([KIND])]
+    firsts = [await anext(stream) for stream in streams]
+    await anext(streams[1])  # the second kind
+    assert all(first.unconfirmed for first in firsts)
+    seeing[0] = True
+    hub.reconfirm()
+    beat = await asyncio.wait_for(anext(streams[0]), timeout=5)
+    assert (beat.heartbeat, beat.unconfirmed, beat.kind, beat.revision) == (True, False, KIND, firsts[0].revision)
+    beats = [await asyncio.wait_for(anext(streams[1]), timeout=5) for _ in range(2)]
+    assert sorted(b.kind for b in beats) == sorted([KIND, "Other"])
+    assert all(b.heartbeat and not b.unconfirmed for b in beats)
+    with pytest.raises(TimeoutError):  # a stream without heartbeats gets none: nothing it asked for changed
+        await asyncio.wait_for(anext(streams[2]), timeout=0.2)
+    hub.publish(KIND, b'{"tenants": [1]}')
+    changed = await asyncio.wait_for(anext(streams[0]), timeout=5)
+    assert (changed.heartbeat, changed.unconfirmed) == (False, False)
+    for stream in streams:
+        await stream.aclose()  # type: ignore[attr-defined]
+
+
 def test_a_publisher_without_heartbeats_is_not_judged_stale() -> None:
     """One release behind, a publisher sends no heartbeats; an upgraded subscriber must not go unready."""
     clock = Clock()

@@ -48,10 +48,26 @@ def object_key(obj: JSON) -> str:
 _LIVE: weakref.WeakSet[Informer] = weakref.WeakSet()
 
 
+_RESUMED: list[Callable[[], None]] = []
+
+
 def watching() -> bool:
     """No informer of this process is failing: every cache is (as far as it can tell) current. A snapshot
     publisher vouches for its state only while this holds (``SnapshotHub.confirming``)."""
     return not any(informer.failing for informer in list(_LIVE))
+
+
+def on_watching_resumed(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback`` each time :func:`watching` turns true again (the last failing informer listed); returns
+    what unregisters it. A snapshot hub wakes its streams with it (``SnapshotHub.reconfirm``), so subscribers
+    learn at once that the publisher vouches again instead of up to a heartbeat later."""
+    _RESUMED.append(callback)
+
+    def remove() -> None:
+        if callback in _RESUMED:
+            _RESUMED.remove(callback)
+
+    return remove
 
 
 class Informer:
@@ -83,9 +99,24 @@ class Informer:
         self.synced = asyncio.Event()
         self.resource_version = ""
         """The resourceVersion the cache is current to (the list's, then each watch event's)."""
-        self.failing = False
-        """The last list or watch failed and no list has worked since: the cache may be falling behind."""
+        self._failing = False
         _LIVE.add(self)
+
+    @property
+    def failing(self) -> bool:
+        """The last list or watch failed and no list has worked since: the cache may be falling behind."""
+        return self._failing
+
+    @failing.setter
+    def failing(self, value: bool) -> None:
+        blind = not watching()
+        self._failing = value
+        if blind and watching():
+            for callback in list(_RESUMED):
+                try:
+                    callback()
+                except Exception:
+                    log.exception("a watching-resumed callback failed", extra={"informer": self.name})
 
     def get(self, key: str) -> JSON | None:
         return self.items.get(key)

@@ -156,6 +156,8 @@ async def serve_snapshots(
     # The hub vouches for its state only while the process's watches work: a publisher cut off from the
     # apiserver keeps its streams alive but lets subscribers' staleness bounds run (docs/architecture.md, Faults).
     hub.confirming = informer.watching
+    # ... and the moment they work again, every stream hears it (not one heartbeat later).
+    forget_resumed = informer.on_watching_resumed(hub.reconfirm)
     secret = TlsSecretSource(kube, args.namespace, args.grpc_tls_secret) if args.grpc_tls_secret else None
     server = SnapshotServer(
         args.grpc_address,
@@ -184,6 +186,7 @@ async def serve_snapshots(
     try:
         yield server
     finally:
+        forget_resumed()
         for task in tasks:
             task.cancel()
         await server.stop()

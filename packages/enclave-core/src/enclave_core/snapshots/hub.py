@@ -44,6 +44,8 @@ class _Subscription:
         self.kinds = kinds
         self.pending: dict[str, Snapshot] = {}
         self.wakeup = asyncio.Event()
+        self.reconfirm = False
+        """Send a heartbeat of every kind now: the publisher vouches for its state again."""
 
     def offer(self, snapshot: Snapshot) -> None:
         if not self.kinds or snapshot.kind in self.kinds:
@@ -92,6 +94,15 @@ class SnapshotHub:
     @property
     def subscribers(self) -> int:
         return len(self._subscriptions)
+
+    def reconfirm(self) -> None:
+        """The publisher vouches for its state again (its watches work after a relist): every stream with
+        heartbeats sends one per kind now, confirmed, instead of at its next idle timeout. Without this a
+        subscriber whose staleness bound ran out while the publisher was blind would stay not-ready for up to a
+        heartbeat (a quarter of the bound) after the apiserver came back, when nothing changed in the relist."""
+        for subscription in self._subscriptions:
+            subscription.reconfirm = True
+            subscription.wakeup.set()
 
     def latest(self, kind: str) -> Snapshot | None:
         """The newest snapshot of ``kind`` (for an itemized kind, with the whole payload assembled)."""
@@ -180,6 +191,13 @@ class SnapshotHub:
                 batch = sorted(subscription.pending.values(), key=lambda s: s.revision)
                 subscription.pending.clear()
                 unconfirmed = not self.confirming()
+                if subscription.reconfirm:
+                    subscription.reconfirm = False
+                    if heartbeat > 0:
+                        fresh = {snapshot.kind for snapshot in batch}  # those go out whole below, marked alike
+                        for kind, last in sorted(sent.items()):
+                            if kind not in fresh:
+                                yield _heartbeat(kind, last, unconfirmed)
                 for snapshot in batch:
                     sent[snapshot.kind] = snapshot
                     state = self._itemized.get(snapshot.kind)
