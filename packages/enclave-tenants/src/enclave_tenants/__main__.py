@@ -42,6 +42,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="namespaces written in parallel (env ENCLAVE_CONCURRENCY)",
     )
     parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=int(env_default("ENCLAVE_BATCH_SIZE", "300")),
+        help="namespaces written per round of the write loop; each round is followed by the statuses it affects, "
+        "so status follows a long burst (env ENCLAVE_BATCH_SIZE)",
+    )
+    parser.add_argument(
         "--managed-metadata",
         action=argparse.BooleanOptionalAction,
         default=env_flag("ENCLAVE_MANAGED_METADATA", True),
@@ -55,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--resync: {err}")
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
     return args
 
 
@@ -66,6 +75,7 @@ async def body(process: component.Component) -> None:
     settings = Settings(
         resync_seconds=parse_duration(args.resync).total_seconds(),
         concurrency=args.concurrency,
+        batch_size=args.batch_size,
         namespace=args.namespace,
         managed_metadata=args.managed_metadata,
     )

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -38,7 +38,8 @@ from enclave_tenants import managed as mg
 from enclave_tenants import namespaces as ns
 from enclave_tenants import rules as rl
 from enclave_tenants import status as st
-from enclave_tenants.plan import Plan, build_plan, stale_bindings
+from enclave_tenants import work as wk
+from enclave_tenants.plan import Plan, build_plan
 from enclave_tenants.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class Settings:
     """Namespaces written in parallel."""
     namespace: str = "enclave-system"
     """Where the tenants' namespace-quota ledgers live."""
+    batch_size: int = 300
+    """Namespaces written per round of the write loop, each round followed by the statuses it affects."""
     managed_metadata: bool = True
     """Reconcile rules' managed values onto existing objects (off: admission alone sets them, on writes, and the
     controller needs no list/patch grant on every namespaced resource)."""
@@ -121,13 +124,29 @@ class TenantsController:
         self._managed: dict[str, str] = {}
         """Namespace -> signature of the managed metadata last reconciled onto its objects."""
         self._warned: dict[str, tuple[str, str]] = {}
-        change = self._changed
+        self._dirty = wk.Dirty()
+        """Where the write loop may find work (hints; see :mod:`enclave_tenants.work`)."""
+        self._plan: Plan | None = None
+        self._plan_stale = True
+        """Something the plan reads changed since ``_plan`` was built (RoleBindings and RuleStatuses do not)."""
+        self._signatures: dict[str, tuple[object, ...]] = {}
+        """``Tenant/<name>`` and ``TenantOwner/<name>`` -> :func:`work.spec_signature` last seen."""
+        self._ledgers_due = True
+        self._fold_at = float("inf")
+        """Monotonic time an unconfirmed reservation of a namespace-quota ledger expires."""
+        self._retry: set[str] = set()
+        self._retry_statuses: set[str] = set()
+        self._retry_at = float("inf")
+        self._retry_backoff = 0.5
+        self._not_ready: dict[str, bool] = {}
         # Only namespaces' own apply entries are read (what this controller applied, to release it); every
         # other cached kind needs no managedFields at all. At 10,000 namespaces they were most of the caches.
-        trim, own = keep_managed_fields(), keep_managed_fields(rb.MANAGER)
-        self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants", transform=trim)
-        self.owners = Informer(kube, OWNERS_PATH, on_change=change, name="tenantowners", transform=trim)
-        self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces", transform=own)
+        trim = keep_managed_fields()
+        self.tenants = Informer(kube, TENANTS_PATH, on_change=self._tenant_changed, name="tenants", transform=trim)
+        self.owners = Informer(kube, OWNERS_PATH, on_change=self._owner_changed, name="tenantowners", transform=trim)
+        self.namespaces = Informer(
+            kube, "/api/v1/namespaces", on_change=self._namespace_changed, name="namespaces", transform=_namespace_trim
+        )
         self.ledgers = LedgerClient(kube, settings.namespace)
         self.ledger_cache = Informer(
             kube,
@@ -136,12 +155,11 @@ class TenantsController:
             on_change=self._ledger_changed,
             name="quantityledgers",
         )
-        self._fold_due = float("inf")
         self.bindings = Informer(
             kube,
             BINDINGS_PATH,
             label_selector=f"{rb.MANAGED_BY}={rb.MANAGER}",
-            on_change=change,
+            on_change=self._binding_changed,
             name="rolebindings",
             transform=trim,
         )
@@ -149,12 +167,19 @@ class TenantsController:
             kube,
             "/api/v1/serviceaccounts",
             label_selector=f"{PROMOTED_LABEL}=true",
-            on_change=change,
+            on_change=self._account_changed,
             name="serviceaccounts",
+            transform=trim,
         )
-        self.rule_statuses = Informer(kube, RULE_STATUSES_PATH, on_change=change, name="rulestatuses", transform=trim)
-        self.volumes = Informer(kube, VOLUMES_PATH, on_change=change, name="persistentvolumes")
-        self.budgets = Informer(kube, BUDGETS_PATH, on_change=self._budget_changed, name="poddisruptionbudgets")
+        self.rule_statuses = Informer(
+            kube, RULE_STATUSES_PATH, on_change=self._rule_status_changed, name="rulestatuses", transform=trim
+        )
+        self.volumes = Informer(
+            kube, VOLUMES_PATH, on_change=self._publish_only, name="persistentvolumes", transform=_volume_trim
+        )
+        self.budgets = Informer(
+            kube, BUDGETS_PATH, on_change=self._publish_only, name="poddisruptionbudgets", transform=trim
+        )
         """For ``disruptionBudgets.required``: admission decides coverage from the Rules snapshot alone."""
 
     def informers(self) -> list[Informer]:
@@ -170,17 +195,74 @@ class TenantsController:
             self.budgets,
         ]
 
+    # -- what changed (informer handlers: hints for the write loop, triggers for both loops) ---------------
+
     def _ledger_changed(self, key: str) -> None:
         obj = self.ledger_cache.get(key)
         if obj is None:
             self.ledgers.forget(key.rpartition("/")[2])
         else:
             self.ledgers.observe(obj)
+        self._ledgers_due = True
+        self._replan()
+
+    def _publish_only(self, _key: str) -> None:
+        """PersistentVolumes and PodDisruptionBudgets only change the Rules snapshot: nothing to write."""
+        self._publish_trigger.set()
+
+    def _replan(self) -> None:
+        self._plan_stale = True
         self._changed()
 
-    def _budget_changed(self, _key: str) -> None:
-        """A PodDisruptionBudget only changes the Rules snapshot: the write loop has nothing to do for it."""
-        self._publish_trigger.set()
+    def _spec_changed(self, kind: str, name: str, obj: JSON | None) -> bool:
+        """Whether the Tenant or TenantOwner changed outside its status (our status writes come back too)."""
+        key = f"{kind}/{name}"
+        signature = wk.spec_signature(obj)
+        if self._signatures.get(key) == signature:
+            return False
+        if obj is None:
+            self._signatures.pop(key, None)
+        else:
+            self._signatures[key] = signature
+        return True
+
+    def _tenant_changed(self, name: str) -> None:
+        if self._spec_changed("Tenant", name, self.tenants.get(name)):
+            self._dirty.tenants.add(name)
+            self._dirty.owners = True
+            self._ledgers_due = True
+            self._replan()
+        else:
+            self._dirty.statuses.add(name)
+            self._write_trigger.set()
+
+    def _owner_changed(self, name: str) -> None:
+        if self._spec_changed("TenantOwner", name, self.owners.get(name)):
+            self._dirty.mark_everything()  # an owner may join any number of tenants by its labels
+            self._replan()
+        else:
+            self._dirty.owners = True
+            self._write_trigger.set()
+
+    def _namespace_changed(self, name: str) -> None:
+        self._dirty.namespaces.add(name)
+        self._dirty.rules.add(name)
+        self._ledgers_due = True
+        self._replan()
+
+    def _binding_changed(self, key: str) -> None:
+        self._dirty.namespaces.add(key.partition("/")[0])
+        self._write_trigger.set()
+
+    def _rule_status_changed(self, key: str) -> None:
+        namespace = key.partition("/")[0]
+        self._dirty.namespaces.add(namespace)
+        self._dirty.rules.add(namespace)
+        self._changed()
+
+    def _account_changed(self, key: str) -> None:
+        self._dirty.accounts.add(key.partition("/")[0])
+        self._replan()
 
     def _changed(self, _key: str = "") -> None:
         self._publish_trigger.set()
@@ -188,6 +270,7 @@ class TenantsController:
 
     def set_leading(self, leading: bool) -> None:
         self.leading = leading
+        self._dirty.mark_everything()
         self._changed()
 
     def set_configuration(self, config: EffectiveConfiguration) -> None:
@@ -196,7 +279,8 @@ class TenantsController:
             log.info("configuration received", extra={"configuration": config.name, "generation": config.generation})
         self.policy = policy
         self.configuration.set()
-        self._changed()
+        self._dirty.mark_everything()
+        self._replan()
 
     # -- loops ---------------------------------------------------------------------------------------------
 
@@ -231,23 +315,52 @@ class TenantsController:
                 await asyncio.sleep(min(took, 2.0))
 
     async def _write_loop(self) -> None:
+        """Bounded rounds while there is work (see :meth:`reconcile`), then wait for a change, a resync, a
+        ledger reservation's expiry or a retry. A round yields the event loop between its writes, so the
+        publish loop and the informers keep up with a long burst."""
         backoff = 0.5
+        resync_at = time.monotonic() + self.settings.resync_seconds
         while True:
             self._write_trigger.clear()
-            wait = self.settings.resync_seconds
-            if self.leading:
+            now = time.monotonic()
+            if now >= resync_at:
+                self._dirty.mark_everything()  # the safety net for a missed event
+                resync_at = now + self.settings.resync_seconds
+            if now >= self._retry_at:
+                self._retry_at = float("inf")
+                self._dirty.namespaces |= self._retry
+                self._dirty.rules |= self._retry
+                self._dirty.statuses |= self._retry_statuses
+                self._retry, self._retry_statuses = set(), set()
+            if now >= self._fold_at:
+                self._fold_at = float("inf")
+                self._ledgers_due = True
+            more, failed, pause = False, False, 0.0
+            if not self.leading:
+                self._dirty = wk.Dirty()  # the new leader starts from everything; keep nothing meanwhile
+            elif self._dirty or self._ledgers_due:
                 started = time.monotonic()
                 try:
-                    await self.reconcile()
-                    wait = min(wait, self._fold_due)  # an unconfirmed reservation's expiry
+                    more = await self.reconcile()
                     RECONCILES.labels("ok").inc()
                     backoff = 0.5
                 except Exception:
                     log.exception("reconcile failed")
                     RECONCILES.labels("error").inc()
-                    wait, backoff = backoff, min(30.0, backoff * 2)
+                    self._dirty.mark_everything()  # what the failed round had taken is looked at again
+                    failed, pause = True, backoff
+                    backoff = min(30.0, backoff * 2)
                 RECONCILE_SECONDS.observe(time.monotonic() - started)
-            self.reconciled.set()
+            if not more:
+                self.reconciled.set()
+            if failed:
+                await asyncio.sleep(pause)
+                continue
+            if more or (self.leading and self._dirty):
+                await asyncio.sleep(0)  # let the watches and the publish loop in between rounds
+                continue
+            now = time.monotonic()
+            wait = max(0.0, min(resync_at, self._retry_at, self._fold_at) - now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._write_trigger.wait(), timeout=wait)
 
@@ -307,24 +420,149 @@ class TenantsController:
 
     # -- one write pass (leader only) ----------------------------------------------------------------------
 
-    async def reconcile(self) -> None:
-        plan = self.plan()
-        outcomes: dict[str, _Outcome] = {name: _Outcome() for name in plan.namespace_bodies}
+    def _current_plan(self) -> Plan:
+        """The plan, rebuilt only when something it reads changed (a RoleBinding or RuleStatus does not):
+        during a burst of our own writes most rounds reuse it."""
+        if self._plan is None or self._plan_stale:
+            self._plan_stale = False
+            before = self._plan.namespace_tenant if self._plan is not None else {}
+            self._plan = self.plan()
+            self._dirty.moved(before, self._plan.namespace_tenant)
+            self._ledgers_due = True
+            for gone in set(self._not_ready) - set(self._plan.tenants):
+                del self._not_ready[gone]
+        return self._plan
+
+    async def reconcile(self) -> bool:
+        """One bounded round of the write loop (Lease holder only); True when dirty work is left.
+
+        Every dirty namespace is compared with the plan (pure, cheap); those with nothing to write are done.
+        Of the rest, ``batch_size`` are written (missing objects before drifted ones, oldest first), then the
+        statuses of the tenants this round looked at, the TenantOwner statuses when owners or tenants changed,
+        and the namespace-quota ledgers. The rest stays dirty for the next round, which re-reads the caches:
+        a namespace created meanwhile competes on its rank, not behind a 10,000-namespace pass."""
+        plan = self._current_plan()
+        dirty = self._dirty
+        if dirty.everything:
+            every = set(self.namespaces.items)
+            every.update(key.partition("/")[0] for key in self.bindings.items)
+            dirty.expand(plan.namespace_tenant, _members(plan), every, plan.tenants)
+        else:
+            dirty.expand(plan.namespace_tenant, _members(plan), (), ())
+        index: dict[str, list[str]] = {}
+        if dirty.namespaces:
+            for key in self.bindings.items:
+                namespace, _, name = key.partition("/")
+                if namespace in dirty.namespaces:
+                    index.setdefault(namespace, []).append(name)
+        release = set(plan.release)
+        looked = dirty.namespaces
+        dirty.namespaces = set()
+        for name in looked:
+            rank = self._rank(plan, name, index.get(name, ()), name in release)
+            if rank is None and name in dirty.rules:
+                rank = wk.CHECK
+            if rank is None:
+                dirty.queued.pop(name, None)
+                continue
+            live = self.namespaces.get(name) or {}
+            dirty.queued[name] = (rank, str(live.get("metadata", {}).get("creationTimestamp", "")))
+        chosen = dirty.next_batch(self.settings.batch_size)
+        checks = {name for name in chosen if name in dirty.rules}
+        dirty.rules -= checks
+        compiled = self._compile_rules(plan, checks)
+        for name in checks - set(compiled):
+            self._managed.pop(name, None)  # in no tenant any more: nothing to remember
+        earlier = set(chosen) - looked
+        if earlier:  # namespaces queued in an earlier round: their bindings too
+            for key in self.bindings.items:
+                namespace, _, name = key.partition("/")
+                if namespace in earlier:
+                    index.setdefault(namespace, []).append(name)
+        outcomes: dict[str, _Outcome] = {name: _Outcome() for name in chosen}
         semaphore = asyncio.Semaphore(self.settings.concurrency)
 
         async def bounded(work: Awaitable[None]) -> None:
             async with semaphore:  # the coroutine starts only once a slot is free
                 await work
 
-        await asyncio.gather(*(bounded(self._namespace(plan, name, outcomes[name])) for name in plan.namespace_bodies))
-        stale_outcomes = await self._prune(plan)
-        await asyncio.gather(*(bounded(self._release(name)) for name in plan.release))
-        await self._tenant_statuses(plan, outcomes, stale_outcomes)
-        await self._owner_statuses(plan)
-        await self._namespace_ledgers(plan)
-        compiled = self.compile_rules(plan)
+        await asyncio.gather(
+            *(
+                bounded(self._write_namespace(plan, name, index.get(name, ()), name in release, outcomes[name]))
+                for name in chosen
+            )
+        )
         await asyncio.gather(*(bounded(self._rule_status(rules)) for rules in compiled.values()))
         await self._managed_metadata(compiled)
+        await self._unassigned_events(plan, outcomes)
+        for name, outcome in outcomes.items():
+            if outcome.errors:
+                self._retry.add(name)
+        touched = {plan.namespace_tenant[name] for name in looked | set(chosen) if name in plan.namespace_tenant}
+        statuses = (dirty.statuses | touched) & set(plan.tenants)
+        dirty.statuses.clear()
+        await self._tenant_statuses(plan, statuses, outcomes)
+        if dirty.owners:
+            dirty.owners = False
+            await self._owner_statuses(plan)
+        if self._ledgers_due:
+            self._ledgers_due = False
+            await self._namespace_ledgers(plan)
+        if self._retry or self._retry_statuses:
+            self._retry_at = min(self._retry_at, time.monotonic() + self._retry_backoff)
+            self._retry_backoff = min(30.0, self._retry_backoff * 2)
+        else:
+            self._retry_backoff = 0.5
+        dirty.settle()
+        return bool(dirty)
+
+    def _compile_rules(self, plan: Plan, names: set[str]) -> dict[str, rl.NamespaceRulePlan]:
+        """The rules of ``names`` (those in a tenant), compiled as the publish loop compiles every namespace."""
+        wanted = {name: plan.namespace_tenant[name] for name in names if name in plan.namespace_tenant}
+        if not wanted:
+            return {}
+        own = {
+            name: item for name in wanted if (item := self.rule_statuses.get(f"{name}/{RULE_STATUS_NAME}")) is not None
+        }
+        tenants = {name: plan.tenants[name].tenant for name in set(wanted.values())}
+        return rl.compile_namespaces(tenants, wanted, self.namespaces.items, own)
+
+    def _rank(
+        self,
+        plan: Plan,
+        name: str,
+        bindings: Iterable[str],
+        released: bool,
+    ) -> int | None:
+        """How urgently namespace ``name`` needs a write (:data:`work.MISSING` or :data:`work.DRIFTED`), or None
+        when the caches already match the plan: the comparisons :meth:`_write_namespace` makes, and whether its
+        RuleStatus exists (its status is compared only once the namespace is in a batch: that takes a compile)."""
+        ranks: list[int] = []
+        live = self.namespaces.get(name)
+        body = plan.namespace_bodies.get(name)
+        if body is not None and live is not None:
+            tenant = plan.namespace_tenant[name]
+            if ns.needs_apply(live, body, rb.MANAGER):
+                ranks.append(wk.MISSING if ns.tenant_of(live) != tenant else wk.DRIFTED)
+            uid = str(plan.tenants[tenant].raw["metadata"].get("uid", ""))
+            if ns.foreign_tenant_references(live, uid):
+                ranks.append(wk.DRIFTED)
+            for binding_name, desired in plan.bindings.get(name, {}).items():
+                current = self.bindings.get(f"{name}/{binding_name}")
+                if current is None:
+                    ranks.append(wk.MISSING)
+                    break
+                if rb.drifted(current, desired):
+                    ranks.append(wk.DRIFTED)
+        if released:
+            ranks.append(wk.DRIFTED)
+        if name not in plan.frozen:
+            wanted = plan.bindings.get(name, {})
+            if any(binding not in wanted for binding in bindings):
+                ranks.append(wk.DRIFTED)
+        if body is not None and live is not None and self.rule_statuses.get(f"{name}/{RULE_STATUS_NAME}") is None:
+            ranks.append(wk.MISSING)
+        return min(ranks) if ranks else None
 
     async def _namespace_ledgers(self, plan: Plan) -> None:
         """Each tenant with a namespace quota has its ledger, folded; ledgers of others are removed."""
@@ -381,7 +619,33 @@ class TenantsController:
                 await self.ledgers.delete(name)
                 self.ledger_cache.items.pop(key, None)
                 WRITES.labels("QuantityLedger", "delete").inc()
-        self._fold_due = due
+        self._fold_at = time.monotonic() + due  # an unconfirmed reservation's expiry (inf: none)
+
+    async def _write_namespace(
+        self, plan: Plan, name: str, bindings: Iterable[str], released: bool, outcome: _Outcome
+    ) -> None:
+        """One namespace: its metadata and RoleBindings (when in a writable tenant), managed RoleBindings nobody
+        should have any more, and the release of fields we applied when it left its tenant."""
+        if name in plan.namespace_bodies:
+            await self._namespace(plan, name, outcome)
+        if released:
+            await self._release(name)
+        if name in plan.frozen:
+            return
+        wanted = plan.bindings.get(name, {})
+        for binding in bindings:
+            if binding in wanted or self.bindings.get(f"{name}/{binding}") is None:
+                continue
+            path = resource_path("rbac.authorization.k8s.io/v1", "rolebindings", namespace=name, name=binding)
+            try:
+                await self.kube.delete(path)
+            except KubeError as err:
+                if not _ignorable(err):
+                    outcome.errors.append(f"RoleBinding {name}/{binding}: {err}")
+                continue
+            self.bindings.items.pop(f"{name}/{binding}", None)
+            WRITES.labels("RoleBinding", "delete").inc()
+            outcome.actions.append(f"deleted RoleBinding {binding}")
 
     async def _namespace(self, plan: Plan, name: str, outcome: _Outcome) -> None:
         """Metadata first (the owner reference and tenant label matter most), then RoleBindings."""
@@ -392,13 +656,13 @@ class TenantsController:
             live = self.namespaces.get(name) or {}
             if ns.needs_apply(live, body, rb.MANAGER):
                 live = await self.kube.apply(resource_path("v1", "namespaces", name=name), body)
-                self.namespaces.items[name] = live
+                live = self.namespaces.store(live)
                 WRITES.labels("Namespace", "apply").inc()
                 outcome.actions.append("applied labels, annotations and owner reference")
             if ns.foreign_tenant_references(live, uid):
                 patch = ns.without_foreign_references_patch(live, uid)
                 live = await self.kube.json_patch(resource_path("v1", "namespaces", name=name), patch)
-                self.namespaces.items[name] = live
+                live = self.namespaces.store(live)
                 WRITES.labels("Namespace", "patch").inc()
                 outcome.actions.append("removed owner references to other tenants")
         except KubeError as err:
@@ -417,7 +681,7 @@ class TenantsController:
                 if live_binding is not None and rb.roleref_changed(live_binding, desired):
                     await self.kube.delete(path)
                     WRITES.labels("RoleBinding", "delete").inc()
-                self.bindings.items[key] = await self.kube.apply(path, desired)
+                self.bindings.store(await self.kube.apply(path, desired))
                 WRITES.labels("RoleBinding", "apply").inc()
             except KubeError as err:
                 if _ignorable(err):
@@ -430,45 +694,29 @@ class TenantsController:
         if updated:
             outcome.actions.append(f"restored RoleBindings {', '.join(sorted(updated))}")
 
-    async def _prune(self, plan: Plan) -> dict[str, _Outcome]:
-        """Delete managed RoleBindings nobody should have any more; report them per namespace."""
-        outcomes: dict[str, _Outcome] = {}
-        for item in stale_bindings(plan, self.bindings.values()):
-            meta = item["metadata"]
-            namespace, name = meta["namespace"], meta["name"]
-            outcome = outcomes.setdefault(namespace, _Outcome())
-            path = resource_path("rbac.authorization.k8s.io/v1", "rolebindings", namespace=namespace, name=name)
-            try:
-                await self.kube.delete(path)
-            except KubeError as err:
-                if not _ignorable(err):
-                    outcome.errors.append(f"RoleBinding {namespace}/{name}: {err}")
-                continue
-            self.bindings.items.pop(f"{namespace}/{name}", None)
-            WRITES.labels("RoleBinding", "delete").inc()
-            outcome.actions.append(f"deleted RoleBinding {name}")
+    async def _unassigned_events(self, plan: Plan, outcomes: dict[str, _Outcome]) -> None:
+        """A namespace in no tenant whose RoleBindings we removed: say so on the namespace itself."""
         for namespace, outcome in outcomes.items():
-            if namespace not in plan.namespace_tenant and outcome.actions:
-                # Not (or no longer) in a tenant: say so on the namespace itself.
-                live = self.namespaces.get(namespace) or {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": namespace},
-                }
-                await self.events.emit(
-                    _with_kind(live, "v1", "Namespace"),
-                    "Normal",
-                    "RoleBindingsRemoved",
-                    f"namespace {namespace} is in no tenant: {'; '.join(outcome.actions)}",
-                    namespace=self.policy.events_namespace,
-                )
-        return outcomes
+            if namespace in plan.namespace_tenant or not outcome.actions:
+                continue
+            live = self.namespaces.get(namespace) or {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": namespace},
+            }
+            await self.events.emit(
+                _with_kind(live, "v1", "Namespace"),
+                "Normal",
+                "RoleBindingsRemoved",
+                f"namespace {namespace} is in no tenant: {'; '.join(outcome.actions)}",
+                namespace=self.policy.events_namespace,
+            )
 
     async def _release(self, name: str) -> None:
         """The namespace left its tenant: give up every field we applied on it."""
         try:
-            self.namespaces.items[name] = await self.kube.apply(
-                resource_path("v1", "namespaces", name=name), ns.release_body(name)
+            self.namespaces.store(
+                await self.kube.apply(resource_path("v1", "namespaces", name=name), ns.release_body(name))
             )
             WRITES.labels("Namespace", "release").inc()
             log.info("namespace released", extra={"namespace": name})
@@ -478,23 +726,25 @@ class TenantsController:
 
     # -- status and events ---------------------------------------------------------------------------------
 
-    async def _tenant_statuses(self, plan: Plan, outcomes: dict[str, _Outcome], pruned: dict[str, _Outcome]) -> None:
-        """Events of this pass's namespace writes, then each tenant's Warning and status: ``concurrency`` at a
-        time (one after the other, 10,000 namespaces' events took minutes of round trips)."""
+    async def _tenant_statuses(self, plan: Plan, names: set[str], outcomes: dict[str, _Outcome]) -> None:
+        """Events of this round's namespace writes, then the Warning and status of each tenant in ``names``:
+        ``concurrency`` at a time (one after the other, 10,000 namespaces' events took minutes of round trips).
+        A status is compared with the cached Tenant (not the plan's copy, which may predate our last write)."""
         now = datetime.now(UTC)
         semaphore = asyncio.Semaphore(self.settings.concurrency)
         problems_of: dict[str, list[st.Problem]] = {}
         synced: list[Awaitable[None]] = []
-        for name, tenant_plan in plan.tenants.items():
+        for name in sorted(names):
+            tenant_plan = plan.tenants[name]
             problems = problems_of[name] = list(tenant_plan.problems)
             done: list[str] = []
             for namespace in tenant_plan.namespaces:
-                for outcome in (outcomes.get(namespace), pruned.get(namespace)):
-                    if outcome is None:
-                        continue
-                    problems += [st.Problem(reason="ApplyFailed", message=e) for e in outcome.errors]
-                    if outcome.actions:
-                        done.append(f"namespace {namespace}: " + "; ".join(outcome.actions))
+                outcome = outcomes.get(namespace)
+                if outcome is None:
+                    continue
+                problems += [st.Problem(reason="ApplyFailed", message=e) for e in outcome.errors]
+                if outcome.actions:
+                    done.append(f"namespace {namespace}: " + "; ".join(outcome.actions))
             if done:
                 message = synced_message(done)
                 synced.append(self._emit(tenant_plan.raw, "Tenant", "Normal", "NamespaceSynced", message))
@@ -505,7 +755,9 @@ class TenantsController:
 
         async def tenant(name: str) -> None:
             tenant_plan, problems = plan.tenants[name], problems_of[name]
-            raw = tenant_plan.raw
+            raw = self.tenants.get(name)
+            if raw is None:
+                return  # deleted meanwhile
             await self._warn("Tenant", raw, problems)
             cordoned = bool(tenant_plan.tenant and tenant_plan.tenant.spec.cordoned)
             status = st.tenant_status(
@@ -516,22 +768,28 @@ class TenantsController:
                 problems=problems,
                 now=now,
             )
-            await self._write_status(self.tenants, TENANTS_PATH, name, raw, status)
+            if not await self._write_status(self.tenants, TENANTS_PATH, name, raw, status):
+                self._retry_statuses.add(name)
 
         await asyncio.gather(*(bounded(work) for work in synced))
-        await asyncio.gather(*(bounded(tenant(name)) for name in plan.tenants))
-        NOT_READY.set(sum(bool(problems) for problems in problems_of.values()))
+        await asyncio.gather(*(bounded(tenant(name)) for name in sorted(names)))
+        for name, problems in problems_of.items():
+            self._not_ready[name] = bool(problems)
+        NOT_READY.set(sum(self._not_ready.values()))
 
     async def _owner_statuses(self, plan: Plan) -> None:
         now = datetime.now(UTC)
         for name, owner_plan in plan.owners.items():
-            await self._warn("TenantOwner", owner_plan.raw, owner_plan.problems)
-            status = st.owner_status(owner_plan.raw, tenants=owner_plan.tenants, problems=owner_plan.problems, now=now)
-            await self._write_status(self.owners, OWNERS_PATH, name, owner_plan.raw, status)
+            raw = self.owners.get(name)
+            if raw is None:
+                continue
+            await self._warn("TenantOwner", raw, owner_plan.problems)
+            status = st.owner_status(raw, tenants=owner_plan.tenants, problems=owner_plan.problems, now=now)
+            await self._write_status(self.owners, OWNERS_PATH, name, raw, status)
 
     async def _managed_metadata(self, compiled: dict[str, rl.NamespaceRulePlan]) -> None:
-        """Reconcile managed label/annotation values onto existing objects of namespaces whose managed set
-        changed (see :mod:`enclave_tenants.managed`); nothing in a steady state."""
+        """Reconcile managed label/annotation values onto existing objects of ``compiled`` namespaces whose
+        managed set changed (see :mod:`enclave_tenants.managed`); nothing in a steady state."""
         if not self.settings.managed_metadata:
             return
         changed = {}
@@ -540,8 +798,6 @@ class TenantsController:
             signature = mg.signature(found)
             if self._managed.get(namespace) != signature:
                 changed[namespace] = (found, signature)
-        for namespace in set(self._managed) - set(compiled):
-            del self._managed[namespace]
         if not changed:
             return
         resources: list[mg.Resource] | None = None
@@ -560,12 +816,10 @@ class TenantsController:
 
     async def _rule_status(self, plan: rl.NamespaceRulePlan) -> None:
         """Create the namespace's ``RuleStatus/default`` when missing, then keep its status on the compiled rules."""
-        key = f"{plan.namespace}/{RULE_STATUS_NAME}"
         path = resource_path(GROUP_VERSION, "rulestatuses", namespace=plan.namespace)
         try:
             if plan.live is None:
-                plan.live = await self.kube.create(path, rl.new_rule_status(plan.namespace))
-                self.rule_statuses.items[key] = plan.live
+                plan.live = self.rule_statuses.store(await self.kube.create(path, rl.new_rule_status(plan.namespace)))
                 WRITES.labels("RuleStatus", "create").inc()
             status = rl.desired_status(plan, datetime.now(UTC))
             if not rl.status_changed(plan.live, status):
@@ -577,20 +831,23 @@ class TenantsController:
             if not _ignorable(err):
                 log.warning("RuleStatus write failed", extra={"namespace": plan.namespace, "error": str(err)})
             return
-        self.rule_statuses.items[key] = stored
+        self.rule_statuses.store(stored)
         WRITES.labels("RuleStatus", "status").inc()
 
-    async def _write_status(self, informer: Informer, base: str, name: str, raw: JSON, status: JSON) -> None:
+    async def _write_status(self, informer: Informer, base: str, name: str, raw: JSON, status: JSON) -> bool:
+        """Write ``status`` when it differs from the stored one; False when that failed (to be retried)."""
         if not st.changed(raw, status):
-            return
+            return True
         try:
             stored = await self.kube.merge_patch(f"{base}/{name}/status", {"status": status})
         except KubeError as err:
-            if not err.not_found:
-                log.warning("status write failed", extra={"object": f"{base}/{name}", "error": str(err)})
-            return
-        informer.items[name] = stored
+            if err.not_found:
+                return True
+            log.warning("status write failed", extra={"object": f"{base}/{name}", "error": str(err)})
+            return False
+        informer.store(stored)
         WRITES.labels(informer.name, "status").inc()
+        return True
 
     async def _warn(self, kind: str, raw: JSON, problems: list[st.Problem]) -> None:
         """One Warning per distinct problem set (not one per pass); cleared when the object is fine again."""
@@ -628,6 +885,29 @@ def synced_message(done: list[str]) -> str:
             return head + "; ".join(shown) + rest
         shown.append(item)
     return head + "; ".join(shown)
+
+
+def _members(plan: Plan) -> dict[str, list[str]]:
+    return {name: tenant_plan.namespaces for name, tenant_plan in plan.tenants.items()}
+
+
+def _namespace_trim(obj: JSON) -> JSON:
+    """Namespaces as the controller reads them: metadata with our own apply entries, and the phase (their
+    ``spec.finalizers`` and status conditions are never read; 10,000 of them are cached)."""
+    obj = _OWN_FIELDS(obj)
+    obj.pop("spec", None)
+    phase = (obj.get("status") or {}).get("phase")
+    obj["status"] = {"phase": phase} if phase else {}
+    return obj
+
+
+_OWN_FIELDS = keep_managed_fields(rb.MANAGER)
+
+
+def _volume_trim(obj: JSON) -> JSON:
+    """PersistentVolumes: only their name and labels go into the Rules snapshot."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}}}
 
 
 def _with_kind(obj: JSON, api_version: str, kind: str) -> JSON:

@@ -124,6 +124,14 @@ class Informer:
     def values(self) -> list[JSON]:
         return list(self.items.values())
 
+    def store(self, obj: JSON) -> JSON:
+        """Cache an object the caller just wrote (its API response), trimmed like a watched one, so the cache
+        is current before the watch event arrives and never holds more than the watch would put there."""
+        if self.transform is not None:
+            obj = self.transform(obj)
+        self.items[object_key(obj)] = obj
+        return obj
+
     async def run(self) -> None:
         # The backoff resets only once a watch delivered an event or ended normally, not after a list alone:
         # a watch that fails at once after every successful list must not relist five times a second.

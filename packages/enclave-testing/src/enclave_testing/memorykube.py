@@ -1,0 +1,148 @@
+"""An in-memory stand-in for :class:`enclave_core.kube.rest.Kube`, for unit tests and CPU/memory harnesses of a
+controller's write loop at sizes a real control plane on this machine cannot reach in seconds.
+
+It stores what is written by path and answers as kube-apiserver would in the ways a controller's comparisons
+read (uid, resourceVersion, metadata merged on apply, status merged on a status patch). It is not an API server:
+no validation, no managedFields, no watch (tests put objects into the informers' caches and call their
+``on_change`` themselves, see :meth:`MemoryKube.echo`). Every request is recorded in ``calls``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from enclave_core.kube.rest import JSON, Kube, KubeError
+
+Failure = Callable[[str, str], KubeError | None]
+"""(method, path) -> an error to raise instead of answering, or None."""
+
+
+def _merge(into: JSON, patch: JSON) -> None:
+    for key, value in patch.items():
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+class MemoryKube(Kube):
+    """Objects by path; ``calls`` lists (method, path) of every request, writes and reads alike."""
+
+    def __init__(self, fail: Failure | None = None) -> None:  # no ApiClient: nothing leaves the process
+        self.objects: dict[str, JSON] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.fail = fail
+        self._versions = itertools.count(1)
+        self._names = itertools.count(1)
+
+    def _check(self, method: str, path: str) -> None:
+        self.calls.append((method, path))
+        error = self.fail(method, path) if self.fail is not None else None
+        if error is not None:
+            raise error
+
+    def _stamp(self, obj: JSON) -> JSON:
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", f"uid-{next(self._names)}")
+        meta["resourceVersion"] = str(next(self._versions))
+        return copy.deepcopy(obj)
+
+    def writes(self) -> list[tuple[str, str]]:
+        return [call for call in self.calls if call[0] != "GET"]
+
+    async def get(self, path: str) -> JSON:
+        self._check("GET", path)
+        if path not in self.objects:
+            raise KubeError(404, "NotFound", f"{path} not found")
+        return copy.deepcopy(self.objects[path])
+
+    async def get_or_none(self, path: str) -> JSON | None:
+        try:
+            return await self.get(path)
+        except KubeError as err:
+            if err.not_found:
+                return None
+            raise
+
+    async def list(
+        self,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> JSON:
+        self._check("GET", path)
+        prefix = path.rstrip("/") + "/"
+        items = [copy.deepcopy(obj) for key, obj in self.objects.items() if key.startswith(prefix)]
+        return {"items": items, "metadata": {"resourceVersion": str(next(self._versions))}}
+
+    async def create(self, path: str, body: JSON) -> JSON:
+        """Recorded as ("POST", the new object's path), not the collection's."""
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            meta["name"] = f"{meta.get('generateName', 'object-')}{next(self._names)}"
+        key = f"{path}/{meta['name']}"
+        self._check("POST", key)
+        if key in self.objects:
+            raise KubeError(409, "AlreadyExists", f"{key} already exists")
+        self.objects[key] = obj
+        return self._stamp(obj)
+
+    async def apply(self, path: str, body: JSON, *, force: bool = True) -> JSON:
+        self._check("PATCH", path)
+        obj = self.objects.setdefault(path, {})
+        _merge(obj, copy.deepcopy(body))
+        return self._stamp(obj)
+
+    async def merge_patch(self, path: str, patch: JSON) -> JSON:
+        self._check("PATCH", path)
+        target = path.removesuffix("/status")
+        if target not in self.objects:
+            raise KubeError(404, "NotFound", f"{target} not found")
+        obj = self.objects[target]
+        _merge(obj, patch)
+        return self._stamp(obj)
+
+    async def json_patch(self, path: str, operations: builtins.list[JSON]) -> JSON:
+        self._check("PATCH", path)
+        if path not in self.objects:
+            raise KubeError(404, "NotFound", f"{path} not found")
+        obj = self.objects[path]
+        for op in operations:
+            parts = [part for part in str(op["path"]).split("/") if part]
+            parent: Any = obj
+            for part in parts[:-1]:
+                parent = parent.setdefault(part, {})
+            if op["op"] == "test" and parent.get(parts[-1]) != op["value"]:
+                raise KubeError(422, "Invalid", f"test of {op['path']} failed")
+            if op["op"] in ("replace", "add"):
+                parent[parts[-1]] = copy.deepcopy(op["value"])
+            if op["op"] == "remove":
+                parent.pop(parts[-1], None)
+        return self._stamp(obj)
+
+    async def delete(self, path: str, *, missing_ok: bool = True) -> None:
+        self._check("DELETE", path)
+        if self.objects.pop(path, None) is None and not missing_ok:
+            raise KubeError(404, "NotFound", f"{path} not found")
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[JSON]:
+        raise KubeError(501, "NotImplemented", "MemoryKube has no watch: put objects into the caches")
+        yield {}  # pragma: no cover  (makes this an async generator like Kube.watch)
