@@ -336,6 +336,9 @@ class NamespaceSet:
     """The namespace's PodDisruptionBudgets (only when a rule requires coverage; see the Rules snapshot)."""
     batch: cel.ConditionBatch | None = None
     """``programs`` folded for evaluation together: one runtime call per request for all of them."""
+    reads: frozenset[str] = frozenset()
+    """The CEL variables any condition of the namespace references: a request builds only those (``request``
+    and ``now`` cost a dict and a clock read that most conditions never look at)."""
     metadata_scopes: dict[tuple[str, str], MetadataScope] = field(default_factory=dict, compare=False)
     """Per (kind, apiVersion): the metadata rules that speak about it, filled on first use (see
     :meth:`metadata_scope`)."""
@@ -387,6 +390,7 @@ def compile_namespace(item: NamespaceRules, budgets: tuple[BudgetView, ...] = ()
         mutating_programs=mutating_programs,
         mutating_batch=cel.default().condition_batch(mutating_programs) if mutating_programs else None,
         budgets=budgets,
+        reads=frozenset(name for r in rules for p in r.conditions for name in p.reads),
     )
 
 

@@ -115,14 +115,16 @@ class Review:
         return found
 
     def variables(self) -> Mapping[str, Any]:
+        """What the namespace's conditions read of ``object``, ``oldObject``, ``request`` and ``now``: the
+        others are left out (decided per snapshot, :attr:`NamespaceSet.reads`)."""
         found = self._variables
         if found is None:
-            found = self._variables = {
-                "object": self.request.obj,
-                "oldObject": self.request.old,
-                "request": self.request_variable(),
-                "now": datetime.now(UTC),
-            }
+            reads = self.rules.reads
+            found = self._variables = {"object": self.request.obj, "oldObject": self.request.old}
+            if "request" in reads:
+                found["request"] = self.request_variable()
+            if "now" in reads:
+                found["now"] = datetime.now(UTC)
         return found
 
     def in_audience(self, rule: CompiledRule) -> bool:

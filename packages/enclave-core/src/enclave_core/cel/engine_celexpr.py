@@ -25,9 +25,10 @@ from enclave_core.cel import k8s_library as lib
 from enclave_core.cel import limits
 from enclave_core.cel.environment import Environment, VarType
 from enclave_core.cel.errors import CelCompileError, CelIssue, ErrorKind, EvalError
+from enclave_core.cel.fastpath import UNANSWERED, Fast, build
 from enclave_core.cel.projection import compile_projector, merge_tries, project
 from enclave_core.cel.results import EvalResult, Failed, Ok
-from enclave_core.cel.syntax import ExprFacts, PathTrie, analyse_checked
+from enclave_core.cel.syntax import ExprFacts, PathTrie, analyse_tree, decode_checked
 from enclave_core.quantity import Quantity
 
 __all__ = ["CelExprEngine"]
@@ -280,6 +281,8 @@ def _runtime_error(expression: str, text: str) -> EvalError:
     return EvalError(ErrorKind.OTHER, text, expression)
 
 
+_OK_TRUE: Final[Ok[Any]] = Ok(True)
+_OK_FALSE: Final[Ok[Any]] = Ok(False)
 _ERROR_TYPE: Final = cel.Type.ERROR
 _BOOL_TYPE: Final = cel.Type.BOOL
 
@@ -287,10 +290,12 @@ _BOOL_TYPE: Final = cel.Type.BOOL
 class _Compiled:
     """One checked expression plus what is needed to project its input."""
 
-    __slots__ = ("_engine_env", "_expr", "_facts", "_projectors", "_static_type", "_text")
+    __slots__ = ("_engine_env", "_expr", "_facts", "_fast", "_projectors", "_static_type", "_text")
 
-    def __init__(self, text: str, expr: Any, facts: ExprFacts, engine_env: Any) -> None:
+    def __init__(self, text: str, expr: Any, facts: ExprFacts, engine_env: Any, fast: Fast | None = None) -> None:
         self._text = text
+        self._fast = fast
+        """The Python fast path (:mod:`enclave_core.cel.fastpath`), tried before the runtime."""
         self._expr = expr
         self._facts = facts
         self._static_type: str = expr.return_type().name().lower()
@@ -311,7 +316,18 @@ class _Compiled:
     def facts(self) -> ExprFacts:
         return self._facts
 
+    def answer(self, variables: Mapping[str, Any]) -> EvalResult[Any] | None:
+        """The fast path's result, or None when it has none (the runtime answers)."""
+        fast = self._fast
+        value = fast(variables) if fast is not None else UNANSWERED
+        if value is UNANSWERED:
+            return None
+        return _OK_TRUE if value is True else _OK_FALSE if value is False else Ok(value)
+
     def evaluate(self, variables: Mapping[str, Any]) -> EvalResult[Any]:
+        answered = self.answer(variables)
+        if answered is not None:
+            return answered
         data = {name: proj(variables[name]) for name, proj in self._projectors if name in variables}
         try:
             return self._result(self._expr.eval(data=data))
@@ -343,7 +359,9 @@ class CelExprEngine:
 
     name = "cel-expr-python"
 
-    def __init__(self) -> None:
+    def __init__(self, fast_path: bool = True) -> None:
+        self.fast_path = fast_path
+        """Build :mod:`enclave_core.cel.fastpath` functions (off only to compare against the runtime alone)."""
         self._envs: dict[Environment, Any] = {}
         self._extensions = [
             ext_strings.ExtStrings(),
@@ -373,12 +391,14 @@ class CelExprEngine:
         except RuntimeError as exc:
             raise CelCompileError(expression, _issues(expression, str(exc))) from None
         try:
-            facts = analyse_checked(expr.serialize(), env.names)
+            tree = decode_checked(expr.serialize())
+            facts = analyse_tree(tree, env.names)
         except ValueError:
             raise CelCompileError(
                 expression, [CelIssue(expression, f"expression nested deeper than {limits.MAX_AST_DEPTH} levels")]
             ) from None
-        return _Compiled(expression, expr, facts, engine_env)
+        fast = build(tree, env.names, expression) if self.fast_path else None
+        return _Compiled(expression, expr, facts, engine_env, fast)
 
     def shared_activation(self, expressions: Sequence[Any], variables: Mapping[str, Any]) -> Any:
         """One runtime activation holding the union of what ``expressions`` observe."""
@@ -392,8 +412,17 @@ class CelExprEngine:
     def evaluate_many(self, expressions: Sequence[Any], variables: Mapping[str, Any]) -> list[EvalResult[Any]]:
         if len(expressions) <= 1:
             return [c.evaluate(variables) for c in expressions]
-        try:
-            activation = self.shared_activation(expressions, variables)
-        except Exception as exc:  # conversion of unsupported input values
-            return [Failed(EvalError(ErrorKind.INVALID_ARGUMENT, str(exc), c.text)) for c in expressions]
-        return [c.evaluate_in(activation) for c in expressions]
+        answered = [c.answer(variables) for c in expressions]
+        rest = [c for c, result in zip(expressions, answered, strict=True) if result is None]
+        if not rest:
+            return answered  # every one answered by its fast path
+        if len(rest) == 1:
+            computed = iter([rest[0].evaluate(variables)])
+        else:
+            try:
+                activation = self.shared_activation(rest, variables)
+            except Exception as exc:  # conversion of unsupported input values
+                computed = iter([Failed(EvalError(ErrorKind.INVALID_ARGUMENT, str(exc), c.text)) for c in rest])
+            else:
+                computed = iter([c.evaluate_in(activation) for c in rest])
+        return [result if result is not None else next(computed) for result in answered]

@@ -63,7 +63,7 @@ def _as_any(text: str, value: Any) -> EvalResult[Any]:
 class Program(Generic[T]):
     """A compiled, checked expression bound to its declaration and expected result type."""
 
-    __slots__ = ("_compiled", "_convert", "_engine", "env", "result_type")
+    __slots__ = ("_answer", "_compiled", "_convert", "_engine", "env", "reads", "result_type")
 
     def __init__(
         self,
@@ -78,6 +78,12 @@ class Program(Generic[T]):
         self._convert = convert
         self.env = env
         self.result_type = result_type
+        facts = compiled.facts
+        self.reads: frozenset[str] = env.names if facts is None else frozenset(facts.paths)
+        """The variables the expression references (all declared ones when the engine cannot tell): a caller
+        may leave the others out of the variables it passes."""
+        self._answer: Callable[[Mapping[str, Any]], EvalResult[Any] | None] | None = getattr(compiled, "answer", None)
+        """The engine's fast path, when it has one (:mod:`enclave_core.cel.fastpath`): a result or None."""
 
     @property
     def text(self) -> str:
@@ -273,6 +279,18 @@ class ConditionBatch:
 
     def evaluate(self, variables: Mapping[str, Any]) -> list[EvalResult[bool]]:
         """One result per condition, in order; never raises."""
+        if len(self._chunks) == 1:
+            start, end, program = self._chunks[0]
+            single = program if program is not None else self._programs[0] if end - start == 1 else None
+            answer = single._answer if single is not None else None
+            if answer is not None:
+                result = answer(variables)
+                if result is not None and isinstance(result, Ok):
+                    value = result.value
+                    if type(value) is int and program is not None:
+                        return [_TRUE if value >> bit & 1 else _FALSE for bit in range(end - start)]
+                    if type(value) is bool and program is None:
+                        return [_TRUE if value else _FALSE]
         folded = [program for _, _, program in self._chunks if program is not None]
         raw = iter(self._facade.engine.evaluate_many([p.compiled for p in folded], variables) if folded else ())
         out: list[EvalResult[bool]] = []

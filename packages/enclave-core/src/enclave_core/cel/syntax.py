@@ -16,7 +16,7 @@ from typing import Any, Final, TypeAlias
 
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message, message_factory
 
-__all__ = ["ELEM", "WHOLE", "ExprFacts", "PathTrie", "analyse_checked"]
+__all__ = ["ELEM", "WHOLE", "ExprFacts", "PathTrie", "analyse_checked", "analyse_tree", "decode_checked"]
 
 PathTrie: TypeAlias = dict[Any, Any] | None
 """Keys of a variable an expression can observe: ``None`` means the whole value, a dict maps each
@@ -311,8 +311,8 @@ class _Walker:
         return expr, fields
 
 
-def analyse_checked(serialized: bytes, variables: frozenset[str]) -> ExprFacts:
-    """Decode a serialised ``CheckedExpr`` (wrapped in ``Any``) and collect its facts.
+def decode_checked(serialized: bytes) -> Any:
+    """The expression tree (``CheckedExpr.expr``) of a serialised ``CheckedExpr`` wrapped in ``Any``.
 
     Raises ``ValueError`` when the tree cannot be decoded (for example nested beyond the protobuf
     decoder's recursion limit), which the caller reports as "too deeply nested".
@@ -322,8 +322,19 @@ def analyse_checked(serialized: bytes, variables: frozenset[str]) -> ExprFacts:
         checked: Any = _CHECKED_EXPR.FromString(wrapper.value)
     except message.DecodeError as exc:
         raise ValueError(f"cannot decode syntax tree: {exc}") from exc
+    return checked.expr
+
+
+def analyse_checked(serialized: bytes, variables: frozenset[str]) -> ExprFacts:
+    """Decode a serialised ``CheckedExpr`` (wrapped in ``Any``) and collect its facts (``ValueError``: see
+    :func:`decode_checked`)."""
+    return analyse_tree(decode_checked(serialized), variables)
+
+
+def analyse_tree(tree: Any, variables: frozenset[str]) -> ExprFacts:
+    """The facts of a decoded expression tree (:func:`decode_checked`)."""
     walker = _Walker(variables)
-    walker.walk(checked.expr, {}, 1, 0)
+    walker.walk(tree, {}, 1, 0)
     return ExprFacts(
         depth=walker.depth,
         nodes=walker.nodes,
