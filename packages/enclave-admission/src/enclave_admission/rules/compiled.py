@@ -342,6 +342,9 @@ class NamespaceSet:
     metadata_scopes: dict[tuple[str, str], MetadataScope] = field(default_factory=dict, compare=False)
     """Per (kind, apiVersion): the metadata rules that speak about it, filled on first use (see
     :meth:`metadata_scope`)."""
+    plans: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Per area module: what it compiles from these rules on first use and keeps for the snapshot's life (the
+    workload rules' checks per kind and merged workload mutations: ``workloads._Plans``)."""
 
     def metadata_scope(self, kind: str, api_version: str) -> MetadataScope:
         """The metadata rules whose kinds match ``kind``/``api_version``, with their keys: worked out once per

@@ -30,8 +30,16 @@ what kube-apiserver would set. On UPDATE only items the old object did not have 
 container and the field (``spec.template.spec.containers[1].image``), and a refused value a workload mutation
 produced names that mutation.
 
-**Mutations** (Pod CREATE, rule then entry order): see :func:`mutation_patch`; the patch is minimal and
-idempotent, and the validating hook judges what it produced.
+**Mutations** (Pod CREATE only: never on UPDATE, on controller templates or through the ephemeralcontainers
+subresource; rule then entry order): see :func:`mutation_patch`; the patch is minimal and idempotent, and the
+validating hook judges what it produced.
+
+**Cost**: the rules are compiled once per Rules snapshot and namespace (:class:`_Plans`, kept on the
+``NamespaceSet``): per target kind the rules that target it with their matchers, parsed bounds and refused
+features (:class:`_RulePlan`), and the applicable mutation entries merged (:class:`_MutationPlan`). A request
+walks its Pod spec once (:class:`_Facts`: each container's fields read once, its image normalised once, QoS
+computed once), runs every applicable rule's checks over that in rule order, and builds a message only for an
+item that yields a finding (through the same judge functions as before, so messages are unchanged).
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from typing import Any, Final, NamedTuple
 
 from enclave_admission.review import JSON, pointer
 from enclave_admission.rules import matching
-from enclave_admission.rules.compiled import CompiledRule
+from enclave_admission.rules.compiled import CompiledRule, NamespaceSet
 from enclave_admission.rules.engine import Item, Review
 from enclave_core.api.rules import Toleration, WorkloadMutation, WorkloadsPolicy
 from enclave_core.quantity import Quantity
@@ -143,25 +151,23 @@ def containers(spec: Mapping[str, Any], base: str, lists: tuple[str, ...] = CONT
                 yield Container(list_name, index, body, f"{base}.{list_name}[{index}]")
 
 
-_QUANTITIES: Final[dict[str, Quantity | None]] = {}
-"""Parsed amounts by spelling: a cluster's Pods repeat a handful of them (``256Mi``, ``100m``)."""
+_QUANTITIES: Final[dict[str, int | None]] = {}
+"""Amounts in nano-units by spelling (None: not a quantity): a cluster's Pods repeat a handful of them
+(``256Mi``, ``100m``). Quantities compare by this exact integer, as Kubernetes' ``Cmp`` does."""
 
 
-def _quantity(value: Any) -> Quantity | None:
+def _nanos(value: Any) -> int | None:
     text = value if isinstance(value, str) else str(value)
     if text in _QUANTITIES:
         return _QUANTITIES[text]
     try:
-        found: Quantity | None = Quantity.parse(text)
+        found: int | None = Quantity.parse(text).nanos
     except (ValueError, TypeError):
         found = None
     if len(_QUANTITIES) > 4096:
         _QUANTITIES.clear()
     _QUANTITIES[text] = found
     return found
-
-
-_QOS_RESOURCES: Final = ("cpu", "memory")
 
 
 def _requests_as_stored(resources: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,33 +185,44 @@ def qos_class(spec: Mapping[str, Any]) -> str:
     ``resources`` when set, else from init and regular containers (ephemeral ones declare none); only cpu and
     memory count, zero amounts count as unset; Guaranteed needs cpu and memory limits on every container
     and the summed requests equal to the summed limits."""
-    requests: dict[str, int] = {}
-    limits: dict[str, int] = {}
-    """Summed amounts in nano-units (exact integers)."""
-    guaranteed = True
     pod_level = _map(spec.get("resources"))
     if pod_level:
-        sources = [pod_level]
-    else:
-        sources = [_map(c.body.get("resources")) for c in containers(spec, "", ("initContainers", "containers"))]
-    for resources in sources:
-        declared_limits = _map(resources.get("limits"))
-        for part, into in ((_requests_as_stored(resources), requests), (declared_limits, limits)):
-            for name in _QOS_RESOURCES:
-                amount = _quantity(part[name]) if name in part else None
-                if amount is not None and amount.nanos > 0:
-                    into[name] = into.get(name, 0) + amount.nanos
+        return _qos([(_requests_as_stored(pod_level), _map(pod_level.get("limits")))], True)
+    sources = []
+    for container in containers(spec, "", ("initContainers", "containers")):
+        resources = _map(container.body.get("resources"))
+        sources.append((_requests_as_stored(resources), _map(resources.get("limits"))))
+    return _qos(sources, False)
+
+
+def _qos(sources: list[tuple[dict[str, Any], dict[str, Any]]], pod_level: bool) -> str:
+    """:func:`qos_class` from (requests as stored, declared limits) per source (the Pod-level pair, or each init
+    and regular container's). Sums are in nano-units, exact; 0 stands for unset (only positive amounts count)."""
+    requested_cpu = requested_memory = limited_cpu = limited_memory = 0
+    guaranteed = True
+    for stored, declared_limits in sources:
+        requested_cpu += _positive(stored, "cpu")
+        requested_memory += _positive(stored, "memory")
+        cpu, memory = _positive(declared_limits, "cpu"), _positive(declared_limits, "memory")
+        limited_cpu += cpu
+        limited_memory += memory
         if pod_level and not declared_limits:
             continue
-        for name in _QOS_RESOURCES:
-            amount = _quantity(declared_limits[name]) if name in declared_limits else None
-            if amount is None or amount.nanos <= 0:
-                guaranteed = False
-    if not requests and not limits:
+        if not cpu or not memory:
+            guaranteed = False
+    if not (requested_cpu or requested_memory or limited_cpu or limited_memory):
         return "BestEffort"
-    if guaranteed and requests == limits:
+    if guaranteed and requested_cpu == limited_cpu and requested_memory == limited_memory:
         return "Guaranteed"
     return "Burstable"
+
+
+def _positive(amounts: Mapping[str, Any], name: str) -> int:
+    """The amount of ``name`` in nano-units when it is a positive quantity, else 0 (unset for QoS)."""
+    if name not in amounts:
+        return 0
+    found = _nanos(amounts[name])
+    return found if found is not None and found > 0 else 0
 
 
 # -- targets ---------------------------------------------------------------------------------------------------
@@ -272,6 +289,8 @@ class Finding:
 
 
 def judge(review: Review) -> None:
+    """Every workload rule of the namespace on one request: the spec is walked once (:class:`_Facts`) and each
+    applicable rule's compiled checks (:class:`_RulePlan`) run over what the walk read, in rule order."""
     request = review.request
     if request.obj is None or not review.rules.workloads:
         return
@@ -284,23 +303,24 @@ def judge(review: Review) -> None:
     kind, spec_path = located
     base = ".".join(spec_path)
     spec = _dig(request.obj, spec_path)
-    malformed = _path_shape(request.obj, spec_path) or _shape(spec, base)
+    plan = _plans(review.rules).kind(kind)
+    facts = _Facts(spec, base, plan)
+    malformed = _path_shape(request.obj, spec_path) or (_shape(spec, base) if facts.suspect else "")
     if malformed:
         # Never an allow by mistake: a spec we cannot read is refused (kube-apiserver refuses it first anyway).
         review.malformed = f"cannot judge {kind} {request.name}: {malformed}"
         return
+    if not plan.rules:
+        return
     old_spec = _dig(request.old, spec_path) if request.operation == "UPDATE" and request.old else None
-    view = _View(spec, base)
-    old_view = _View(old_spec, base) if old_spec is not None else None
-    mutated: dict[str, str] | None = None
-    for rule in review.rules.workloads:
-        policy = rule.workloads
-        assert policy is not None
-        targets = _targets(policy)
-        if kind not in targets or not review.applies(rule):
+    judging = _Judging(review, facts, old_spec)
+    creating = request.operation == "CREATE" or bool(request.sub_resource)
+    for rule_plan in plan.rules:
+        rule = rule_plan.rule
+        if not review.applies(rule):
             continue
-        if not _has_policies(policy):
-            if request.operation == "CREATE" or request.sub_resource:
+        if rule_plan.itself:
+            if creating:
                 item = Item()
                 why = f"{rule.origin} {'denies' if rule.action != 'audit' else 'audits'} {kind} objects"
                 if rule.action == "allow":
@@ -309,22 +329,463 @@ def judge(review: Review) -> None:
                     item.hit(rule, why)
                 review.settle(item)
             continue
-        if policy.disruption_budgets is not None and policy.disruption_budgets.required and kind in REPLICATED:
+        if rule_plan.coverage:
             _coverage(review, rule, kind)
-        lists = targets[kind]
-        old_items = set(_items(policy, old_view, lists)) if old_view is not None else None
-        for found in _items(policy, view, lists):
-            if old_items is not None and found in old_items:
+        rule_plan.judge(judging)
+
+
+# -- the compiled plan -----------------------------------------------------------------------------------------
+
+
+MAX_MERGED_MUTATIONS = 64
+"""Bound of the memo of merged workload mutations per combination of applicable rules (usually one or two)."""
+
+
+class _Plans:
+    """A namespace's workload rules compiled for one Rules snapshot (kept in ``NamespaceSet.plans``): the
+    checks of the rules that target each kind, and the workload mutations merged per combination of rules
+    that apply."""
+
+    __slots__ = ("_kinds", "merged", "mutating", "rules")
+
+    def __init__(self, rules: NamespaceSet) -> None:
+        self.rules = rules
+        self._kinds: dict[str, _KindPlan] = {}
+        mutating: list[tuple[CompiledRule, tuple[tuple[str, WorkloadMutation], ...]]] = []
+        for rule in rules.mutations:
+            entries: list[tuple[str, WorkloadMutation]] = []
+            for part in rule.mutations:
+                if isinstance(part.workloads, WorkloadMutation):
+                    entries.append((part.name, part.workloads))
+            if entries:
+                mutating.append((rule, tuple(entries)))
+        self.mutating = tuple(mutating)
+        """The rules with workload mutations, with those entries (name, mutation), in order."""
+        self.merged: dict[tuple[int, ...], _MutationPlan] = {}
+
+    def kind(self, kind: str) -> _KindPlan:
+        found = self._kinds.get(kind)
+        if found is None:
+            found = self._kinds[kind] = _KindPlan(self.rules, kind)
+        return found
+
+    def mutations(self, applicable: tuple[int, ...]) -> _MutationPlan:
+        """The entries of the rules at positions ``applicable`` (of :attr:`mutating`) merged in order."""
+        found = self.merged.get(applicable)
+        if found is None:
+            if len(self.merged) >= MAX_MERGED_MUTATIONS:
+                self.merged.clear()
+            found = self.merged[applicable] = _MutationPlan([self.mutating[i] for i in applicable])
+        return found
+
+
+def _plans(rules: NamespaceSet) -> _Plans:
+    found = rules.plans.get("workloads")
+    if found is None:
+        found = rules.plans["workloads"] = _Plans(rules)
+    plans: _Plans = found
+    return plans
+
+
+class _KindPlan:
+    """The workload rules that target one kind, in rule order, and what the walk of a spec must read for them."""
+
+    __slots__ = ("registries", "resources", "rules", "security")
+
+    def __init__(self, rules: NamespaceSet, kind: str) -> None:
+        found = []
+        for rule in rules.workloads:
+            policy = rule.workloads
+            if isinstance(policy, WorkloadsPolicy) and kind in _targets(policy):
+                found.append(_RulePlan(rule, policy, kind))
+        self.rules = tuple(found)
+        self.registries = any(plan.registries is not None for plan in found)
+        self.resources = any(plan.bounds is not None or plan.qos is not None for plan in found)
+        self.security = any(plan.security for plan in found)
+
+
+_Bounds = tuple[
+    tuple[str, tuple[str, ...], tuple[str, ...], tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]], ...
+]
+"""Per requests/limits: (part, required names, names with a min or max, (name, min), (name, max) in
+nano-units)."""
+
+
+class _RulePlan:
+    """One workload rule's checks for one target kind, compiled once per Rules snapshot from its policy: the
+    matchers, parsed bounds and refused security features a request would otherwise work out per item. A check
+    only decides whether an item yields a finding (most do not); the finding of one that does is made by the
+    item's judge (:func:`_judge_item`), the one source of every message."""
+
+    __slots__ = (
+        "allow",
+        "bounds",
+        "capabilities",
+        "coverage",
+        "flags",
+        "host_paths",
+        "itself",
+        "lists",
+        "node_keys",
+        "placement",
+        "policy",
+        "priority",
+        "qos",
+        "registries",
+        "rule",
+        "runtime",
+        "scheduler",
+        "security",
+        "tolerations",
+        "verdicts",
+    )
+
+    def __init__(self, rule: CompiledRule, policy: WorkloadsPolicy, kind: str) -> None:
+        self.rule, self.policy = rule, policy
+        self.lists: tuple[str, ...] = _targets(policy)[kind]
+        self.allow = rule.action == "allow"
+        """What a check's ``inside`` must be for the item to yield nothing (an allow governs, deny and audit
+        match): a finding comes of ``inside != allow``."""
+        self.itself = not _has_policies(policy)
+        budgets = policy.disruption_budgets
+        self.coverage = budgets is not None and budgets.required and kind in REPLICATED
+        self.qos: frozenset[str] | None = frozenset(policy.qos_classes) if policy.qos_classes else None
+        self.registries: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] | None = None
+        if policy.registries:
+            self.registries = tuple(
+                (_pattern(entry.url), tuple(entry.pull_policies or ())) for entry in policy.registries
+            )
+        self.verdicts: dict[str, bool] = {}
+        """Normalised reference and pull policy (:attr:`_Box.key`) -> within the registries: Pods repeat a
+        handful of images."""
+        self.bounds: _Bounds | None = _bounds(policy) if policy.resources else None
+        security = policy.security if policy.security else None
+        self.security = security is not None
+        flags: set[str] = set()
+        self.host_paths: tuple[matching.Matcher, ...] | None = None
+        self.capabilities: frozenset[str] | None = None
+        if security is not None:
+            for what, attribute in _SECURITY_FLAGS.items():
+                setting = getattr(security, attribute)
+                if setting is not None and bool(setting) != self.allow:
+                    flags.add(what)
+            if security.host_paths is not None:
+                self.host_paths = matching.matchers(security.host_paths)
+            if security.capabilities is not None:
+                self.capabilities = frozenset(capability_name(name) for name in security.capabilities)
+        self.flags = frozenset(flags)
+        """The security features (privileged, hostPorts, ...) that yield a finding wherever they are used."""
+        placement = policy.placement
+        self.placement = placement is not None or bool(policy.schedulers)
+        listed = [*(placement.schedulers if placement and placement.schedulers else []), *(policy.schedulers or [])]
+        self.scheduler = matching.matchers(listed) if listed else None
+        self.priority: tuple[matching.Matcher, ...] | None = None
+        self.runtime: tuple[matching.Matcher, ...] | None = None
+        self.node_keys: frozenset[str] | None = None
+        self.tolerations: tuple[Toleration, ...] | None = None
+        if placement is not None:
+            if placement.priority_classes:
+                self.priority = matching.matchers(placement.priority_classes)
+            if placement.runtime_classes:
+                self.runtime = matching.matchers(placement.runtime_classes)
+            if placement.node_selector_keys:
+                self.node_keys = frozenset(placement.node_selector_keys)
+            if placement.tolerations:
+                self.tolerations = tuple(placement.tolerations)
+
+    def judge(self, judging: _Judging) -> None:
+        """This rule's findings on the request, in the order of its items: QoS, images, resources, security,
+        placement."""
+        facts, allow, lists = judging.facts, self.allow, self.lists
+        if self.qos is not None:
+            value = facts.qos()
+            if (value in self.qos) != allow:
+                judging.emit(self, Finding("qos", facts.base, value))
+        if self.registries is not None:
+            for box in facts.boxes:
+                if box.list_name in lists and self._registered(box) != allow:
+                    judging.emit(self, box.registry())
+        bounds = self.bounds
+        if bounds is not None:
+            for box in facts.boxes:
+                # Kubernetes forbids resources on ephemeral containers: a bound would only block `kubectl debug`
+                skip = box.list_name not in lists or box.list_name == "ephemeralContainers"
+                if not skip and _outside(bounds, box.requests, box.limits):
+                    judging.emit(self, box.resources())
+        if self.security:
+            for found in facts.pod_security():
+                if self._security_finding(found):
+                    judging.emit(self, found)
+            for box in facts.boxes:
+                if box.list_name in lists:
+                    for found in box.security:
+                        if self._security_finding(found):
+                            judging.emit(self, found)
+        if self.placement:
+            for found in facts.placement():
+                if self._placement_finding(found):
+                    judging.emit(self, found)
+
+    def _registered(self, box: _Box) -> bool:
+        known = self.verdicts.get(box.key)
+        if known is None:
+            known = False
+            assert self.registries is not None
+            reference, pull = box.reference, box.pull
+            for pattern, pulls in self.registries:
+                if pattern.match(reference) is not None and (not pulls or not pull or pull in pulls):
+                    known = True
+                    break
+            if len(self.verdicts) >= 1024:
+                self.verdicts.clear()
+            self.verdicts[box.key] = known
+        return known
+
+    def _security_finding(self, found: Finding) -> bool:
+        what = found.what
+        if what in self.flags:
+            return True
+        if what == "hostPaths":
+            compiled = self.host_paths
+            if compiled is None:
+                return False
+            # Exact values are directory prefixes (at a "/" boundary); expressions match the whole normalised path.
+            value = found.value
+            inside = any(m.regex is not None and m.matches(value) for m in compiled) or any(
+                prefix in m.exact for prefix in _path_prefixes(value) for m in compiled
+            )
+            return inside != self.allow
+        if what == "capabilities":
+            listed = self.capabilities
+            return listed is not None and (found.value in listed or "ALL" in listed) != self.allow
+        return False
+
+    def _placement_finding(self, found: Finding) -> bool:
+        what, value = found.what, found.value
+        if what == "scheduler":
+            return self.scheduler is not None and matching.match_any(self.scheduler, value) != self.allow
+        if what == "priority":
+            return self.priority is not None and matching.match_any(self.priority, value) != self.allow
+        if what == "runtime":
+            return self.runtime is not None and matching.match_any(self.runtime, value) != self.allow
+        if what == "nodeSelector":
+            return self.node_keys is not None and (value in self.node_keys) != self.allow
+        if what == "toleration" and self.tolerations is not None:
+            inside = any(_tolerates(entry, found.data) for entry in self.tolerations)
+            return inside != self.allow
+        return False
+
+
+def _bounds(policy: WorkloadsPolicy) -> _Bounds:
+    resources = policy.resources
+    assert resources is not None
+    found = []
+    for part, limit in (("requests", resources.requests), ("limits", resources.limits)):
+        if limit is None:
+            continue
+        lows, highs = [], []
+        for name, low in (limit.min or {}).items():
+            bound = _nanos(low)
+            if bound is not None:
+                lows.append((name, bound))
+        for name, high in (limit.max or {}).items():
+            bound = _nanos(high)
+            if bound is not None:
+                highs.append((name, bound))
+        checked = tuple(dict.fromkeys([*(limit.min or {}), *(limit.max or {})]))
+        found.append((part, tuple(limit.required or ()), checked, tuple(lows), tuple(highs)))
+    return tuple(found)
+
+
+def _outside(bounds: _Bounds, requests: Mapping[str, Any], limits: Mapping[str, Any]) -> bool:
+    """Whether a container is outside a rule's resource bounds (what :func:`_resources` lists the problems of)."""
+    for part, required, checked, lows, highs in bounds:
+        declared = requests if part == "requests" else limits
+        for name in required:
+            if name not in declared:
+                return True
+        for name in checked:
+            if name in declared and _nanos(declared[name]) is None:
+                return True
+        for name, low in lows:
+            if name in declared:
+                have = _nanos(declared[name])
+                if have is not None and have < low:
+                    return True
+        for name, high in highs:
+            if name in declared:
+                have = _nanos(declared[name])
+                if have is not None and have > high:
+                    return True
+    return False
+
+
+class _Box:
+    """One container of a spec as the rules read it: its fields read once per request, in one walk."""
+
+    __slots__ = (
+        "body",
+        "image",
+        "key",
+        "limits",
+        "list_name",
+        "path",
+        "pull",
+        "reference",
+        "requests",
+        "security",
+        "suspect",
+        "written_pull",
+    )
+
+    def __init__(self, list_name: str, index: int, body: dict[str, Any], base: str, plan: _KindPlan) -> None:
+        self.list_name, self.body = list_name, body
+        self.path = path = f"{base}.{list_name}[{index}]"
+        image = body.get("image")
+        resources = body.get("resources")
+        context = body.get("securityContext")
+        ports = body.get("ports")
+        suspect = (
+            (image is not None and not isinstance(image, str))
+            or (resources is not None and not isinstance(resources, dict))
+            or (context is not None and not isinstance(context, dict))
+            or (ports is not None and not isinstance(ports, list))
+        )
+        stored = _map(resources)
+        requests, limits = stored.get("requests"), stored.get("limits")
+        if (requests is not None and not isinstance(requests, dict)) or (
+            limits is not None and not isinstance(limits, dict)
+        ):
+            suspect = True
+        capabilities = _map(context).get("capabilities")
+        if capabilities is not None and not isinstance(capabilities, dict):
+            suspect = True
+        added = _map(capabilities).get("add")
+        if added is not None and not isinstance(added, list):
+            suspect = True
+        self.suspect = suspect
+        """A field of the wrong JSON type: :func:`_shape` says which (the request is then not judged)."""
+        self.image = str(image or "")
+        self.written_pull = str(body.get("imagePullPolicy") or "")
+        self.reference = self.pull = self.key = ""
+        if plan.registries:
+            self.reference = normalize_image(self.image)
+            self.pull = self.written_pull or default_pull_policy(self.image)
+            self.key = f"{self.reference}\x00{self.pull}"
+        self.requests: dict[str, Any] = {}
+        self.limits: dict[str, Any] = {}
+        if plan.resources:
+            self.requests, self.limits = _requests_as_stored(stored), _map(limits)
+        self.security: list[Finding] = _container_security(body, path) if plan.security else []
+
+    def registry(self) -> Finding:
+        return Finding("registry", f"{self.path}.image", f"{self.image}\x00{self.written_pull}")
+
+    def resources(self) -> Finding:
+        resources = _map(self.body.get("resources"))
+        return Finding("resources", f"{self.path}.resources", repr(sorted(resources.items())), resources)
+
+
+_SPEC_LISTS: Final = (*CONTAINER_LISTS, "volumes", "tolerations")
+
+
+class _Facts:
+    """One Pod spec of a request read once for every rule: its containers (:class:`_Box`) in one walk, and on
+    first use its QoS class, Pod-level security items and placement items."""
+
+    __slots__ = ("_placement", "_pod_security", "_qos", "base", "boxes", "spec", "suspect")
+
+    def __init__(self, spec: dict[str, Any], base: str, plan: _KindPlan) -> None:
+        self.spec, self.base = spec, base
+        suspect = False
+        for name in _SPEC_LISTS:
+            value = spec.get(name)
+            if value is not None and not isinstance(value, list):
+                suspect = True
+        selector = spec.get("nodeSelector")
+        if selector is not None and not isinstance(selector, dict):
+            suspect = True
+        boxes: list[_Box] = []
+        for list_name in CONTAINER_LISTS:
+            entries = spec.get(list_name)
+            if not isinstance(entries, list):
                 continue
-            item = Item()
-            _judge_item(item, rule, policy, found)
-            if item.last is not None and not item.last[1] and review.rules.mutations:
-                if mutated is None:
-                    mutated = mutated_fields(review)
-                setter = mutated.get(found.path)
-                if setter:
-                    item.last = (item.last[0], False, f"{item.last[2]} (the value was set by {setter})")
-            review.settle(item)
+            for index, body in enumerate(entries):
+                if not isinstance(body, dict):
+                    suspect = True
+                    continue
+                box = _Box(list_name, index, body, base, plan)
+                suspect = suspect or box.suspect
+                boxes.append(box)
+        self.boxes = boxes
+        self.suspect = suspect
+        self._qos = ""
+        self._pod_security: list[Finding] | None = None
+        self._placement: list[Finding] | None = None
+
+    def qos(self) -> str:
+        if not self._qos:
+            pod_level = _map(self.spec.get("resources"))
+            if pod_level:
+                self._qos = _qos([(_requests_as_stored(pod_level), _map(pod_level.get("limits")))], True)
+            else:
+                sources = [(box.requests, box.limits) for box in self.boxes if box.list_name != "ephemeralContainers"]
+                self._qos = _qos(sources, False)
+        return self._qos
+
+    def pod_security(self) -> list[Finding]:
+        found = self._pod_security
+        if found is None:
+            found = self._pod_security = _pod_security(self.spec, self.base)
+        return found
+
+    def placement(self) -> list[Finding]:
+        found = self._placement
+        if found is None:
+            found = self._placement = list(_placement_items(self.spec, self.base))
+        return found
+
+
+class _Judging:
+    """One request's findings being made: on UPDATE an item the old object had is not judged (the old spec's
+    items are read only when a finding is about to be made), and a refused value a mutation set says so."""
+
+    __slots__ = ("_mutated", "_old_items", "facts", "old_spec", "review")
+
+    def __init__(self, review: Review, facts: _Facts, old_spec: dict[str, Any] | None) -> None:
+        self.review, self.facts, self.old_spec = review, facts, old_spec
+        self._old_items: set[Finding] | None = None
+        self._mutated: dict[str, str] | None = None
+
+    def emit(self, plan: _RulePlan, found: Finding) -> None:
+        old_spec = self.old_spec
+        if old_spec is not None:
+            if self._old_items is None:
+                self._old_items = _all_items(_View(old_spec, self.facts.base))
+            if found in self._old_items:
+                return
+        review = self.review
+        item = Item()
+        _judge_item(item, plan.rule, plan.policy, found)
+        last = item.last
+        if last is not None and not last[1] and review.rules.mutations:
+            if self._mutated is None:
+                self._mutated = mutated_fields(review)
+            setter = self._mutated.get(found.path)
+            if setter:
+                item.last = (last[0], False, f"{last[2]} (the value was set by {setter})")
+        review.settle(item)
+
+
+def _all_items(view: _View) -> set[Finding]:
+    """Every item of a spec, whatever a rule selects: an item of a rule is in the old spec's items of that rule
+    exactly when it is among these (its field path names its container list)."""
+    found: set[Finding] = set()
+    for what in ("qos", "placement"):
+        found.update(view.found(what))
+    for what in ("registry", "resources", "security"):
+        found.update(view.found(what, CONTAINER_LISTS))
+    return found
 
 
 class _View:
@@ -455,35 +916,45 @@ def _shape(spec: Mapping[str, Any], base: str) -> str:
 
 
 def _security_items(spec: Mapping[str, Any], base: str, chosen: list[Container]) -> Iterator[Finding]:
+    yield from _pod_security(spec, base)
+    for container in chosen:
+        yield from _container_security(container.body, container.path)
+
+
+def _pod_security(spec: Mapping[str, Any], base: str) -> list[Finding]:
+    """The security items of the Pod itself: host namespaces and hostPath volumes."""
+    found = []
     for flag in ("hostNetwork", "hostPID", "hostIPC"):
         if spec.get(flag) is True:
-            yield Finding("hostNamespaces", f"{base}.{flag}", "true")
+            found.append(Finding("hostNamespaces", f"{base}.{flag}", "true"))
     for index, volume in enumerate(_list(spec.get("volumes"))):
         host_path = _map(_map(volume).get("hostPath"))
         if host_path.get("path"):
-            yield Finding("hostPaths", f"{base}.volumes[{index}].hostPath.path", host_path_of(str(host_path["path"])))
-    for container in chosen:
-        context = _map(container.body.get("securityContext"))
-        if context.get("privileged") is True:
-            yield Finding("privileged", f"{container.path}.securityContext.privileged", "true")
-        escalation = context.get("allowPrivilegeEscalation")
-        if escalation is not False:
-            # Unset means allowed (the process may gain privileges: no_new_privs is not set), as Pod Security
-            # Standards read it: only an explicit false keeps a container from escalating.
-            shown = "true" if escalation is True else "unset (allowed)"
-            yield Finding(
-                "allowPrivilegeEscalation", f"{container.path}.securityContext.allowPrivilegeEscalation", shown
-            )
-        for index, port in enumerate(_list(container.body.get("ports"))):
-            if _map(port).get("hostPort"):
-                yield Finding("hostPorts", f"{container.path}.ports[{index}].hostPort", str(_map(port)["hostPort"]))
-        added = _list(_map(context.get("capabilities")).get("add"))
-        for index, capability in enumerate(added):
-            yield Finding(
-                "capabilities",
-                f"{container.path}.securityContext.capabilities.add[{index}]",
-                capability_name(capability),
-            )
+            path = host_path_of(str(host_path["path"]))
+            found.append(Finding("hostPaths", f"{base}.volumes[{index}].hostPath.path", path))
+    return found
+
+
+def _container_security(body: Mapping[str, Any], where: str) -> list[Finding]:
+    """The security items of one container (``where`` is its field path)."""
+    found = []
+    context = _map(body.get("securityContext"))
+    if context.get("privileged") is True:
+        found.append(Finding("privileged", f"{where}.securityContext.privileged", "true"))
+    escalation = context.get("allowPrivilegeEscalation")
+    if escalation is not False:
+        # Unset means allowed (the process may gain privileges: no_new_privs is not set), as Pod Security
+        # Standards read it: only an explicit false keeps a container from escalating.
+        shown = "true" if escalation is True else "unset (allowed)"
+        found.append(Finding("allowPrivilegeEscalation", f"{where}.securityContext.allowPrivilegeEscalation", shown))
+    for index, port in enumerate(_list(body.get("ports"))):
+        if _map(port).get("hostPort"):
+            found.append(Finding("hostPorts", f"{where}.ports[{index}].hostPort", str(_map(port)["hostPort"])))
+    added = _list(_map(context.get("capabilities")).get("add"))
+    for index, capability in enumerate(added):
+        path = f"{where}.securityContext.capabilities.add[{index}]"
+        found.append(Finding("capabilities", path, capability_name(capability)))
+    return found
 
 
 def capability_name(value: Any) -> str:
@@ -551,14 +1022,18 @@ def _registry(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, path: str
 _PATTERNS: Final[dict[str, re.Pattern[str]]] = {}
 
 
-def _search(pattern: str, value: str) -> bool:
+def _pattern(pattern: str) -> re.Pattern[str]:
     """Patterns were compiled when the rule was (a broken one makes the whole rule broken); kept here by text."""
     compiled = _PATTERNS.get(pattern)
     if compiled is None:
         if len(_PATTERNS) > 1024:
             _PATTERNS.clear()
         compiled = _PATTERNS[pattern] = re.compile(pattern)
-    return compiled.match(value) is not None
+    return compiled
+
+
+def _search(pattern: str, value: str) -> bool:
+    return _pattern(pattern).match(value) is not None
 
 
 def _resources(
@@ -575,16 +1050,16 @@ def _resources(
             if name not in declared:
                 problems.append(f"{path}.{part}[{name!r}] is missing")
         for name in (*(limit.min or {}), *(limit.max or {})):
-            if name in declared and _quantity(declared[name]) is None:
+            if name in declared and _nanos(declared[name]) is None:
                 problems.append(f"{path}.{part}[{name!r}]={declared[name]!r} is not a quantity")
         for name, low in (limit.min or {}).items():
-            have = _quantity(declared.get(name)) if name in declared else None
-            bound = _quantity(low)
+            have = _nanos(declared.get(name)) if name in declared else None
+            bound = _nanos(low)
             if have is not None and bound is not None and have < bound:
                 problems.append(f"{path}.{part}[{name!r}]={declared[name]} is below {low}")
         for name, high in (limit.max or {}).items():
-            have = _quantity(declared.get(name)) if name in declared else None
-            bound = _quantity(high)
+            have = _nanos(declared.get(name)) if name in declared else None
+            bound = _nanos(high)
             if have is not None and bound is not None and have > bound:
                 problems.append(f"{path}.{part}[{name!r}]={declared[name]} is above {high}")
     outside = bool(problems)
@@ -754,143 +1229,141 @@ _UNSET: Final = {"schedulerName": (None, "", "default-scheduler")}
 """Values a scalar mutation treats as unset: kube-apiserver defaults schedulerName before webhooks run, so a
 Pod that named no scheduler arrives with ``default-scheduler``."""
 
+_Default = tuple[str, str, str, int | None]
+"""(requests|limits, resource name, amount as written, amount parsed)."""
 
-class _Planned:
-    """What the workload mutations of one Pod CREATE set, and which rule set each field (for messages)."""
 
-    __slots__ = ("containers", "node_selector", "scalars", "tolerations")
+class _MutationPlan:
+    """The workload mutation entries of the rules that apply to a Pod CREATE, merged in rule and entry order
+    once per snapshot and combination of applicable rules: each field is set at most once (the first entry
+    wins, later ones see it set), except nodeSelector values and forced pull policies, where a later entry's
+    value wins; so the result does not depend on how often it is computed."""
 
-    def __init__(self) -> None:
+    __slots__ = ("lists", "node_selector", "scalars", "tolerations")
+
+    def __init__(self, rules: list[tuple[CompiledRule, tuple[tuple[str, WorkloadMutation], ...]]]) -> None:
         self.node_selector: dict[str, str] = {}
         self.tolerations: list[dict[str, Any]] = []
-        self.scalars: dict[str, str] = {}
-        self.containers: dict[tuple[str, int], _ContainerChanges] = {}
-        """(list, index) -> what changes in that container."""
+        scalars: dict[str, str] = {}
+        pulls: dict[str, str | None] = {}
+        """Per container list, in the order entries first select it: the forced pull policy (the last)."""
+        defaults: dict[str, list[_Default]] = {}
+        for _, entries in rules:
+            for _, mutation in entries:
+                self.node_selector.update(mutation.node_selector or {})
+                for toleration in mutation.tolerations or ():
+                    wanted = toleration.to_k8s()
+                    if wanted not in self.tolerations:
+                        self.tolerations.append(wanted)
+                for field, scalar in (
+                    ("schedulerName", mutation.scheduler_name),
+                    ("priorityClassName", mutation.priority_class_name),
+                    ("runtimeClassName", mutation.runtime_class_name),
+                ):
+                    if scalar and field not in scalars:
+                        scalars[field] = scalar
+                for list_name in _targets(mutation).get("Pod", ()):
+                    pull = pulls.setdefault(list_name, None)
+                    pulls[list_name] = mutation.image_pull_policy or pull
+                    if list_name == "ephemeralContainers":
+                        continue  # Kubernetes forbids resources on them
+                    into = defaults.setdefault(list_name, [])
+                    for part, amounts in (("requests", mutation.default_requests), ("limits", mutation.default_limits)):
+                        for name, amount in (amounts or {}).items():
+                            into.append((part, name, str(amount), _nanos(amount)))
+        self.scalars = tuple(scalars.items())
+        self.lists = tuple((name, pull, tuple(defaults.get(name, ()))) for name, pull in pulls.items())
+        """(container list, forced pull policy or None, default amounts in order) per list the entries select."""
+
+    def patch(self, spec: Mapping[str, Any]) -> list[JSON]:
+        """The JSON patch for one Pod spec: minimal (one operation per key added, lists appended to) and
+        idempotent (a Pod that already holds every value gets none)."""
+        operations: list[JSON] = []
+        present = spec.get("nodeSelector")
+        if self.node_selector:
+            selector = _map(present)
+            wanted = {key: value for key, value in self.node_selector.items() if selector.get(key) != value}
+            if wanted and isinstance(present, dict):
+                for key, value in wanted.items():
+                    operations.append({"op": "add", "path": pointer("spec", "nodeSelector", key), "value": value})
+            elif wanted:
+                operations.append({"op": "add", "path": "/spec/nodeSelector", "value": wanted})
+        if self.tolerations:
+            tolerations = spec.get("tolerations")
+            added = [wanted for wanted in self.tolerations if wanted not in _list(tolerations)]
+            if added and isinstance(tolerations, list):
+                operations += [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in added]
+            elif added:
+                operations.append({"op": "add", "path": "/spec/tolerations", "value": added})
+        for field, value in self.scalars:
+            if spec.get(field) in _UNSET.get(field, _NONE):
+                operations.append({"op": "add", "path": f"/spec/{field}", "value": value})
+        for list_name, pull, defaults in self.lists:
+            for index, body in enumerate(_list(spec.get(list_name))):
+                if isinstance(body, dict):
+                    _container_patch(operations, f"/spec/{list_name}/{index}", body, pull, defaults)
+        return operations
 
 
-class _ContainerChanges:
-    __slots__ = ("amounts", "pull")
-
-    def __init__(self) -> None:
-        self.pull: str | None = None
-        self.amounts: dict[tuple[str, str], str] = {}
-        """("requests"|"limits", resource name) -> amount."""
-
-
-def _plan(review: Review) -> _Planned | None:
-    """``mutate[].workloads`` on Pod creation, in rule and entry order, over what earlier entries set: each
-    field is set at most once (the first entry wins; later ones see it set), so the result does not depend on
-    how often it is computed."""
-    request = review.request
-    if request.operation != "CREATE" or request.group or request.resource != "pods" or request.sub_resource:
-        return None
-    if request.obj is None or not review.rules.mutations:
-        return None
-    spec = _map(request.obj.get("spec"))
-    planned = _Planned()
-    selector = _map(spec.get("nodeSelector"))
-    present = _list(spec.get("tolerations"))
-    for rule in review.rules.mutations:
-        entries = [part for part in rule.mutations if isinstance(part.workloads, WorkloadMutation)]
-        if not entries or not review.applies(rule):
-            continue
-        for part in entries:
-            mutation = part.workloads
-            assert isinstance(mutation, WorkloadMutation)
-            planned.node_selector.update(mutation.node_selector or {})  # in order: a later entry's value wins
-            for toleration in mutation.tolerations or ():
-                wanted = toleration.to_k8s()
-                if wanted not in present and wanted not in planned.tolerations:
-                    planned.tolerations.append(wanted)
-            for field, scalar in (
-                ("schedulerName", mutation.scheduler_name),
-                ("priorityClassName", mutation.priority_class_name),
-                ("runtimeClassName", mutation.runtime_class_name),
-            ):
-                if scalar and spec.get(field) in _UNSET.get(field, _NONE) and field not in planned.scalars:
-                    planned.scalars[field] = scalar
-            for container in containers(spec, "spec", _targets(mutation).get("Pod", ())):
-                changes = planned.containers.setdefault((container.list_name, container.position), _ContainerChanges())
-                _container_mutation(container, mutation, changes)
-    planned.node_selector = {k: v for k, v in planned.node_selector.items() if selector.get(k) != v}
-    for (list_name, index), changes in planned.containers.items():
-        if changes.pull is not None and changes.pull == _map(_list(spec.get(list_name))[index]).get("imagePullPolicy"):
-            changes.pull = None
-    return planned
-
-
-def _container_mutation(container: Container, mutation: WorkloadMutation, changes: _ContainerChanges) -> None:
-    body = container.body
-    pull = mutation.image_pull_policy
-    if pull:
-        changes.pull = pull  # forced; in order, a later entry's value wins
-    if container.list_name == "ephemeralContainers" or not (mutation.default_requests or mutation.default_limits):
+def _container_patch(
+    operations: list[JSON], where: str, body: dict[str, Any], pull: str | None, defaults: tuple[_Default, ...]
+) -> None:
+    """A container's operations: the forced pull policy, then default amounts it declares none of. Never a
+    default that makes the container invalid (a request above its limit): kube-apiserver would refuse the Pod
+    for a value the user did not write."""
+    if pull is not None and pull != body.get("imagePullPolicy"):
+        operations.append({"op": "add", "path": f"{where}/imagePullPolicy", "value": pull})
+    if not defaults:
         return
-    resources = _map(body.get("resources"))
-    requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
-    for part, defaults, declared in (
-        ("requests", mutation.default_requests, requests),
-        ("limits", mutation.default_limits, limits),
-    ):
-        for name, amount in (defaults or {}).items():
-            if name in declared or (part, name) in changes.amounts:
+    resources = body.get("resources")
+    stored = _map(resources)
+    requests, limits = _map(stored.get("requests")), _map(stored.get("limits"))
+    amounts: dict[tuple[str, str], str] = {}
+    for part, name, amount, mine in defaults:
+        declared, other = (requests, limits) if part == "requests" else (limits, requests)
+        if name in declared or (part, name) in amounts:
+            continue
+        if mine is not None and name in other and other[name] is not None:
+            theirs = _nanos(other[name])
+            if theirs is not None and (mine > theirs if part == "requests" else mine < theirs):
                 continue
-            # Never a default that makes the container invalid (a request above its limit): kube-apiserver would
-            # refuse the Pod for a value the user did not write.
-            other = limits.get(name) if part == "requests" else requests.get(name)
-            mine, theirs = _quantity(amount), _quantity(other) if other is not None else None
-            if mine is not None and theirs is not None and (mine > theirs if part == "requests" else mine < theirs):
-                continue
-            changes.amounts[(part, name)] = str(amount)
+        amounts[(part, name)] = amount
+    if not amounts:
+        return
+    if not isinstance(resources, dict):
+        grouped: dict[str, dict[str, str]] = {}
+        for (part, name), amount in amounts.items():
+            grouped.setdefault(part, {})[name] = amount
+        operations.append({"op": "add", "path": f"{where}/resources", "value": grouped})
+        return
+    for part in ("requests", "limits"):
+        mine_part = {name: amount for (kind, name), amount in amounts.items() if kind == part}
+        if not mine_part:
+            continue
+        if isinstance(resources.get(part), dict):
+            for name, amount in mine_part.items():
+                operations.append({"op": "add", "path": f"{where}/resources/{part}/{_escape(name)}", "value": amount})
+        else:
+            operations.append({"op": "add", "path": f"{where}/resources/{part}", "value": mine_part})
+
+
+def _escape(part: str) -> str:
+    return part.replace("~", "~0").replace("/", "~1")
 
 
 def mutation_patch(review: Review) -> list[JSON]:
-    """The JSON patch of the workload mutations: minimal (one operation per key added, lists appended to) and
-    idempotent (a Pod that already holds every value gets none)."""
-    planned = _plan(review)
-    if planned is None or review.request.obj is None:
+    """``mutate[].workloads`` on Pod creation, in rule and entry order (see :class:`_MutationPlan`): the
+    entries of the applicable rules are merged once per snapshot, then applied in one walk of the Pod."""
+    request = review.request
+    if request.operation != "CREATE" or request.group or request.resource != "pods" or request.sub_resource:
         return []
-    spec = _map(review.request.obj.get("spec"))
-    operations: list[JSON] = []
-    if planned.node_selector:
-        if isinstance(spec.get("nodeSelector"), dict):
-            for key, value in planned.node_selector.items():
-                operations.append({"op": "add", "path": pointer("spec", "nodeSelector", key), "value": value})
-        else:
-            operations.append({"op": "add", "path": "/spec/nodeSelector", "value": dict(planned.node_selector)})
-    if planned.tolerations:
-        if isinstance(spec.get("tolerations"), list):
-            operations += [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in planned.tolerations]
-        else:
-            operations.append({"op": "add", "path": "/spec/tolerations", "value": list(planned.tolerations)})
-    for field, value in planned.scalars.items():
-        operations.append({"op": "add", "path": pointer("spec", field), "value": value})
-    for (list_name, index), changes in planned.containers.items():
-        body = _map(_list(spec.get(list_name))[index])
-        where = ("spec", list_name, str(index))
-        if changes.pull is not None:
-            operations.append({"op": "add", "path": pointer(*where, "imagePullPolicy"), "value": changes.pull})
-        amounts = changes.amounts
-        if not amounts:
-            continue
-        resources = body.get("resources")
-        if not isinstance(resources, dict):
-            grouped: dict[str, dict[str, str]] = {}
-            for (section, name), amount in amounts.items():
-                grouped.setdefault(section, {})[name] = amount
-            operations.append({"op": "add", "path": pointer(*where, "resources"), "value": grouped})
-            continue
-        for section in ("requests", "limits"):
-            mine = {name: amount for (kind, name), amount in amounts.items() if kind == section}
-            if not mine:
-                continue
-            if isinstance(resources.get(section), dict):
-                for name, amount in mine.items():
-                    path = pointer(*where, "resources", section, name)
-                    operations.append({"op": "add", "path": path, "value": amount})
-            else:
-                operations.append({"op": "add", "path": pointer(*where, "resources", section), "value": mine})
-    return operations
+    if request.obj is None or not review.rules.mutations:
+        return []
+    plans = _plans(review.rules)
+    applicable = tuple(position for position, (rule, _) in enumerate(plans.mutating) if review.applies(rule))
+    if not applicable:
+        return []
+    return plans.mutations(applicable).patch(_map(request.obj.get("spec")))
 
 
 def mutated_fields(review: Review) -> dict[str, str]:
