@@ -424,3 +424,23 @@ def test_an_unreadable_quantity_is_outside_the_bounds() -> None:
         request(ALICE, "CREATE", pod(c(resources={"limits": {"memory": "huge"}})), namespace=NS, **POD), state
     ).message
     assert "is not a quantity" in message
+
+
+def test_a_class_mutation_lets_kube_apiserver_resolve_the_class() -> None:
+    """kube-apiserver's Priority plugin gave the Pod the default priority before the webhook; it runs again after
+    the mutation and refuses a priority that is not the named class's, so the mutation removes the resolved
+    fields with the class it sets (and leaves a Pod that names a class alone)."""
+    state = state_with(rule(mutate=[{"workloads": {"priorityClassName": "gold", "runtimeClassName": "sandbox"}}]))
+    resolved = pod(c(), priority=0, preemptionPolicy="PreemptLowerPriority")
+    decision = mutate(request(ALICE, "CREATE", resolved, namespace=NS, **POD), state)
+    assert list(decision.patch) == [
+        {"op": "add", "path": "/spec/priorityClassName", "value": "gold"},
+        {"op": "remove", "path": "/spec/priority"},
+        {"op": "remove", "path": "/spec/preemptionPolicy"},
+        {"op": "add", "path": "/spec/runtimeClassName", "value": "sandbox"},
+    ]
+    patched = apply_patch(resolved, decision)
+    assert "priority" not in patched["spec"]
+    assert mutate(request(ALICE, "CREATE", patched, namespace=NS, **POD), state).patch == ()
+    named = pod(c(), priorityClassName="silver", priority=500, runtimeClassName="sandbox")
+    assert mutate(request(ALICE, "CREATE", named, namespace=NS, **POD), state).patch == ()

@@ -185,6 +185,10 @@ def reference_patch(review: Review) -> list[JSON]:
             operations.append({"op": "add", "path": "/spec/tolerations", "value": list(tolerations)})
     for field, value in scalars.items():
         operations.append({"op": "add", "path": pointer("spec", field), "value": value})
+        if field == "priorityClassName":
+            operations += [
+                {"op": "remove", "path": f"/spec/{f}"} for f in ("priority", "preemptionPolicy") if f in spec
+            ]
     for (list_name, index), mine in changes.items():
         body = _map(_list(spec.get(list_name))[index])
         where = ("spec", list_name, str(index))
@@ -301,6 +305,7 @@ SPECS: list[JSON] = [
                                                            "operator": "Exists", "effect": "NoExecute"}]},
     {"containers": [box()], "schedulerName": "tenant-scheduler", "priorityClassName": "system-critical",
      "runtimeClassName": "runc"},
+    {"containers": [box()], "priority": 0, "preemptionPolicy": "PreemptLowerPriority"},
     {"containers": [box()], "schedulerName": "default-scheduler", "priorityClassName": "low",
      "runtimeClassName": "gvisor", "nodeSelector": {"pool": "other"}},
     {"containers": [box(imagePullPolicy="Always", resources={"requests": {"cpu": "10m"}})],
@@ -381,7 +386,7 @@ def catalogue_requests() -> list[AdmissionRequest]:
         before = workload(kind, copy.deepcopy(SPECS[(position + 5) % len(SPECS)]), labels)
         found.append(pod_request(kind, obj, before))
         found.append(pod_request(kind, obj, copy.deepcopy(obj)))
-    debug = workload("Pod", copy.deepcopy(SPECS[19]))
+    debug = workload("Pod", copy.deepcopy(next(spec for spec in SPECS if "ephemeralContainers" in spec)))
     found.append(pod_request("Pod", debug, workload("Pod", copy.deepcopy(SPECS[0])), "ephemeralcontainers"))
     return found
 

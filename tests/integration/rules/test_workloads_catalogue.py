@@ -473,3 +473,66 @@ def test_a_raw_review_of_a_malformed_pod_is_a_bad_request_naming_the_field(
     assert response["allowed"] is False
     assert response["status"]["code"] == 400
     assert "spec.containers[0].securityContext must be an object" in response["status"]["message"]
+
+
+def test_class_mutations_are_resolved_by_kube_apiserver_then_enforced(stack: Stack) -> None:
+    """priorityClassName and runtimeClassName set by mutations, in order, as kube-apiserver resolves them: its
+    Priority and RuntimeClass plugins run before the mutating webhooks and again once a webhook changed the
+    object, so the stored Pod carries the priority, preemption policy and overhead of the classes the mutation
+    named; then enforcement judges the mutated Pod and a refusal of a value a mutation set names it."""
+    scheduling, node = client.SchedulingV1Api(stack.kube), client.NodeV1Api(stack.kube)
+    gold, silver, sandbox = unique("gold"), unique("silver"), unique("sandbox")
+    scheduling.create_priority_class({"metadata": {"name": gold}, "value": 1000, "preemptionPolicy": "Never"})
+    scheduling.create_priority_class({"metadata": {"name": silver}, "value": 500})
+    overhead = {"cpu": "10m", "memory": "8Mi"}
+    node.create_runtime_class({"metadata": {"name": sandbox}, "handler": "runc", "overhead": {"podFixed": overhead}})
+    try:
+        rules: list[dict[str, Any]] = [
+            {  # 0: the classes, in order: the first entry sets priorityClassName, the later one sees it set
+                "mutate": [
+                    {"name": "classes", "workloads": {"priorityClassName": gold, "runtimeClassName": sandbox}},
+                    {"name": "later", "workloads": {"priorityClassName": silver}},
+                ]
+            },
+            {  # 1: what enforcement sees is the mutated Pod
+                "enforce": {
+                    "action": "allow",
+                    "workloads": {"placement": {"priorityClasses": [{"exact": [gold, silver]}]}},
+                }
+            },
+            {  # 2: Pods labelled strict may not run with the gold class the mutation sets
+                "enforce": {
+                    "action": "deny",
+                    "conditions": _labelled("strict"),
+                    "workloads": {"placement": {"priorityClasses": [{"exact": [gold]}]}},
+                }
+            },
+        ]
+        owner = unique("classes")
+        name = stack.tenant(owner, rules)
+        namespace = stack.namespace_of(name, owner)
+        stack.wait_rules(namespace, len(rules))
+        core = stack.core(owner)
+
+        def create(spec: dict[str, Any], labels: dict[str, str] | None = None) -> Any:
+            return core.create_namespaced_pod(namespace, workload("Pod", spec, labels), dry_run="All")
+
+        def mutated() -> Any:
+            spec = create(pod_spec()).spec
+            return spec if spec.priority_class_name == gold else None
+
+        created = poll(mutated, timeout=30, what="the mutations in force")
+        assert created.priority == 1000
+        assert created.preemption_policy == "Never"
+        assert created.runtime_class_name == sandbox
+        assert created.overhead == overhead
+        # A class the user names is theirs (the mutation leaves it) and is enforced as such.
+        assert create(pod_spec(priorityClassName=silver)).spec.priority == 500
+        message = refusal(lambda: create(pod_spec(), {"strict": "1"}))
+        assert f"spec.priorityClassName={gold!r}" in message
+        assert "(the value was set by Tenant" in message
+        assert "mutate 'classes'" in message
+    finally:
+        scheduling.delete_priority_class(gold)
+        scheduling.delete_priority_class(silver)
+        node.delete_runtime_class(sandbox)

@@ -1229,6 +1229,13 @@ _UNSET: Final = {"schedulerName": (None, "", "default-scheduler")}
 """Values a scalar mutation treats as unset: kube-apiserver defaults schedulerName before webhooks run, so a
 Pod that named no scheduler arrives with ``default-scheduler``."""
 
+_RESOLVED: Final = {"priorityClassName": ("priority", "preemptionPolicy")}
+"""Fields kube-apiserver resolves from a class before webhooks run, removed when a mutation names the class.
+Its Priority plugin gives a Pod naming no class the default priority (0) and preemption policy; once a webhook
+changed the object it runs again, and it refuses a Pod whose priority differs from the named class's ("the
+integer value of priority (0) must not be provided in pod spec"). Without them it resolves the class the
+mutation named. (RuntimeClass needs nothing: a Pod naming none gets no overhead.)"""
+
 _Default = tuple[str, str, str, int | None]
 """(requests|limits, resource name, amount as written, amount parsed)."""
 
@@ -1298,6 +1305,9 @@ class _MutationPlan:
         for field, value in self.scalars:
             if spec.get(field) in _UNSET.get(field, _NONE):
                 operations.append({"op": "add", "path": f"/spec/{field}", "value": value})
+                for resolved in _RESOLVED.get(field, ()):
+                    if resolved in spec:
+                        operations.append({"op": "remove", "path": f"/spec/{resolved}"})
         for list_name, pull, defaults in self.lists:
             for index, body in enumerate(_list(spec.get(list_name))):
                 if isinstance(body, dict):

@@ -409,7 +409,9 @@ class MetadataMutation(ApiModel):
 
 
 class WorkloadMutation(ApiModel):
-    """Defaults applied to Pods on creation."""
+    """Defaults applied to Pods when they are created (CREATE of `pods` only): never on UPDATE, never to a
+    controller's Pod template (its Pods get them when the controller creates them), never through the
+    `pods/ephemeralcontainers` subresource. Targets naming another kind than Pod select nothing."""
 
     targets: Annotated[
         list[Annotated[str, Field(pattern=WORKLOAD_TARGET, max_length=64)]] | None, Field(max_length=32)
@@ -422,9 +424,10 @@ class WorkloadMutation(ApiModel):
     scheduler_name: Annotated[str | None, Field(max_length=253)] = None
     """schedulerName set when absent (a Pod naming none arrives as `default-scheduler`, which counts as absent)."""
     priority_class_name: Annotated[str | None, Field(max_length=253)] = None
-    """priorityClassName set when absent."""
+    """priorityClassName set when absent; kube-apiserver then resolves the class's priority (with a globalDefault
+    PriorityClass it names that class before webhooks run, so the field is never absent)."""
     runtime_class_name: Annotated[str | None, Field(max_length=253)] = None
-    """runtimeClassName set when absent."""
+    """runtimeClassName set when absent; kube-apiserver then adds the class's overhead and scheduling."""
     image_pull_policy: PullPolicy | None = None
     """imagePullPolicy forced on every selected container."""
     default_requests: _Resources = None
@@ -450,7 +453,7 @@ class Mutation(ApiModel):
     metadata: MetadataMutation | None = None
     """Metadata mutation."""
     workloads: WorkloadMutation | None = None
-    """Workload mutation, applied on Pod creation."""
+    """Workload mutation, applied to Pods on CREATE only."""
 
 
 class RuleQuota(ApiModel):
