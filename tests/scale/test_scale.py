@@ -16,10 +16,13 @@ Printed (never asserted: the machine is shared): seconds from the last create un
 labelled (admission's mutation), bound (the owner's RoleBinding from enclave-tenants), reported in its
 tenant's status and given its RuleStatus, with how many were done at each quarter of that time; the Pods
 Running and counted by their quota; the owners' create latency through kube-apiserver (p50/p99) and
-admission's own review time from its histogram; each component's RSS and CPU; and API requests per second
-each component makes over an idle window once everything converged (target ~0; Lease renewals apart). Every
-wait is bounded (it fails naming what did not converge); the control plane is the suite's own and is removed
-with everything on it when the session ends.
+admission's own review time from its histogram; each component's RSS at the end and at its peak (sampled
+every 5 s with the host's load average, which says what the wall-clock rows are worth on a shared machine) and
+CPU; and API requests per second each component makes over an idle window once everything converged (target
+~0; Lease renewals apart). Each part prints as soon as it is measured. Every wait is bounded: a check past
+its bound is a row (``> bound``, how many got there), the rest is still measured, and the test fails at the
+end naming what did not converge. Teardown deletes the stack's tenants with one deletecollection; the
+control plane is the suite's own and is removed with everything on it when the session ends.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 import urllib.request
@@ -63,10 +67,17 @@ MANAGED = "app.kubernetes.io/managed-by=enclave-tenants"
 def stack(simulated_control_plane: ControlPlane) -> Iterator[TenancyStack]:
     install_crds(simulated_control_plane.admin_client())
     running = start_tenancy(simulated_control_plane, [{"kind": "Group", "name": USERS}])
+    HOST.pids = {component.spec.name: _pid(component) for component in running.processes}
+    sampler = threading.Thread(target=HOST.run, name="host-sampler", daemon=True)
+    sampler.start()
     try:
         yield running
     finally:
+        HOST.stop.set()
+        sampler.join(10)
+        began = time.monotonic()
         running.close()
+        print(f"\nteardown: the stack's {len(running.tenants)} tenants deleted in {time.monotonic() - began:.1f}s")
 
 
 def _pid(running: Any) -> int:
@@ -138,8 +149,16 @@ class Progress:
     done: dict[str, float] = field(default_factory=dict)
     samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
 
-    def follow(self, counters: dict[str, Callable[[], int]], timeout: float, interval: float = 2.0) -> None:
+    bound: float = 0.0
+    """The deadline ``follow`` was given (seconds from ``started``'s call), for the rows past it."""
+
+    def follow(self, counters: dict[str, Callable[[], int]], timeout: float, interval: float = 2.0) -> bool:
+        """Poll until every counter reached ``total`` or ``timeout`` ran out; whether all did. A miss is printed
+        as a row (``> bound``, how many were reached), not raised here: the rest of the run is still measured."""
         told = [time.monotonic()]
+        self.bound = time.monotonic() - self.started + timeout
+        for what in counters:
+            self.samples.setdefault(what, [])
 
         def step() -> bool:
             for what, count in counters.items():
@@ -152,20 +171,65 @@ class Progress:
                     self.done[what] = now
             if time.monotonic() - told[0] > 30:  # a long run shows where it is, and a cut-off one what it reached
                 told[0] = time.monotonic()
-                reached = ", ".join(f"{what} {samples[-1][1]}" for what, samples in self.samples.items())
-                print(f"  {time.monotonic() - self.started:.0f}s: {reached} of {self.total}", flush=True)
+                reached = ", ".join(f"{what} {samples[-1][1]}" for what, samples in self.samples.items() if samples)
+                print(f"  {time.monotonic() - self.started:.0f}s: {reached} of {self.total}; {HOST.line()}", flush=True)
             return len(self.done) == len(counters)
 
-        poll(step, timeout=timeout, interval=interval, what=f"every one of {self.total} {', '.join(counters)}")
+        try:
+            poll(step, timeout=timeout, interval=interval, what=f"every one of {self.total} {', '.join(counters)}")
+        except AssertionError:
+            return False
+        return True
+
+    def missed(self) -> list[str]:
+        return [what for what in self.samples if what not in self.done]
 
     def print(self, title: str) -> None:
         print(f"{title:<44}{'seconds':>10}{'at 25%':>9}{'at 50%':>9}{'at 75%':>9}")
-        for what, seconds in self.done.items():
+        for what, samples in self.samples.items():
+            seconds = self.done.get(what)
             marks = []
             for share in (0.25, 0.5, 0.75):
-                reached = next((t for t, n in self.samples[what] if n >= share * self.total), seconds)
-                marks.append(f"{reached:>9.1f}")
-            print(f"{what:<44}{seconds:>10.1f}{''.join(marks)}")
+                reached = next((t for t, n in samples if n >= share * self.total), None)
+                marks.append(f"{reached:>9.1f}" if reached is not None else f"{'-':>9}")
+            if seconds is None:
+                found = samples[-1][1] if samples else 0
+                print(f"{what:<44}{f'> {self.bound:.0f}':>10}{''.join(marks)}  ({found} of {self.total} at the bound)")
+            else:
+                print(f"{what:<44}{seconds:>10.1f}{''.join(marks)}")
+        sys.stdout.flush()
+
+
+@dataclass
+class Host:
+    """The host's load and each component's resident memory, sampled every few seconds by a thread during the
+    run: on a shared machine the load says what the wall-clock rows are worth, and a peak RSS the end misses
+    (a long write pass) is the number the memory target is about."""
+
+    pids: dict[str, int] = field(default_factory=dict)
+    peak_rss: dict[str, float] = field(default_factory=dict)
+    loads: list[float] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def sample(self) -> None:
+        self.loads.append(os.getloadavg()[0])
+        for name, pid in self.pids.items():
+            try:
+                mb = rss_bytes(pid) / 2**20
+            except OSError:
+                continue
+            self.peak_rss[name] = max(self.peak_rss.get(name, 0.0), mb)
+
+    def run(self, every: float = 5.0) -> None:
+        while not self.stop.wait(every):
+            self.sample()
+
+    def line(self) -> str:
+        rss = ", ".join(f"{name} {rss_bytes(pid) / 2**20:.0f}" for name, pid in self.pids.items())
+        return f"load {os.getloadavg()[0]:.1f}, RSS MB {rss}"
+
+
+HOST = Host()
 
 
 def _counters(kube: Any, wanted: dict[str, str], owners: dict[str, str]) -> dict[str, Callable[[], int]]:
@@ -266,6 +330,9 @@ def test_tenants_and_namespaces_at_scale(stack: TenancyStack) -> None:
     components = {running.spec.name: running for running in stack.processes}
     admission = components["admission"]
     timeout = max(600.0, len(wanted) * 0.3)
+    total = len(wanted)
+    print(f"\nScale: {TENANTS} tenants x {NAMESPACES} namespaces = {total}, paced at {RATE:g}/s ({WORKERS} in flight)")
+    print(f"  start: {HOST.line()}", flush=True)
 
     started = time.monotonic()
     with ThreadPoolExecutor(WORKERS) as pool:
@@ -277,10 +344,31 @@ def test_tenants_and_namespaces_at_scale(stack: TenancyStack) -> None:
     cpu_before = {name: cpu_seconds(_pid(running)) for name, running in components.items()}
     first, last, latencies = _paced(list(wanted), lambda name: create_namespace(clients[wanted[name]], name), RATE)
     reviews_after = _review_buckets(admission.probe_url)
+    ordered = sorted(latencies)
+    print(
+        f"tenants created in {tenants_created:.1f}s; namespaces created in {last - first:.1f}s "
+        f"({total / (last - first):.1f}/s achieved); {HOST.line()}"
+    )
+    print(
+        f"owner's create through kube-apiserver: p50 {statistics.median(ordered) * 1000:.0f} ms, "
+        f"p99 {ordered[int(0.99 * (len(ordered) - 1))] * 1000:.0f} ms"
+    )
+    print(
+        f"admission review time (its histogram, /namespaces*): p50 {_quantile(reviews_before, reviews_after, 0.5)}, "
+        f"p99 {_quantile(reviews_before, reviews_after, 0.99)}",
+        flush=True,
+    )
 
     progress = Progress(last, len(wanted))
     progress.follow(_counters(kube, wanted, owners), timeout=timeout)
     cpu_after = {name: cpu_seconds(_pid(running)) for name, running in components.items()}
+    progress.print("after the last create, every namespace")
+    print(
+        "CPU s during the run: "
+        + ", ".join(f"{name} {cpu_after[name] - cpu_before[name]:.1f}" for name in components)
+        + f"; {HOST.line()}",
+        flush=True,
+    )
 
     # One Pod per tenant, by its owner, in a namespace with a ResourceQuota: scheduled onto a KWOK Node,
     # reported Running, and counted in the quota's status.used.
@@ -305,33 +393,21 @@ def test_tenants_and_namespaces_at_scale(stack: TenancyStack) -> None:
 
     pods = Progress(pods_last, len(pod_namespaces))
     pods.follow({"Pod Running on a KWOK Node": running, "counted by its ResourceQuota": counted}, timeout=timeout)
+    pods.print(f"after the last of {len(pod_namespaces)} Pods ({pods_last - pods_first:.1f}s to create), every Pod")
 
     idle_before = {name: requests(running.probe_url) for name, running in components.items()}
     time.sleep(IDLE)  # the idle window is the measurement
     idle_after = {name: requests(running.probe_url) for name, running in components.items()}
-
-    total = len(wanted)
-    ordered = sorted(latencies)
-    print(f"\nScale: {TENANTS} tenants x {NAMESPACES} namespaces = {total}, paced at {RATE:g}/s ({WORKERS} in flight)")
+    HOST.sample()
+    loads = HOST.loads or [os.getloadavg()[0]]
+    print(f"host load average (1 min) during the run: median {statistics.median(loads):.1f}, max {max(loads):.1f}")
     print(
-        f"tenants created in {tenants_created:.1f}s; namespaces created in {last - first:.1f}s "
-        f"({total / (last - first):.1f}/s achieved)"
+        f"{'component':<12}{'RSS MB':>9}{'peak RSS MB':>13}{'CPU s (run)':>13}{'idle req/s':>12}{'idle lease req/s':>18}"
     )
-    progress.print("after the last create, every namespace")
-    pods.print(f"after the last of {len(pod_namespaces)} Pods ({pods_last - pods_first:.1f}s to create), every Pod")
-    print(
-        f"owner's create through kube-apiserver: p50 {statistics.median(ordered) * 1000:.0f} ms, "
-        f"p99 {ordered[int(0.99 * (len(ordered) - 1))] * 1000:.0f} ms"
-    )
-    print(
-        f"admission review time (its histogram, /namespaces*): p50 {_quantile(reviews_before, reviews_after, 0.5)}, "
-        f"p99 {_quantile(reviews_before, reviews_after, 0.99)}"
-    )
-    print(f"{'component':<12}{'RSS MB':>9}{'CPU s (run)':>13}{'idle req/s':>12}{'idle lease req/s':>18}")
     for name, running_component in components.items():
         quiet = idle_after[name] - idle_before[name]
         print(
-            f"{name:<12}{rss_bytes(_pid(running_component)) / 2**20:>9.0f}"
+            f"{name:<12}{rss_bytes(_pid(running_component)) / 2**20:>9.0f}{HOST.peak_rss.get(name, 0.0):>13.0f}"
             f"{cpu_after[name] - cpu_before[name]:>13.1f}"
             f"{(quiet.reads + quiet.writes) / IDLE:>12.2f}{quiet.renewals / IDLE:>18.2f}"
         )
@@ -340,6 +416,9 @@ def test_tenants_and_namespaces_at_scale(stack: TenancyStack) -> None:
         busy = {key: count for key, count in quiet.by_kind.items() if not key.endswith(" leases")}
         if busy:
             print(f"idle requests of {name} in {IDLE:g}s: {dict(sorted(busy.items(), key=lambda kv: -kv[1]))}")
+    sys.stdout.flush()
+    missed = progress.missed() + pods.missed()
+    assert not missed, f"not every namespace or Pod got there within the bound: {', '.join(missed)}"
 
 
 def test_a_large_tenant_changes_owners(stack: TenancyStack) -> None:
@@ -362,8 +441,10 @@ def test_a_large_tenant_changes_owners(stack: TenancyStack) -> None:
                 found[namespace].update(s["name"] for s in item.get("subjects") or [])
         return found
 
+    print(f"\nOwner change on a tenant with {len(names)} namespaces; {HOST.line()}", flush=True)
     first_owner = Progress(last, len(names))
     first_owner.follow({"bound to the first owner": lambda: sum(before in s for s in subjects().values())}, timeout)
+    first_owner.print("after the last create, every namespace")
 
     changed = time.monotonic()
     client.CustomObjectsApi(kube).patch_cluster_custom_object(
@@ -382,6 +463,7 @@ def test_a_large_tenant_changes_owners(stack: TenancyStack) -> None:
     change.follow(
         {"RoleBindings moved to the new owner": moved, "tenant status shows the new owner": reported}, timeout
     )
-    print(f"\nOwner change on a tenant with {len(names)} namespaces")
-    first_owner.print("after the last create, every namespace")
     change.print("after the owner change, every namespace")
+    print(f"  {HOST.line()}", flush=True)
+    missed = first_owner.missed() + change.missed()
+    assert not missed, f"not converged within the bound: {', '.join(missed)}"
