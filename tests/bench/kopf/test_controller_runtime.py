@@ -9,7 +9,8 @@ runtime gets a fresh control plane of its own, one after the other, and the same
 2. ``ENCLAVE_KOPF_TENANTS`` (1,000) tenants with one owner, then ``ENCLAVE_KOPF_NAMESPACES`` (2) namespaces
    each, labelled with their tenant (as admission would), created by the admin 8 at a time;
 3. convergence: seconds from the last create until every namespace has its owner's RoleBindings and every
-   Tenant reports its namespaces and ``Ready`` for its generation;
+   Tenant reports its namespaces and ``Ready`` for its generation (bounded by ``CONVERGE_BOUND``, the same for
+   both: past it the row says ``> bound`` and the rest is still measured);
 4. API requests of the controllers during the run and over an idle window after it (from the audit log),
    resident memory of the active replica;
 5. handover: the active replica SIGKILLed (no graceful release), one namespace created at once; seconds until
@@ -52,6 +53,8 @@ TENANTS = int(os.environ.get("ENCLAVE_KOPF_TENANTS", "1000"))
 NAMESPACES = int(os.environ.get("ENCLAVE_KOPF_NAMESPACES", "2"))
 IDLE = 20.0
 HANDOVER_BOUND = 300.0
+CONVERGE_BOUND = 300.0 + 1.2 * TENANTS * NAMESPACES
+"""Seconds after the last create a runtime may take to converge (the same for both: 2,700 at 1,000 x 2)."""
 CONTROLLER = "bench-controller"
 GROUP, VERSION = "enclave.dev", "v1beta2"
 TENANT_LABEL = "enclave.dev/tenant"
@@ -267,8 +270,19 @@ def _measure(name: str, root: Path) -> Result:
         roles = len(
             custom.get_cluster_custom_object(GROUP, VERSION, "tenants", tenants[0])["spec"]["owners"][0]["clusterRoles"]
         )
-        poll(_converged(kube, tenants, roles), timeout=1200, interval=2.0, what=f"{name}: every tenant converged")
-        done = time.monotonic()
+        try:
+            poll(
+                _converged(kube, tenants, roles),
+                timeout=CONVERGE_BOUND,
+                interval=2.0,
+                what=f"{name}: every tenant converged",
+            )
+            done = time.monotonic()
+        except AssertionError:
+            done = float("inf")  # "> bound" in the table; idle, RSS and handover are still measured
+        print(
+            f"  {name}: converged {done - last:.1f}s after the last create; load {os.getloadavg()[0]:.1f}", flush=True
+        )
         run_events = _audit(audit)
         time.sleep(IDLE)  # the idle window is the measurement
         idle_events = _audit(audit)[len(run_events) :]
@@ -313,7 +327,10 @@ def test_kopf_against_our_runtime(workdir: Path) -> None:
     print(f"{'':<46}{'ours':>12}{'kopf':>12}")
 
     def row(label: str, pick: Callable[[Result], float], fmt: str = ".1f") -> None:
-        print(f"{label:<46}" + "".join(f"{pick(results[n]):>12{fmt}}" for n in ("ours", "kopf")))
+        def cell(value: float) -> str:
+            return f"{'> bound':>12}" if value == float("inf") else f"{value:>12{fmt}}"
+
+        print(f"{label:<46}" + "".join(cell(pick(results[n])) for n in ("ours", "kopf")))
 
     row("converged, s after the last create", lambda r: r.converged_after_last)
     row("converged, s from the first create", lambda r: r.converged_total)
