@@ -17,8 +17,13 @@ same machine, so Capsule must run the way its users run it, not a version of it 
   self-signed CA (the chart would take it from cert-manager).
 
 What is left out: the Deployment, Services, cert-manager objects and the CRD lifecycle Jobs (a local process
-replaces them). The manager runs with the control plane's admin kubeconfig, as Enclave's components do in the
-same benchmark, so neither side pays for RBAC checks the other skips.
+replaces them). The manager signs in as the chart's ServiceAccount (``system:serviceaccount:capsule-system:
+capsule``, with the groups a token of it carries; a client certificate of that name, :data:`SERVICE_ACCOUNT_USER`),
+which the chart binds to ``cluster-admin``: Capsule's own webhooks let only that account (or its configured
+administrators) write what its controllers manage. With the plane's admin kubeconfig instead, its
+``managed.validating`` hook refused every namespace its tenant controller reconciled, and the failing
+reconciles, retried through the same 20 QPS client the webhooks read with, were part of what earlier runs
+measured.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ RELEASE = "capsule"
 GROUP, VERSION = "capsule.clastix.io", "v1beta2"
 USERS_GROUP = "projectcapsule.dev"
 """The chart's default ``manager.options.users``: who Capsule treats as a tenant user."""
+SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+SERVICE_ACCOUNT_GROUPS = ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"]
+"""Who the manager is in a cluster (the Deployment's ServiceAccount): RBAC binds it, Capsule's webhooks trust it."""
 HEALTH_PORT = 10080
 """Capsule's health probe address is fixed (``:10080`` in cmd/controller): one manager per host at a time."""
 
@@ -204,7 +212,7 @@ class Capsule:
             **os.environ,
             "NAMESPACE": NAMESPACE,
             "SERVICE_ACCOUNT": RELEASE,
-            "KUBECONFIG": str(self.plane.kubeconfig),
+            "KUBECONFIG": str(self.plane.identity_kubeconfig(SERVICE_ACCOUNT_USER, SERVICE_ACCOUNT_GROUPS)),
         }
         self.process = ManagedProcess("capsule", [str(binary), *self.args], self.plane.log_dir / "capsule.log", env=env)
         self.process.start()

@@ -404,12 +404,14 @@ class ControlPlane:
         """A kubeconfig that signs in as ``user`` (in ``groups``) with its own client certificate.
 
         Unlike impersonation the apiserver sees this user as the caller, so its audit log and flow control
-        tell this client's requests apart (benchmarks count a controller's API calls this way)."""
+        tell this client's requests apart (benchmarks count a controller's API calls this way). The files are
+        named without the ``:`` of a ServiceAccount's user name: ``KUBECONFIG`` is a ``:``-separated list."""
         assert self.ca is not None
         pair = self.ca.issue(user, organizations=groups or [], server=False, client=True)
-        self._write_pair(user, pair)
-        path = self.workdir / f"{user}.kubeconfig"
-        self._write_kubeconfig(path, user)
+        stem = user.replace(":", "-")
+        self._write_pair(stem, pair)
+        path = self.workdir / f"{stem}.kubeconfig"
+        self._write_kubeconfig(path, stem)
         return path
 
     def impersonate(self, user: str, groups: list[str] | None = None) -> Any:
