@@ -82,6 +82,14 @@ PROBES = [
     "request.userInfo.username.startsWith('al')",
     "'system:authenticated' in request.userInfo.groups",
     "request.operation == 'CREATE' && object.a != 'x'",
+    "object.a.b == 'a' && false",
+    "object.a.b == 'a' || true",
+    "true && object.a.b == 'a'",
+    "false || object.a.b.startsWith('a')",
+    "object.a.b == 'a' || object.a.c == 'b' || object.a.b.c == 'c'",
+    "has(object.a.b) && object.a.b == object.a.c",
+    "(object.a == 'a' ? 1 : 0) + (object.b == 'b' ? 2 : 0) + (object.a == 'a' ? 4 : 0) == 5",
+    "(object.a == 'a' ? 4611686018427387904 : 0) + (object.b == 'b' ? 4611686018427387904 : 0) > 0",
 ]
 
 
@@ -148,6 +156,11 @@ def test_batches_answer_as_the_runtime(engines: tuple[cel.CelFacade, cel.CelFaca
             expected = [slow.condition(t, cel.RULE_CONDITION_ENV).evaluate(data) for t in chosen]
             got = batch.evaluate(data)
             assert all(_same(g, e) for g, e in zip(got, expected, strict=True)), (obj, chosen)
+            values = [e.value for e in expected if isinstance(e, cel.Ok)]
+            if len(values) == len(expected):
+                assert batch.bits(data) == sum(1 << i for i, value in enumerate(values) if value is True), obj
+            else:
+                assert batch.bits(data) is None, (obj, chosen)
             many = fast.evaluate_all([fast.condition(t, cel.RULE_CONDITION_ENV) for t in chosen], data)
             assert all(_same(g, e) for g, e in zip(many, expected, strict=True)), (obj, chosen)
 

@@ -254,6 +254,8 @@ MAX_CACHED_KINDS = 256
 """Bound of the per-kind memo of a namespace's rules (a cluster has a few hundred kinds at most)."""
 MAX_CACHED_AUDIENCES = 64
 """Bound of the per-applicability memo of a kind's metadata keys."""
+MAX_CACHED_VALUES = 256
+"""Bound of the per-value memo of one key's findings (:attr:`KeyGroup.verdicts`)."""
 
 
 class KeyGroup:
@@ -261,10 +263,14 @@ class KeyGroup:
     every request would otherwise work out again: its field path, its effective managed value (the last
     one) and whether any allow rule governs it (without one, an absent key has nothing to answer)."""
 
-    __slots__ = ("governed", "managed", "pairs", "path")
+    __slots__ = ("governed", "managed", "pairs", "path", "verdicts")
 
     def __init__(self, part: str, key: str, pairs: tuple[tuple[CompiledRule, KeyRule], ...]) -> None:
         self.pairs = pairs
+        self.verdicts: dict[str | None, tuple[Any, ...]] = {}
+        """Per value of the key: the findings its rules settle on (engine ``Finding`` values). They depend on
+        the value alone, and a key has few distinct values (``app=web``), so each is worked out once per
+        snapshot (bounded by :data:`MAX_CACHED_VALUES`)."""
         self.path = f"metadata.{part}[{key!r}]"
         managed: tuple[str, CompiledRule] | None = None
         for rule, key_rule in pairs:
@@ -336,6 +342,10 @@ class NamespaceSet:
     """The namespace's PodDisruptionBudgets (only when a rule requires coverage; see the Rules snapshot)."""
     batch: cel.ConditionBatch | None = None
     """``programs`` folded for evaluation together: one runtime call per request for all of them."""
+    masks: dict[int, int] = field(default_factory=dict, compare=False)
+    """Per rule of ``conditional``: its conditions' bits in ``batch`` (see ``ConditionBatch.bits``)."""
+    mutating_masks: dict[int, int] = field(default_factory=dict, compare=False)
+    """The same for ``mutating`` in ``mutating_batch``."""
     reads: frozenset[str] = frozenset()
     """The CEL variables any condition of the namespace references: a request builds only those (``request``
     and ``now`` cost a dict and a clock read that most conditions never look at)."""
@@ -394,7 +404,20 @@ def compile_namespace(item: NamespaceRules, budgets: tuple[BudgetView, ...] = ()
         mutating_batch=cel.default().condition_batch(mutating_programs) if mutating_programs else None,
         budgets=budgets,
         reads=frozenset(name for r in rules for p in r.conditions for name in p.reads),
+        masks=_masks(tuple(r for r in rules if r.conditions and not r.broken)),
+        mutating_masks=_masks(mutating),
     )
+
+
+def _masks(rules: tuple[CompiledRule, ...]) -> dict[int, int]:
+    """Rule index -> the bits of its conditions among all of ``rules``' conditions, flattened in order."""
+    found = {}
+    position = 0
+    for rule in rules:
+        count = len(rule.conditions)
+        found[rule.index] = ((1 << count) - 1) << position
+        position += count
+    return found
 
 
 EMPTY = NamespaceSet("", "", (), (), False, (), (), (), (), (), ())

@@ -24,6 +24,9 @@ from enclave_admission.review import AdmissionRequest
 from enclave_admission.rules.compiled import CompiledRule, NamespaceSet
 from enclave_core import cel
 
+_UNKNOWN = -2
+"""Condition bits not evaluated yet."""
+
 
 class Finding(NamedTuple):
     deny: bool
@@ -64,8 +67,10 @@ class Review:
     __slots__ = (
         "_applies",
         "_batch",
+        "_bits",
         "_conditional",
         "_conditions",
+        "_masks",
         "_outcomes",
         "_request_vars",
         "_variables",
@@ -91,6 +96,8 @@ class Review:
         self._conditions: dict[int, list[cel.EvalResult[bool]]] = {}
         """The condition results of rules whose conditions did not all hold (for their messages)."""
         self._outcomes: dict[int, bool | None] | None = None
+        self._masks = rules.mutating_masks if mutating else rules.masks
+        self._bits = _UNKNOWN
         """Per conditional rule: all conditions true, one false, or None (an error and none false)."""
 
     # -- applicability ----------------------------------------------------------------------------------------
@@ -154,6 +161,11 @@ class Review:
             return False  # a broken rule is reported once by check_broken
         if not rule.conditions:
             return True
+        mask = self._masks.get(rule.index)
+        if mask is not None:
+            bits = self._condition_bits()
+            if bits >= 0:  # every condition a bool: the rule applies when all of its conditions are true
+                return bits & mask == mask
         verdict = self._condition_outcomes().get(rule.index)
         if verdict is not None:
             return verdict
@@ -178,6 +190,17 @@ class Review:
                 )
             )
         return False
+
+    def _condition_bits(self) -> int:
+        """Every batched condition's value as a bit (:meth:`enclave_core.cel.ConditionBatch.bits`), evaluated
+        once, when the first rule is asked; -1 when some condition errored or is not a bool (then
+        :meth:`_condition_outcomes` works out each rule's outcome and message)."""
+        bits = self._bits
+        if bits == _UNKNOWN:
+            batch = self._batch
+            found = batch.bits(self.variables()) if batch is not None else 0
+            bits = self._bits = -1 if found is None else found
+        return bits
 
     def _condition_outcomes(self) -> dict[int, bool | None]:
         """Whether each conditional rule's conditions hold. The first rule asked evaluates the conditions of
@@ -223,9 +246,14 @@ class Review:
     # -- verdicts ---------------------------------------------------------------------------------------------
 
     def settle(self, item: Item) -> None:
-        for rule, why in item.audits:
-            self.findings.append(Finding(False, rule.origin, why))
-        if item.last is not None:
-            rule, satisfied, why = item.last
-            if not satisfied:
-                self.findings.append(Finding(True, rule.origin, why))
+        self.findings.extend(settled(item))
+
+
+def settled(item: Item) -> list[Finding]:
+    """The findings an item's verdicts come to: its audits, then its refusal when the deciding rule refuses."""
+    found = [Finding(False, rule.origin, why) for rule, why in item.audits]
+    if item.last is not None:
+        rule, satisfied, why = item.last
+        if not satisfied:
+            found.append(Finding(True, rule.origin, why))
+    return found

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from enclave_admission.review import JSON, pointer
-from enclave_admission.rules.compiled import CompiledRule, KeyRule, MetadataKeys
-from enclave_admission.rules.engine import Item, Review
+from enclave_admission.rules.compiled import MAX_CACHED_VALUES, CompiledRule, KeyGroup, KeyRule, MetadataKeys
+from enclave_admission.rules.engine import Finding, Item, Review, settled
 from enclave_admission.rules.matching import describe, match_any
 
 
@@ -58,10 +58,22 @@ def judge(review: Review) -> None:
             if value != wanted:
                 review.settle(_managed_violation(owner, group.path, wanted, value))
             continue  # equal to the managed value: exempt from value validation
-        item = Item()
-        for rule, rule_key in group.pairs:
-            _judge_key(item, rule, rule_key, group.path, value)
-        review.settle(item)
+        found = group.verdicts.get(value)
+        if found is None:
+            found = _verdicts(group, value)
+        review.findings.extend(found)
+
+
+def _verdicts(group: KeyGroup, value: str | None) -> tuple[Finding, ...]:
+    """What the rules of ``group`` find about ``value``, remembered for the next request with that value."""
+    item = Item()
+    for rule, rule_key in group.pairs:
+        _judge_key(item, rule, rule_key, group.path, value)
+    found = tuple(settled(item))
+    if len(group.verdicts) >= MAX_CACHED_VALUES:
+        group.verdicts.clear()
+    group.verdicts[value] = found
+    return found
 
 
 def _managed_violation(rule: CompiledRule, path: str, wanted: str, value: str | None) -> Item:

@@ -284,6 +284,12 @@ def _runtime_error(expression: str, text: str) -> EvalError:
 _OK_TRUE: Final[Ok[Any]] = Ok(True)
 _OK_FALSE: Final[Ok[Any]] = Ok(False)
 _ERROR_TYPE: Final = cel.Type.ERROR
+
+
+def _ok(value: Any) -> Ok[Any]:
+    return _OK_TRUE if value is True else _OK_FALSE if value is False else Ok(value)
+
+
 _BOOL_TYPE: Final = cel.Type.BOOL
 
 
@@ -320,14 +326,14 @@ class _Compiled:
         """The fast path's result, or None when it has none (the runtime answers)."""
         fast = self._fast
         value = fast(variables) if fast is not None else UNANSWERED
-        if value is UNANSWERED:
-            return None
-        return _OK_TRUE if value is True else _OK_FALSE if value is False else Ok(value)
+        return None if value is UNANSWERED else _ok(value)
 
     def evaluate(self, variables: Mapping[str, Any]) -> EvalResult[Any]:
-        answered = self.answer(variables)
-        if answered is not None:
-            return answered
+        fast = self._fast
+        if fast is not None:
+            value = fast(variables)
+            if value is not UNANSWERED:
+                return _ok(value)
         data = {name: proj(variables[name]) for name, proj in self._projectors if name in variables}
         try:
             return self._result(self._expr.eval(data=data))

@@ -63,7 +63,7 @@ def _as_any(text: str, value: Any) -> EvalResult[Any]:
 class Program(Generic[T]):
     """A compiled, checked expression bound to its declaration and expected result type."""
 
-    __slots__ = ("_answer", "_compiled", "_convert", "_engine", "env", "reads", "result_type")
+    __slots__ = ("_compiled", "_convert", "_engine", "env", "reads", "result_type")
 
     def __init__(
         self,
@@ -82,8 +82,6 @@ class Program(Generic[T]):
         self.reads: frozenset[str] = env.names if facts is None else frozenset(facts.paths)
         """The variables the expression references (all declared ones when the engine cannot tell): a caller
         may leave the others out of the variables it passes."""
-        self._answer: Callable[[Mapping[str, Any]], EvalResult[Any] | None] | None = getattr(compiled, "answer", None)
-        """The engine's fast path, when it has one (:mod:`enclave_core.cel.fastpath`): a result or None."""
 
     @property
     def text(self) -> str:
@@ -277,20 +275,36 @@ class ConditionBatch:
         except CelCompileError:
             return None
 
+    def bits(self, variables: Mapping[str, Any]) -> int | None:
+        """Every condition's value as one int (bit ``i`` set: condition ``i`` is true) when all of them
+        evaluated to bools without an error, else None (then :meth:`evaluate` gives each result and error).
+        The common case costs one evaluation and no result objects per condition."""
+        if len(self._chunks) == 1:  # the usual case: one folded program (or one condition), one evaluation
+            start, end, program = self._chunks[0]
+            if program is not None:
+                result = program.compiled.evaluate(variables)
+                return result.value if isinstance(result, Ok) and type(result.value) is int else None
+        folded = [program for _, _, program in self._chunks if program is not None]
+        raw = iter(self._facade.engine.evaluate_many([p.compiled for p in folded], variables) if folded else ())
+        total = 0
+        for start, end, program in self._chunks:
+            if program is not None:
+                result = next(raw)
+                if not isinstance(result, Ok) or type(result.value) is not int:
+                    return None
+                total |= result.value << start
+                continue
+            if end - start != 1:
+                return None
+            single = self._programs[start].evaluate(variables)
+            if not isinstance(single, Ok):
+                return None
+            if single.value:
+                total |= 1 << start
+        return total
+
     def evaluate(self, variables: Mapping[str, Any]) -> list[EvalResult[bool]]:
         """One result per condition, in order; never raises."""
-        if len(self._chunks) == 1:
-            start, end, program = self._chunks[0]
-            single = program if program is not None else self._programs[0] if end - start == 1 else None
-            answer = single._answer if single is not None else None
-            if answer is not None:
-                result = answer(variables)
-                if result is not None and isinstance(result, Ok):
-                    value = result.value
-                    if type(value) is int and program is not None:
-                        return [_TRUE if value >> bit & 1 else _FALSE for bit in range(end - start)]
-                    if type(value) is bool and program is None:
-                        return [_TRUE if value else _FALSE]
         folded = [program for _, _, program in self._chunks if program is not None]
         raw = iter(self._facade.engine.evaluate_many([p.compiled for p in folded], variables) if folded else ())
         out: list[EvalResult[bool]] = []

@@ -61,6 +61,10 @@ class _UnsupportedError(Exception):
     """A construct without a fast path (at build time)."""
 
 
+_UNSET: Final = object()
+"""A field path not read yet (see :class:`_Builder`)."""
+
+
 def _give_up() -> Any:
     raise _GiveUpError
 
@@ -190,6 +194,7 @@ def _in(item: Any, container: Any) -> bool:
 _HELPERS: Final[dict[str, Any]] = {
     "_GiveUpError": _GiveUpError,
     "_give_up": _give_up,
+    "_UNSET": _UNSET,
     "_result": _result,
     "UNANSWERED": UNANSWERED,
     "_bool": _bool,
@@ -224,10 +229,17 @@ Node = tuple[str, str, bool]
 class _Builder:
     """Python source for one expression: one Python expression per node, with the type checks inlined."""
 
-    def __init__(self, variables: frozenset[str]) -> None:
+    def __init__(self, variables: frozenset[str], repeated: frozenset[tuple[str, ...]] = frozenset()) -> None:
         self.variables = variables
         self.used: set[str] = set()
         self.temps = itertools.count()
+        self.repeated = repeated
+        """Field paths (``object.metadata.name``) read more than once: read once, on first use."""
+        self.paths: dict[tuple[str, ...], int] = {}
+        """How often each field path is read (a first pass fills it; see :func:`build`)."""
+        self.memos: dict[tuple[str, ...], str] = {}
+        self.bounds: dict[str, int] = {}
+        """The largest magnitude an int node's code can yield, where known (constants and sums of them)."""
 
     def temp(self) -> str:
         return f"t{next(self.temps)}"
@@ -243,6 +255,8 @@ class _Builder:
             except Exception:
                 return found
             kind = _type_of(value)
+            if kind == _INT:
+                self.bounds[repr(value)] = abs(value)
             if kind != _ANY:
                 return repr(value), kind, True
         return found
@@ -262,7 +276,16 @@ class _Builder:
             if select.test_only:
                 return f"_has({operand}, {select.field!r})", _BOOL, constant
             t = self.temp()
-            return f"({t}[{select.field!r}] if type({t} := {operand}) is dict else _give_up())", _ANY, constant
+            code = f"({t}[{select.field!r}] if type({t} := {operand}) is dict else _give_up())"
+            path = _path(expr)
+            if path is not None:
+                self.paths[path] = self.paths.get(path, 0) + 1
+                if path in self.repeated:
+                    # Read on first use, as the expression reads it; later uses take the value (a read that gave
+                    # up or raised never reaches a later use: the whole evaluation stops there).
+                    memo = self.memos.setdefault(path, f"m{len(self.memos)}")
+                    code = f"({memo} if {memo} is not _UNSET else ({memo} := {code}))"
+            return code, _ANY, constant
         if expr.HasField("list_expr"):
             elements = [self.node(e) for e in expr.list_expr.elements]
             code = "[" + ", ".join(code for code, _, _ in elements) + "]"
@@ -271,12 +294,13 @@ class _Builder:
             return self.call(expr.call_expr)
         raise _UnsupportedError("construct")
 
-    @staticmethod
-    def constant(const: Any) -> Node:
+    def constant(self, const: Any) -> Node:
         if const.HasField("bool_value"):
             return repr(bool(const.bool_value)), _BOOL, True
         if const.HasField("int64_value"):
-            return repr(int(const.int64_value)), _INT, True
+            value = int(const.int64_value)
+            self.bounds[repr(value)] = abs(value)
+            return repr(value), _INT, True
         if const.HasField("string_value"):
             return repr(str(const.string_value)), _STR, True
         if const.HasField("null_value"):
@@ -308,14 +332,22 @@ class _Builder:
             raise _UnsupportedError(function)
         codes = [code for code, _, _ in args]
         if function in ("_&&_", "_||_"):
-            operator = "and" if function == "_&&_" else "or"
-            return f"({self.typed(args[0], _BOOL)} {operator} {self.typed(args[1], _BOOL)})", _BOOL, constant
+            neutral, absorbing = ("True", "False") if function == "_&&_" else ("False", "True")
+            sides = [self.typed(arg, _BOOL) for arg in args]
+            if absorbing in sides:  # ``x && false`` is false, ``x || true`` true, whatever x is (error included)
+                return absorbing, _BOOL, True
+            sides = [side for side in sides if side != neutral] or [neutral]  # ``x && true`` is x
+            operator = " and " if function == "_&&_" else " or "
+            return f"({operator.join(sides)})", _BOOL, constant
         if function == "!_":
             return f"(not {self.typed(args[0], _BOOL)})", _BOOL, constant
         if function == "_?_:_":
             (_, yes_kind, _), (_, no_kind, _) = args[1], args[2]
             kind = yes_kind if yes_kind == no_kind else _ANY
-            return f"({codes[1]} if {self.typed(args[0], _BOOL)} else {codes[2]})", kind, constant
+            code = f"({codes[1]} if {self.typed(args[0], _BOOL)} else {codes[2]})"
+            if kind == _INT:
+                self.bounds[code] = max(self.bounds.get(codes[1], _I64_MAX), self.bounds.get(codes[2], _I64_MAX))
+            return code, kind, constant
         if function in ("_==_", "_!=_"):
             operator = "==" if function == "_==_" else "!="
             (left, left_kind, _), (right, right_kind, _) = args
@@ -336,6 +368,11 @@ class _Builder:
             return f"(({t} := _ordered({left}, {right}))[0] {operator} {t}[1])", _BOOL, constant
         if function == "_+_":
             if args[0][1] == args[1][1] == _INT:  # overflow past int64 is CEL's error: give up
+                bound = self.bounds.get(codes[0], _I64_MAX) + self.bounds.get(codes[1], _I64_MAX)
+                if bound <= _I64_MAX:  # small constants (a folded batch's bits) cannot overflow
+                    code = f"({codes[0]} + {codes[1]})"
+                    self.bounds[code] = bound
+                    return code, _INT, constant
                 t = self.temp()
                 return (
                     f"({t} if {_I64_MIN} <= ({t} := {codes[0]} + {codes[1]}) <= {_I64_MAX} else _give_up())",
@@ -366,16 +403,32 @@ def _type_of(value: Any) -> str:
     return _ANY
 
 
+def _path(expr: Any) -> tuple[str, ...] | None:
+    """``('object', 'metadata', 'name')`` for a chain of field selections from a variable, else None."""
+    fields: list[str] = []
+    while expr.HasField("select_expr") and not expr.select_expr.test_only:
+        fields.append(expr.select_expr.field)
+        expr = expr.select_expr.operand
+    if not expr.HasField("ident_expr"):
+        return None
+    return (expr.ident_expr.name, *reversed(fields))
+
+
 def build(expr: Any, variables: frozenset[str], text: str) -> Fast | None:
     """The fast path of a checked expression tree (``CheckedExpr.expr``), or None when it uses anything
     not covered. ``text`` only names the generated function in tracebacks."""
-    builder = _Builder(variables)
     try:
+        counted = _Builder(variables)
+        counted.node(expr)
+        repeated = frozenset(path for path, count in counted.paths.items() if count > 1)
+        builder = _Builder(variables, repeated)
         body, kind, _ = builder.node(expr)
     except _UnsupportedError:
         return None
     lines = ["def fast(v):", "    try:"]
     lines += [f"        v_{name} = v[{name!r}]" for name in sorted(builder.used)]
+    if builder.memos:
+        lines.append(f"        {' = '.join(builder.memos.values())} = _UNSET")
     lines += [f"        return {body if kind != _ANY else f'_result({body})'}", "    except Exception:"]
     lines += ["        return UNANSWERED"]
     namespace = dict(_HELPERS)
