@@ -293,3 +293,28 @@ def test_an_unreachable_apiserver_makes_the_process_blind_until_a_list_works_aga
         forget()  # forgetting twice is harmless
 
     scenario(body)
+
+
+def test_compact_shares_equal_strings_and_keeps_the_value() -> None:
+    import json
+
+    from enclave_core.kube.informer import compact
+
+    one = json.loads('{"metadata": {"labels": {"role": "admin"}}, "items": ["admin", 1, null, true]}')
+    two = json.loads('{"metadata": {"labels": {"role": "admin"}}, "items": ["admin", 1, null, true]}')
+    a, b = compact(one), compact(two)
+    assert a == one
+    assert a["metadata"]["labels"]["role"] is b["metadata"]["labels"]["role"]
+    assert next(iter(a)) is next(iter(b))
+    long = "x" * 100
+    assert compact({"m": long})["m"] is long
+
+
+async def test_store_caches_a_written_object_trimmed() -> None:
+    from enclave_core.kube.informer import keep_managed_fields
+    from enclave_testing.memorykube import MemoryKube
+
+    informer = Informer(MemoryKube(), "/api/v1/namespaces", transform=keep_managed_fields())
+    stored = informer.store({"metadata": {"name": "a", "managedFields": [{"manager": "x"}]}})
+    assert informer.get("a") is stored
+    assert stored == {"metadata": {"name": "a"}}

@@ -12,7 +12,7 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_tenants.controller import TENANTS_PATH, Settings, TenantsController
-from enclave_testing.memorykube import MemoryKube
+from enclave_testing.memorykube import Echo, MemoryKube
 
 JSON = dict[str, Any]
 
@@ -25,19 +25,21 @@ class Loop:
         settings = Settings(batch_size=batch_size, concurrency=concurrency, resync_seconds=3600)
         self.controller = TenantsController(self.kube, settings, SnapshotHub("test"), EventRecorder(self.kube, "t"))
         self.controller.leading = True
-        self._seen = 0
+        c = self.controller
+        self.echo = Echo(
+            self.kube,
+            {
+                "namespaces": c.namespaces,
+                "rolebindings": c.bindings,
+                "rulestatuses": c.rule_statuses,
+                "tenants": c.tenants,
+                "tenantowners": c.owners,
+            },
+        )
 
     def put(self, informer: Informer, obj: JSON) -> None:
         """An object arriving by watch: cached (trimmed) and its handler called."""
-        obj = informer.transform(copy.deepcopy(obj)) if informer.transform else copy.deepcopy(obj)
-        meta = obj["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
-        informer.items[key] = obj
-        informer.on_change(key)
-
-    def remove(self, informer: Informer, key: str) -> None:
-        informer.items.pop(key, None)
-        informer.on_change(key)
+        self.echo.put(informer, obj)
 
     def tenancy(self, tenants: int, namespaces: int, owner: str = "alice") -> None:
         """``tenants`` tenants of one owner (a User), each with ``namespaces`` namespaces, as admission leaves
@@ -56,36 +58,6 @@ class Loop:
         obj.setdefault("metadata", {}).setdefault("uid", f"uid-{obj['metadata']['name']}")
         self.kube.objects[f"/api/v1/namespaces/{obj['metadata']['name']}"] = copy.deepcopy(obj)
         self.put(self.controller.namespaces, obj)
-
-    def echo(self) -> list[tuple[str, str]]:
-        """The writes since the last echo, each played back into the caches as its watch event."""
-        calls = self.kube.calls[self._seen :]
-        self._seen = len(self.kube.calls)
-        for method, path in calls:
-            informer, key = self._target(path.removesuffix("/status"))
-            if informer is None:
-                continue
-            stored = self.kube.objects.get(path.removesuffix("/status"))
-            if method == "DELETE" or stored is None:
-                self.remove(informer, key)
-            else:
-                self.put(informer, stored)
-        return [call for call in calls if call[0] != "GET"]
-
-    def _target(self, path: str) -> tuple[Informer | None, str]:
-        c = self.controller
-        parts = path.strip("/").split("/")
-        if "rolebindings" in parts:
-            return c.bindings, f"{parts[-3]}/{parts[-1]}"
-        if "rulestatuses" in parts:
-            return c.rule_statuses, f"{parts[-3]}/{parts[-1]}"
-        if "tenants" in parts:
-            return c.tenants, parts[-1]
-        if "tenantowners" in parts:
-            return c.owners, parts[-1]
-        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 4:
-            return c.namespaces, parts[-1]
-        return None, ""
 
     async def round(self) -> tuple[bool, list[tuple[str, str]]]:
         """One round of the write loop, then its writes echoed: (work left, writes)."""

@@ -75,7 +75,8 @@ def stack(control_plane: ControlPlane, kube: Any, enclave_crds: list[str]) -> It
             log_dir=control_plane.log_dir,
             namespace=home,
             endpoints={"config": config.grpc_target},
-            args=[f"--config-endpoint={config.grpc_target}", "--resync=5s"],
+            # Small rounds, so every test here also goes through the write loop's batching (several rounds).
+            args=[f"--config-endpoint={config.grpc_target}", "--resync=5s", "--batch-size=2"],
             identity=f"tenants-{suffix}",
         )
         started.append(tenants)

@@ -540,6 +540,7 @@ class TenantsController:
         ranks: list[int] = []
         live = self.namespaces.get(name)
         body = plan.namespace_bodies.get(name)
+        wanted = plan.bindings.get(name, {})
         if body is not None and live is not None:
             tenant = plan.namespace_tenant[name]
             if ns.needs_apply(live, body, rb.MANAGER):
@@ -547,7 +548,7 @@ class TenantsController:
             uid = str(plan.tenants[tenant].raw["metadata"].get("uid", ""))
             if ns.foreign_tenant_references(live, uid):
                 ranks.append(wk.DRIFTED)
-            for binding_name, desired in plan.bindings.get(name, {}).items():
+            for binding_name, desired in wanted.items():
                 current = self.bindings.get(f"{name}/{binding_name}")
                 if current is None:
                     ranks.append(wk.MISSING)
@@ -556,10 +557,8 @@ class TenantsController:
                     ranks.append(wk.DRIFTED)
         if released:
             ranks.append(wk.DRIFTED)
-        if name not in plan.frozen:
-            wanted = plan.bindings.get(name, {})
-            if any(binding not in wanted for binding in bindings):
-                ranks.append(wk.DRIFTED)
+        if name not in plan.frozen and any(binding not in wanted for binding in bindings):
+            ranks.append(wk.DRIFTED)
         if body is not None and live is not None and self.rule_statuses.get(f"{name}/{RULE_STATUS_NAME}") is None:
             ranks.append(wk.MISSING)
         return min(ranks) if ranks else None
@@ -626,13 +625,13 @@ class TenantsController:
     ) -> None:
         """One namespace: its metadata and RoleBindings (when in a writable tenant), managed RoleBindings nobody
         should have any more, and the release of fields we applied when it left its tenant."""
+        wanted = plan.bindings.get(name, {})
         if name in plan.namespace_bodies:
-            await self._namespace(plan, name, outcome)
+            await self._namespace(plan, name, wanted, outcome)
         if released:
             await self._release(name)
         if name in plan.frozen:
             return
-        wanted = plan.bindings.get(name, {})
         for binding in bindings:
             if binding in wanted or self.bindings.get(f"{name}/{binding}") is None:
                 continue
@@ -647,7 +646,7 @@ class TenantsController:
             WRITES.labels("RoleBinding", "delete").inc()
             outcome.actions.append(f"deleted RoleBinding {binding}")
 
-    async def _namespace(self, plan: Plan, name: str, outcome: _Outcome) -> None:
+    async def _namespace(self, plan: Plan, name: str, wanted: dict[str, JSON], outcome: _Outcome) -> None:
         """Metadata first (the owner reference and tenant label matter most), then RoleBindings."""
         tenant = plan.namespace_tenant[name]
         uid = str(plan.tenants[tenant].raw["metadata"].get("uid", ""))
@@ -671,7 +670,7 @@ class TenantsController:
             return
         created: list[str] = []
         updated: list[str] = []
-        for binding_name, desired in plan.bindings.get(name, {}).items():
+        for binding_name, desired in wanted.items():
             key = f"{name}/{binding_name}"
             live_binding = self.bindings.get(key)
             if not rb.drifted(live_binding, desired):

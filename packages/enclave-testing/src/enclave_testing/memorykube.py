@@ -12,13 +12,22 @@ from __future__ import annotations
 import builtins
 import copy
 import itertools
-from collections.abc import AsyncIterator, Callable
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+from enclave_core.kube.informer import Informer, object_key
 from enclave_core.kube.rest import JSON, Kube, KubeError
 
 Failure = Callable[[str, str], KubeError | None]
 """(method, path) -> an error to raise instead of answering, or None."""
+
+
+def _wire(obj: JSON) -> JSON:
+    """A copy as a client gets it: decoded from JSON, every string its own object (a deep copy would share
+    them, and make a cache of thousands of objects look smaller than it is)."""
+    decoded: JSON = json.loads(json.dumps(obj))
+    return decoded
 
 
 def _merge(into: JSON, patch: JSON) -> None:
@@ -51,7 +60,7 @@ class MemoryKube(Kube):
         meta = obj.setdefault("metadata", {})
         meta.setdefault("uid", f"uid-{next(self._names)}")
         meta["resourceVersion"] = str(next(self._versions))
-        return copy.deepcopy(obj)
+        return _wire(obj)
 
     def writes(self) -> list[tuple[str, str]]:
         return [call for call in self.calls if call[0] != "GET"]
@@ -60,7 +69,7 @@ class MemoryKube(Kube):
         self._check("GET", path)
         if path not in self.objects:
             raise KubeError(404, "NotFound", f"{path} not found")
-        return copy.deepcopy(self.objects[path])
+        return _wire(self.objects[path])
 
     async def get_or_none(self, path: str) -> JSON | None:
         try:
@@ -81,7 +90,7 @@ class MemoryKube(Kube):
     ) -> JSON:
         self._check("GET", path)
         prefix = path.rstrip("/") + "/"
-        items = [copy.deepcopy(obj) for key, obj in self.objects.items() if key.startswith(prefix)]
+        items = [_wire(obj) for key, obj in self.objects.items() if key.startswith(prefix)]
         return {"items": items, "metadata": {"resourceVersion": str(next(self._versions))}}
 
     async def create(self, path: str, body: JSON) -> JSON:
@@ -146,3 +155,51 @@ class MemoryKube(Kube):
     ) -> AsyncIterator[JSON]:
         raise KubeError(501, "NotImplemented", "MemoryKube has no watch: put objects into the caches")
         yield {}  # pragma: no cover  (makes this an async generator like Kube.watch)
+
+
+def object_of(path: str) -> tuple[str, str]:
+    """(resource plural, informer key) of an object path: ``/api/v1/namespaces/a`` -> (namespaces, a),
+    ``/apis/g/v1/namespaces/a/things/b/status`` -> (things, a/b); ("", "") for a collection."""
+    parts = path.removesuffix("/status").strip("/").split("/")
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) == 4 and rest[0] == "namespaces":
+        return rest[2], f"{rest[1]}/{rest[3]}"
+    if len(rest) == 2:
+        return rest[0], rest[1]
+    return "", ""
+
+
+class Echo:
+    """Plays a MemoryKube's writes back into informers (by resource plural) as their watch events would:
+    the stored object trimmed by the informer's transform, then its ``on_change``."""
+
+    def __init__(self, kube: MemoryKube, informers: Mapping[str, Informer]) -> None:
+        self.kube = kube
+        self.informers = informers
+        self.seen = 0
+
+    def put(self, informer: Informer, obj: JSON) -> None:
+        """An object arriving by watch."""
+        obj = _wire(obj)
+        if informer.transform is not None:
+            obj = informer.transform(obj)
+        key = object_key(obj)
+        informer.items[key] = obj
+        informer.on_change(key)
+
+    def __call__(self) -> builtins.list[tuple[str, str]]:
+        """The writes since the last call, each echoed; returns them."""
+        calls = self.kube.calls[self.seen :]
+        self.seen = len(self.kube.calls)
+        for method, path in calls:
+            plural, key = object_of(path)
+            informer = self.informers.get(plural)
+            if informer is None or method == "GET":
+                continue
+            stored = self.kube.objects.get(path.removesuffix("/status"))
+            if stored is None:
+                informer.items.pop(key, None)
+                informer.on_change(key)
+            else:
+                self.put(informer, stored)
+        return [call for call in calls if call[0] != "GET"]
