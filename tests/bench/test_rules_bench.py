@@ -479,6 +479,45 @@ def workload_handler_rows(
     return rows
 
 
+def workload_decision_rows(owner: str, tenant: str, namespace: str) -> list[tuple[str, ...]]:
+    """The decision alone in this process (the bench env's compiled wheel) on pre-parsed reviews: CPU per review
+    by ``time.process_time``, best of three rounds, the steady figure on a shared host (the server's own CPU per
+    review above adds the HTTP server, parsing the review and answering it)."""
+    from enclave_admission.review import AdmissionRequest
+    from enclave_admission.rules.mutation import mutate
+    from enclave_admission.rules.validation import validate
+    from enclave_admission.state import State
+    from enclave_core.api.configuration import ServiceConfigurationSpec
+    from enclave_core.snapshots.configuration import effective
+    from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
+
+    state = State()
+    state.set_config(effective("default", 1, ServiceConfigurationSpec.model_validate({})))
+    owners = [Entity(kind="User", name=owner)]
+    state.set_tenancy(
+        TenancySnapshot(tenants=[TenantView(name=tenant, uid="u", owners=owners, namespaces=[namespace])])
+    )
+    rules = workload_rules(tenant)
+    state.set_rules(RulesSnapshot(namespaces=[NamespaceRules(namespace=namespace, tenant=tenant, rules=rules)]))
+    rows: list[tuple[str, ...]] = []
+    for label, decide, mutated in (("/resources", validate, True), ("/resources/mutate", mutate, False)):
+        requests = [
+            AdmissionRequest.from_review(pod_review(namespace, owner, i, containers=5, mutated=mutated))
+            for i in range(100)
+        ]
+        decision = decide(requests[0], state)
+        assert decision.allowed, decision
+        assert mutated or decision.patch, decision
+        rounds = []
+        for _ in range(3):
+            started = time.process_time()
+            for index in range(2000):
+                decide(requests[index % 100], state)
+            rounds.append((time.process_time() - started) / 2000 * 1e6)
+        rows.append((f"{label} {WORKLOAD_ROW}: the decision in-process", "", "", "", f"{min(rounds):.1f} us"))
+    return rows
+
+
 def workload_end_to_end_rows(bench: Enclave, owner: str, namespace: str) -> list[tuple[str, ...]]:
     """Pod creation through kube-apiserver with the resources hooks and without them, alternating blocks;
     without them the user sends the Pod as the mutations would leave it (the same object is stored)."""
@@ -562,6 +601,7 @@ def test_workload_rules_benchmark(bench_enclave: Enclave, control_plane: Any) ->
     )
     try:
         rows = workload_handler_rows(bench_enclave, control_plane, owner, tenant, namespace)
+        rows += workload_decision_rows(owner, tenant.name, namespace)
         rows += workload_end_to_end_rows(bench_enclave, owner, namespace)
     finally:
         core.delete_namespace(namespace)
