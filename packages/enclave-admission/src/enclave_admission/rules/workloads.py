@@ -187,22 +187,23 @@ def qos_class(spec: Mapping[str, Any]) -> str:
     and the summed requests equal to the summed limits."""
     pod_level = _map(spec.get("resources"))
     if pod_level:
-        return _qos([(_requests_as_stored(pod_level), _map(pod_level.get("limits")))], True)
+        return _qos([(_map(pod_level.get("requests")), _map(pod_level.get("limits")))], True)
     sources = []
     for container in containers(spec, "", ("initContainers", "containers")):
         resources = _map(container.body.get("resources"))
-        sources.append((_requests_as_stored(resources), _map(resources.get("limits"))))
+        sources.append((_map(resources.get("requests")), _map(resources.get("limits"))))
     return _qos(sources, False)
 
 
 def _qos(sources: list[tuple[dict[str, Any], dict[str, Any]]], pod_level: bool) -> str:
-    """:func:`qos_class` from (requests as stored, declared limits) per source (the Pod-level pair, or each init
-    and regular container's). Sums are in nano-units, exact; 0 stands for unset (only positive amounts count)."""
+    """:func:`qos_class` from (declared requests, declared limits) per source (the Pod-level pair, or each init
+    and regular container's); a request is as stored (:func:`_requests_as_stored`). Sums are in nano-units,
+    exact; 0 stands for unset (only positive amounts count)."""
     requested_cpu = requested_memory = limited_cpu = limited_memory = 0
     guaranteed = True
-    for stored, declared_limits in sources:
-        requested_cpu += _positive(stored, "cpu")
-        requested_memory += _positive(stored, "memory")
+    for declared_requests, declared_limits in sources:
+        requested_cpu += _positive(declared_requests if "cpu" in declared_requests else declared_limits, "cpu")
+        requested_memory += _positive(declared_requests if "memory" in declared_requests else declared_limits, "memory")
         cpu, memory = _positive(declared_limits, "cpu"), _positive(declared_limits, "memory")
         limited_cpu += cpu
         limited_memory += memory
@@ -404,11 +405,9 @@ class _KindPlan:
         self.security = any(plan.security for plan in found)
 
 
-_Bounds = tuple[
-    tuple[str, tuple[str, ...], tuple[str, ...], tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]], ...
-]
-"""Per requests/limits: (part, required names, names with a min or max, (name, min), (name, max) in
-nano-units)."""
+_Bounds = tuple[tuple[bool, tuple[str, ...], tuple[tuple[str, int | None, int | None], ...]], ...]
+"""Per requests/limits: (of requests, required names, (name, min, max) per name with a min or a max, in
+nano-units; None when the rule has none or it does not parse)."""
 
 
 class _RulePlan:
@@ -583,40 +582,34 @@ def _bounds(policy: WorkloadsPolicy) -> _Bounds:
     for part, limit in (("requests", resources.requests), ("limits", resources.limits)):
         if limit is None:
             continue
-        lows, highs = [], []
-        for name, low in (limit.min or {}).items():
-            bound = _nanos(low)
-            if bound is not None:
-                lows.append((name, bound))
-        for name, high in (limit.max or {}).items():
-            bound = _nanos(high)
-            if bound is not None:
-                highs.append((name, bound))
-        checked = tuple(dict.fromkeys([*(limit.min or {}), *(limit.max or {})]))
-        found.append((part, tuple(limit.required or ()), checked, tuple(lows), tuple(highs)))
+        lows, highs = limit.min or {}, limit.max or {}
+        ranges = []
+        for name in dict.fromkeys([*lows, *highs]):
+            low = _nanos(lows[name]) if name in lows else None
+            high = _nanos(highs[name]) if name in highs else None
+            ranges.append((name, low, high))
+        found.append((part == "requests", tuple(limit.required or ()), tuple(ranges)))
     return tuple(found)
 
 
 def _outside(bounds: _Bounds, requests: Mapping[str, Any], limits: Mapping[str, Any]) -> bool:
-    """Whether a container is outside a rule's resource bounds (what :func:`_resources` lists the problems of)."""
-    for part, required, checked, lows, highs in bounds:
-        declared = requests if part == "requests" else limits
+    """Whether a container (its declared requests and limits) is outside a rule's resource bounds: what
+    :func:`_resources` lists the problems of, with requests read as stored (a limit stands for a missing
+    request)."""
+    for of_requests, required, ranges in bounds:
+        declared = requests if of_requests else limits
         for name in required:
-            if name not in declared:
+            if name not in declared and (not of_requests or name not in limits):
                 return True
-        for name in checked:
-            if name in declared and _nanos(declared[name]) is None:
-                return True
-        for name, low in lows:
+        for name, low, high in ranges:
             if name in declared:
                 have = _nanos(declared[name])
-                if have is not None and have < low:
-                    return True
-        for name, high in highs:
-            if name in declared:
-                have = _nanos(declared[name])
-                if have is not None and have > high:
-                    return True
+            elif of_requests and name in limits:
+                have = _nanos(limits[name])
+            else:
+                continue
+            if have is None or (low is not None and have < low) or (high is not None and have > high):
+                return True
     return False
 
 
@@ -675,7 +668,7 @@ class _Box:
         self.requests: dict[str, Any] = {}
         self.limits: dict[str, Any] = {}
         if plan.resources:
-            self.requests, self.limits = _requests_as_stored(stored), _map(limits)
+            self.requests, self.limits = _map(requests), _map(limits)
         self.security: list[Finding] = _container_security(body, path) if plan.security else []
 
     def registry(self) -> Finding:
@@ -727,7 +720,7 @@ class _Facts:
         if not self._qos:
             pod_level = _map(self.spec.get("resources"))
             if pod_level:
-                self._qos = _qos([(_requests_as_stored(pod_level), _map(pod_level.get("limits")))], True)
+                self._qos = _qos([(_map(pod_level.get("requests")), _map(pod_level.get("limits")))], True)
             else:
                 sources = [(box.requests, box.limits) for box in self.boxes if box.list_name != "ephemeralContainers"]
                 self._qos = _qos(sources, False)
