@@ -318,3 +318,26 @@ async def test_store_caches_a_written_object_trimmed() -> None:
     stored = informer.store({"metadata": {"name": "a", "managedFields": [{"manager": "x"}]}})
     assert informer.get("a") is stored
     assert stored == {"metadata": {"name": "a"}}
+
+
+async def test_the_watch_echo_of_a_stored_write_does_not_step_the_cache_back() -> None:
+    from enclave_testing.memorykube import MemoryKube
+
+    changed: list[str] = []
+    informer = Informer(MemoryKube(), "/x", on_change=changed.append)
+
+    def version(rv: int, status: str = "") -> JSON:
+        return {"metadata": {"name": "a", "resourceVersion": str(rv)}, "status": {"s": status}}
+
+    informer.store(version(5, "written"), notify=False)  # a create (4) then a status patch (5), as stored
+    informer.apply_event("ADDED", version(4))  # the create's event: older than what is cached
+    informer.apply_event("MODIFIED", version(5, "written"))  # the patch's own echo
+    assert informer.get("a") == version(5, "written")
+    assert changed == []
+    informer.apply_event("MODIFIED", version(6, "someone else"))
+    assert informer.get("a") == version(6, "someone else")
+    assert changed == ["a"]
+    informer.store(version(7, "mine"))
+    assert changed == ["a", "a"]
+    informer.apply_event("DELETED", version(8))
+    assert informer.get("a") is None

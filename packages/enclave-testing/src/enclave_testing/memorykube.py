@@ -16,7 +16,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from enclave_core.kube.informer import Informer, object_key
+from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError
 
 Failure = Callable[[str, str], KubeError | None]
@@ -170,8 +170,9 @@ def object_of(path: str) -> tuple[str, str]:
 
 
 class Echo:
-    """Plays a MemoryKube's writes back into informers (by resource plural) as their watch events would:
-    the stored object trimmed by the informer's transform, then its ``on_change``."""
+    """Plays a MemoryKube's writes back into informers (by resource plural) as their watch events
+    (:meth:`Informer.apply_event`). Each write is played as the object's state now: a create followed by a status
+    patch is two events of the final object, the second an echo of the first."""
 
     def __init__(self, kube: MemoryKube, informers: Mapping[str, Informer]) -> None:
         self.kube = kube
@@ -180,12 +181,7 @@ class Echo:
 
     def put(self, informer: Informer, obj: JSON) -> None:
         """An object arriving by watch."""
-        obj = _wire(obj)
-        if informer.transform is not None:
-            obj = informer.transform(obj)
-        key = object_key(obj)
-        informer.items[key] = obj
-        informer.on_change(key)
+        informer.apply_event("MODIFIED", _wire(obj))
 
     def __call__(self) -> builtins.list[tuple[str, str]]:
         """The writes since the last call, each echoed; returns them."""
@@ -198,8 +194,9 @@ class Echo:
                 continue
             stored = self.kube.objects.get(path.removesuffix("/status"))
             if stored is None:
-                informer.items.pop(key, None)
-                informer.on_change(key)
+                namespace, _, name = key.rpartition("/")
+                gone = {"metadata": {"name": name, **({"namespace": namespace} if namespace else {})}}
+                informer.apply_event("DELETED", gone)
             else:
                 self.put(informer, stored)
         return [call for call in calls if call[0] != "GET"]

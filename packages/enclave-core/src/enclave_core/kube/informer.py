@@ -102,6 +102,8 @@ class Informer:
         self.resource_version = ""
         """The resourceVersion the cache is current to (the list's, then each watch event's)."""
         self._failing = False
+        self._stored: dict[str, int] = {}
+        """Key -> resourceVersion of the object :meth:`store` cached, until its watch event arrives."""
         _LIVE.add(self)
 
     @property
@@ -126,13 +128,51 @@ class Informer:
     def values(self) -> list[JSON]:
         return list(self.items.values())
 
-    def store(self, obj: JSON) -> JSON:
+    def store(self, obj: JSON, *, notify: bool = True) -> JSON:
         """Cache an object the caller just wrote (its API response), trimmed like a watched one, so the cache
-        is current before the watch event arrives and never holds more than the watch would put there."""
+        is current before the watch event arrives and never holds more than the watch would put there.
+
+        The watch events of that write and of any earlier one to the same object (a create, then a status patch)
+        arrive later and are not applied (:meth:`_echo`): the cache never steps back to the pre-status object,
+        which made a controller write the same status twice. ``notify`` calls ``on_change`` now (the write
+        changed what it watches); a caller that needs no look at its own write passes False."""
         if self.transform is not None:
             obj = self.transform(obj)
-        self.items[object_key(obj)] = obj
+        key = object_key(obj)
+        self.items[key] = obj
+        version = _version(obj)
+        if version is not None:
+            self._stored[key] = version
+        if notify:
+            self._notify(key)
         return obj
+
+    def apply_event(self, kind: str, obj: JSON) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED) into the cache, then ``on_change``; the echo of a write the
+        caller already cached with :meth:`store` changes nothing and calls nothing."""
+        key = object_key(obj)
+        if kind == "DELETED":
+            self._stored.pop(key, None)
+            self.items.pop(key, None)
+        elif self._echo(key, obj):
+            return  # before the transform: an echo costs no trimming either
+        else:
+            self.items[key] = self.transform(obj) if self.transform is not None else obj
+        self._notify(key)
+
+    def _echo(self, key: str, obj: JSON) -> bool:
+        """Whether a watch event is the echo of (or older than) what :meth:`store` cached for ``key``.
+        resourceVersions are compared as numbers, as etcd issues them; one that is not a number is never an echo."""
+        stored = self._stored.get(key)
+        if stored is None:
+            return False
+        version = _version(obj)
+        if version is None or version > stored:
+            del self._stored[key]
+            return False
+        if version == stored:
+            del self._stored[key]
+        return True
 
     async def run(self) -> None:
         # The backoff resets only once a watch delivered an event or ended normally, not after a list alone:
@@ -206,6 +246,7 @@ class Informer:
             key for key in fresh.keys() & self.items.keys() if fresh[key] != self.items[key]
         }
         self.items = fresh
+        self._stored.clear()
         self.resource_version = version
         self.synced.set()
         for key in sorted(changed):
@@ -231,16 +272,9 @@ class Informer:
                     if version:
                         self.resource_version = version
                     continue
-                if self.transform is not None:
-                    obj = self.transform(obj)
-                key = object_key(obj)
-                if kind == "DELETED":
-                    self.items.pop(key, None)
-                else:
-                    self.items[key] = obj
+                self.apply_event(str(kind), obj)
                 if version:
                     self.resource_version = version
-                self._notify(key)
                 backoff_reset()
         except KubeError as err:
             if err.status == 410:
@@ -292,6 +326,14 @@ def compact(value: Any) -> Any:
     if isinstance(value, str) and len(value) <= COMPACT_LENGTH:
         return sys.intern(value)
     return value
+
+
+def _version(obj: JSON) -> int | None:
+    value = (obj.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
 
 
 def _typed(page: JSON) -> list[JSON]:
