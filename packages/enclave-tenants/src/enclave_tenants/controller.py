@@ -67,8 +67,8 @@ BUDGETS_PATH = "/apis/policy/v1/poddisruptionbudgets"
 class Settings:
     resync_seconds: float = 60.0
     """Full pass without any change, a safety net for missed events."""
-    concurrency: int = 8
-    """Namespaces written in parallel."""
+    concurrency: int = 16
+    """Namespaces written in parallel (each one's writes in sequence)."""
     namespace: str = "enclave-system"
     """Where the tenants' namespace-quota ledgers live."""
     batch_size: int = 300
@@ -495,17 +495,15 @@ class TenantsController:
         outcomes: dict[str, _Outcome] = {name: _Outcome() for name in chosen}
         semaphore = asyncio.Semaphore(self.settings.concurrency)
 
-        async def bounded(work: Awaitable[None]) -> None:
-            async with semaphore:  # the coroutine starts only once a slot is free
-                await work
+        async def one(name: str) -> None:
+            """A namespace's writes one after the other, its RuleStatus last: a slot per namespace, so a round
+            has no barrier between its RoleBindings and its RuleStatuses."""
+            async with semaphore:
+                await self._write_namespace(plan, name, set(index.get(name, ())), name in release, outcomes[name])
+                if name in compiled:
+                    await self._rule_status(compiled[name])
 
-        await asyncio.gather(
-            *(
-                bounded(self._write_namespace(plan, name, set(index.get(name, ())), name in release, outcomes[name]))
-                for name in chosen
-            )
-        )
-        await asyncio.gather(*(bounded(self._rule_status(rules)) for rules in compiled.values()))
+        await asyncio.gather(*(one(name) for name in chosen))
         await self._managed_metadata(compiled)
         await self._unassigned_events(plan, outcomes)
         for name, outcome in outcomes.items():
