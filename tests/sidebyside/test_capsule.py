@@ -240,7 +240,7 @@ def _converge_tenants(system: System, prefix: str) -> tuple[float | None, float 
         ready[0] = len(wanted & {item["metadata"]["name"] for item in items if _ready(item)})
         return ready[0] == len(wanted)
 
-    bound = _bound(300.0, 1.0, TENANTS)
+    bound = _bound(300.0, 0.5, TENANTS)
     if _wait(all_ready, bound) is None:
         return None, None, ready[0], bound
     done = time.monotonic()
