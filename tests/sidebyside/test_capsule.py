@@ -172,10 +172,12 @@ def _create_block(system: System, names: list[str], concurrency: int) -> list[fl
 
 
 def _race_quota(system: System, tenant: str, owner: str) -> int:
-    """``RACERS`` creates released together against a tenant holding ``QUOTA`` namespaces at most: how many got in."""
+    """``RACERS`` creates released together against a tenant holding ``QUOTA`` namespaces at most: how many got in
+    (each distinct refusal is printed, so a system that refuses for another reason than the quota says so)."""
     api = client.CoreV1Api(system.owner(owner))
     gate = threading.Barrier(RACERS)
     admitted: list[str] = []
+    refusals: set[str] = set()
 
     def create(index: int) -> None:
         name = f"{tenant}-{index}"
@@ -186,9 +188,12 @@ def _race_quota(system: System, tenant: str, owner: str) -> int:
         except ApiException as err:
             if err.status not in (400, 403, 422):
                 raise
+            refusals.add(f"{err.status} {str(err.body)[:240]}")
 
     with ThreadPoolExecutor(RACERS) as pool:
         list(pool.map(create, range(RACERS)))
+    for refusal in sorted(refusals):
+        print(f"  {system.name} refused: {refusal}")
     return len(admitted)
 
 
