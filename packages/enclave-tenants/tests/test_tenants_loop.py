@@ -170,3 +170,35 @@ def test_a_status_only_change_keeps_the_spec_signature() -> None:
     with_status = {**copy.deepcopy(raw), "status": {"size": 3}}
     assert wk.spec_signature(raw) == wk.spec_signature(with_status)
     assert wk.spec_signature(raw) != wk.spec_signature(tenant("a", generation=2))
+
+
+async def test_the_loop_settles_then_waits_and_retries_a_failed_write_after_a_backoff() -> None:
+    import asyncio
+
+    loop = Loop(batch_size=4)
+    loop.tenancy(3, 3)
+    failing = {"t0001-n02"}
+
+    def fail(method: str, path: str) -> KubeError | None:
+        if method == "PATCH" and any(f"/namespaces/{name}/rolebindings/" in path for name in failing):
+            return KubeError(503, "ServiceUnavailable", "try again")
+        return None
+
+    loop.kube.fail = fail
+    task = asyncio.create_task(loop.controller._write_loop())
+    try:
+        await asyncio.wait_for(loop.controller.reconciled.wait(), timeout=10)
+        assert _bound(loop) == {f"t{t:04d}-n{n:02d}" for t in range(3) for n in range(3)} - failing
+        failing.clear()  # the API recovers; the loop retries on its own after its backoff
+        for _ in range(100):
+            if "t0001-n02" in _bound(loop):
+                break
+            await asyncio.sleep(0.05)
+        assert "t0001-n02" in _bound(loop)
+        await asyncio.sleep(0.3)
+        settled = len(loop.kube.calls)
+        await asyncio.sleep(0.3)
+        assert len(loop.kube.calls) == settled  # waiting, not spinning
+        assert not task.done()
+    finally:
+        task.cancel()
