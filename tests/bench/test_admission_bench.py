@@ -115,6 +115,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_queue_seconds(pid: int) -> float:
+    """Seconds process ``pid``'s main thread (the event loop) has spent runnable but waiting for a CPU
+    (``/proc/<pid>/schedstat``, second field): the host's share of a tail, which no server code can shorten."""
+    with open(f"/proc/{pid}/schedstat") as stat:
+        return int(stat.read().split()[1]) / 1e9
+
+
 def own_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -141,13 +148,17 @@ class Sample:
     p99: float
     server_us: float
     client_us: float
+    server_wait_us: float = 0.0
+    """Run-queue wait of the server processes per review: time they were ready to answer but had no CPU."""
 
 
 def run(variant: Variant) -> Sample:
     """Load ``variant`` once, with the CPU each side spent per review."""
     server_before, client_before = sum(cpu_seconds(pid) for pid in variant.pids), own_cpu_seconds()
+    wait_before = sum(run_queue_seconds(pid) for pid in variant.pids)
     result = closed_loop(variant.targets, variant.path, variant.context, variant.reviews, variant.concurrency)
     server_cpu = sum(cpu_seconds(pid) for pid in variant.pids) - server_before
+    server_wait = sum(run_queue_seconds(pid) for pid in variant.pids) - wait_before
     client_cpu = own_cpu_seconds() - client_before
     count = len(variant.reviews)
     return Sample(
@@ -156,6 +167,7 @@ def run(variant: Variant) -> Sample:
         percentile(result.latencies, 0.99) * 1000,
         server_cpu / count * 1e6,
         client_cpu / count * 1e6,
+        server_wait / count * 1e6,
     )
 
 
