@@ -188,7 +188,7 @@ def _race_quota(system: System, tenant: str, owner: str) -> int:
         except ApiException as err:
             if err.status not in (400, 403, 422):
                 raise
-            refusals.add(f"{err.status} {str(err.body)[:240]}")
+            refusals.add(f"{err.status} {str(err.body).replace(name, '<name>')[:240]}")
 
     with ThreadPoolExecutor(RACERS) as pool:
         list(pool.map(create, range(RACERS)))
