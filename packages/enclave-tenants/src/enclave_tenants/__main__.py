@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--concurrency",
         type=int,
-        default=int(env_default("ENCLAVE_CONCURRENCY", "16")),
+        default=int(env_default("ENCLAVE_CONCURRENCY", "32")),
         help="namespaces written in parallel (env ENCLAVE_CONCURRENCY)",
     )
     parser.add_argument(

@@ -67,7 +67,7 @@ BUDGETS_PATH = "/apis/policy/v1/poddisruptionbudgets"
 class Settings:
     resync_seconds: float = 60.0
     """Full pass without any change, a safety net for missed events."""
-    concurrency: int = 16
+    concurrency: int = 32
     """Namespaces written in parallel (each one's writes in sequence)."""
     namespace: str = "enclave-system"
     """Where the tenants' namespace-quota ledgers live."""
