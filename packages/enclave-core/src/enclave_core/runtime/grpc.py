@@ -193,8 +193,8 @@ async def serve_snapshots(
 
 
 class Controller(Protocol):
-    """What :func:`run_controller` needs of a component's controller: its run loop and the events its
-    readiness gates follow."""
+    """What :func:`run_controller` needs of a component's controller: its run loop (the events its readiness
+    gates follow are passed as ``gates``, since controllers name and order them differently)."""
 
     async def run(self) -> None: ...
 
