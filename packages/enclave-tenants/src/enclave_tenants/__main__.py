@@ -84,8 +84,6 @@ async def body(process: component.Component) -> None:
     )
     process.state["controller"] = controller
     process.started.set()
-    process.readiness.add("informers-synced")
-    process.readiness.add("reconciled")
     if args.config_endpoint:
         # Follow enclave-config's effective configuration; the readiness gate waits for the first one.
         grpc.subscribe(
@@ -96,16 +94,8 @@ async def body(process: component.Component) -> None:
             lambda snapshot: controller.set_configuration(EffectiveConfiguration.model_validate_json(snapshot.payload)),
         )
     register = tenants_pb2_grpc.add_TenantServiceServicer_to_server
-    async with grpc.serve_snapshots(process, kube, hub, register, "TenantService"):
-
-        async def open_gates() -> None:
-            await controller.synced.wait()
-            process.readiness.set("informers-synced")
-            await controller.reconciled.wait()
-            process.readiness.set("reconciled")
-
-        process.spawn(open_gates(), "readiness")
-        await controller.run()
+    gates = {"informers-synced": controller.synced, "reconciled": controller.reconciled}
+    await grpc.run_controller(process, kube, hub, register, "TenantService", controller, gates)
 
 
 def main(argv: list[str] | None = None) -> int:
