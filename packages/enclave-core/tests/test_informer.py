@@ -310,6 +310,49 @@ def test_compact_shares_equal_strings_and_keeps_the_value() -> None:
     assert compact({"m": long})["m"] is long
 
 
+def test_share_holds_each_repeated_subtree_once_and_keeps_each_objects_own_parts_apart() -> None:
+    import gc
+    import json
+
+    from enclave_core.kube import informer as inf
+
+    def binding(namespace: str, version: str) -> JSON:
+        return {
+            "metadata": {"name": "owner", "namespace": namespace, "resourceVersion": version, "labels": {"t": "a"}},
+            "roleRef": {"kind": "ClusterRole", "name": "admin"},
+            "subjects": [{"kind": "User", "name": "alice"}],
+            "flags": {"on": True, "count": 1, "ratio": 1.0},
+        }
+
+    raw_one, raw_two = binding("x", "1"), binding("y", "2")
+    one, two = inf.share(json.loads(json.dumps(raw_one))), inf.share(json.loads(json.dumps(raw_two)))
+    assert one == raw_one
+    assert two == raw_two
+    assert one is not two
+    assert one["metadata"] is not two["metadata"]
+    assert one["roleRef"] is two["roleRef"]
+    assert one["subjects"] is two["subjects"]
+    assert one["metadata"]["labels"] is two["metadata"]["labels"]
+    # True, 1 and 1.0 are equal in Python but not the same JSON: never shared for one another.
+    other = inf.share({"metadata": {}, "flags": {"on": 1, "count": True, "ratio": 1}})
+    assert other["flags"] is not one["flags"]
+    assert [type(v) for v in other["flags"].values()] == [int, bool, int]
+    # A managedFields entry carries its time: the object's own, as is every subtree holding one.
+    entry = {"manager": "m", "time": "2026-01-01T00:00:00Z", "fieldsV1": {"f:metadata": {}}}
+    first, second = inf.share({"m": {"e": [dict(entry)]}}), inf.share({"m": {"e": [dict(entry)]}})
+    assert first["m"] is not second["m"]
+    assert first["m"]["e"][0]["fieldsV1"] is second["m"]["e"][0]["fieldsV1"]
+    # The table forgets a shared value with its last holder.
+    unique = {"metadata": {}, "spec": {"only": "here-" + "z" * 10}}
+    key = ("d", ("only", "here-" + "z" * 10))
+    held = inf.share(unique)
+    assert held["spec"] == unique["spec"]
+    assert key in inf._SHARED
+    del held
+    gc.collect()
+    assert key not in inf._SHARED
+
+
 async def test_store_caches_a_written_object_trimmed() -> None:
     from enclave_core.kube.informer import keep_managed_fields
     from enclave_testing.memorykube import MemoryKube

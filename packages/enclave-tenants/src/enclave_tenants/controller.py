@@ -24,7 +24,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from enclave_core import GROUP_VERSION
 from enclave_core.api.ledger import QuantityLedgerStatus
 from enclave_core.kube.events import EventRecorder, EventType
-from enclave_core.kube.informer import Informer, keep_managed_fields
+from enclave_core.kube.informer import Informer, keep_managed_fields, share
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError, fold, new_ledger
 from enclave_core.quantity import Quantity
@@ -166,7 +166,7 @@ class TenantsController:
             label_selector=f"{rb.MANAGED_BY}={rb.MANAGER}",
             on_change=self._binding_changed,
             name="rolebindings",
-            transform=trim,
+            transform=_binding_trim,
         )
         self.accounts = Informer(
             kube,
@@ -177,7 +177,11 @@ class TenantsController:
             transform=trim,
         )
         self.rule_statuses = Informer(
-            kube, RULE_STATUSES_PATH, on_change=self._rule_status_changed, name="rulestatuses", transform=trim
+            kube,
+            RULE_STATUSES_PATH,
+            on_change=self._rule_status_changed,
+            name="rulestatuses",
+            transform=_rule_status_trim,
         )
         self.volumes = Informer(
             kube, VOLUMES_PATH, on_change=self._publish_only, name="persistentvolumes", transform=_volume_trim
@@ -912,16 +916,53 @@ def _members(plan: Plan) -> dict[str, list[str]]:
 
 
 def _namespace_trim(obj: JSON) -> JSON:
-    """Namespaces as the controller reads them: metadata with our own apply entries, and the phase (their
-    ``spec.finalizers`` and status conditions are never read; 10,000 of them are cached)."""
-    obj = _OWN_FIELDS(obj)
-    obj.pop("spec", None)
+    """Namespaces as the controller reads them: metadata with what our own apply entries own, and the phase
+    (their ``spec.finalizers`` and status conditions are never read; 10,000 of them are cached). What a
+    tenant's namespaces have in common (labels but the name, the owner reference, our fields) is held once."""
+    meta = obj.get("metadata") or {}
+    entries = [
+        {key: entry[key] for key in _ENTRY_FIELDS if key in entry}
+        for entry in meta.get("managedFields") or []
+        if entry.get("manager") == rb.MANAGER
+    ]
+    kept = {key: value for key, value in meta.items() if key != "managedFields"}
+    if entries:
+        kept["managedFields"] = entries
     phase = (obj.get("status") or {}).get("phase")
-    obj["status"] = {"phase": phase} if phase else {}
-    return obj
+    trimmed: JSON = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": kept}
+    trimmed["status"] = {"phase": phase} if phase else {}
+    shared: JSON = share(trimmed)
+    return shared
 
 
-_OWN_FIELDS = keep_managed_fields(rb.MANAGER)
+_ENTRY_FIELDS = ("manager", "operation", "subresource", "fieldsV1")
+"""What :mod:`enclave_core.kube.managedfields` reads of a managedFields entry (not its time or format)."""
+
+
+def _binding_trim(obj: JSON) -> JSON:
+    """Our RoleBindings as :func:`bindings.drifted` compares them: name, labels, roleRef and subjects (and the
+    resourceVersion that tells a watch echo). 20,000 of them at 10,000 namespaces; a tenant's hold the same
+    labels, roleRef and subjects, which :func:`share` keeps once."""
+    meta = obj.get("metadata") or {}
+    trimmed: JSON = {
+        "metadata": {key: meta[key] for key in _BINDING_METADATA if key in meta},
+        "roleRef": obj.get("roleRef"),
+        "subjects": obj.get("subjects") or [],
+    }
+    shared: JSON = share(trimmed)
+    return shared
+
+
+_BINDING_METADATA = ("name", "namespace", "resourceVersion", "labels", "deletionTimestamp")
+
+
+def _rule_status_trim(obj: JSON) -> JSON:
+    """RuleStatuses without managedFields or creation time; the rest (spec, status, generation, uid for Events)
+    is read. Their conditions and rules repeat across a tenant's namespaces and are held once."""
+    meta = obj.get("metadata") or {}
+    kept = {key: value for key, value in meta.items() if key not in ("managedFields", "creationTimestamp")}
+    shared: JSON = share({**obj, "metadata": kept})
+    return shared
 
 
 def _volume_trim(obj: JSON) -> JSON:

@@ -328,6 +328,84 @@ def compact(value: Any) -> Any:
     return value
 
 
+class SharedDict(dict[str, Any]):
+    """A dict :func:`share` may hand to many cached objects at once: a plain dict cannot be weakly referenced,
+    and the table of shared values must forget one when its last holder goes. Never mutate one."""
+
+    __slots__ = ("__weakref__",)
+
+
+class SharedList(list[Any]):
+    """A list :func:`share` may hand to many cached objects at once (see :class:`SharedDict`)."""
+
+    __slots__ = ("__weakref__",)
+
+
+PER_OBJECT_KEYS = frozenset({"resourceVersion", "creationTimestamp", "time"})
+"""A mapping holding one of these (an object's ``metadata``, a managedFields entry) belongs to one object only:
+:func:`share` keeps it apart instead of keeping a table entry no other object will ever match."""
+
+_SHARED: weakref.WeakValueDictionary[tuple[Any, ...], SharedDict | SharedList] = weakref.WeakValueDictionary()
+
+
+def share(value: Any) -> Any:
+    """:func:`compact`, and one object for every distinct subtree across every cache that uses it: the labels,
+    owner references, roleRef, subjects and managedFields paths that a tenant's namespaces, RoleBindings and
+    RuleStatuses repeat are held once, not once per object (at 10,000 namespaces, ~20 of enclave-tenants' ~57 MB of cached
+    objects; docs/benchmarks.md). Only for caches nobody mutates: a shared subtree changed in place would
+    change every object holding it. The top-level object and every mapping holding one of
+    :data:`PER_OBJECT_KEYS` stay the object's own."""
+    return _share(value, True)[0]
+
+
+def _share(value: Any, top: bool) -> tuple[Any, Any]:
+    """``(canonical value, key)``; the key is None for a value that is its object's own (and so is any subtree
+    holding it), else a hashable naming the value: the string itself, ``(type, value)`` for other scalars (so
+    ``True`` and ``1`` stay apart), ``("o", id)`` for a shared subtree (alive while its holders are)."""
+    if isinstance(value, str):
+        if len(value) <= COMPACT_LENGTH:
+            value = sys.intern(value)
+        return value, value
+    if isinstance(value, dict):
+        items: list[tuple[str, Any]] = []
+        keys: list[tuple[str, Any]] = []
+        own = top or not PER_OBJECT_KEYS.isdisjoint(value)
+        for name, item in value.items():
+            name = sys.intern(name) if isinstance(name, str) else name
+            canonical, key = _share(item, False)
+            items.append((name, canonical))
+            if key is None:
+                own = True
+            elif not own:
+                keys.append((name, key))
+        if own:
+            return dict(items), None
+        table_key: tuple[Any, ...] = ("d", *keys)
+        shared = _SHARED.get(table_key)
+        if shared is None:
+            shared = _SHARED[table_key] = SharedDict(items)
+        return shared, ("o", id(shared))
+    if isinstance(value, list):
+        elements: list[Any] = []
+        element_keys: list[Any] = []
+        own = top
+        for item in value:
+            canonical, key = _share(item, False)
+            elements.append(canonical)
+            if key is None:
+                own = True
+            else:
+                element_keys.append(key)
+        if own:
+            return elements, None
+        list_key: tuple[Any, ...] = ("l", *element_keys)
+        shared = _SHARED.get(list_key)
+        if shared is None:
+            shared = _SHARED[list_key] = SharedList(elements)
+        return shared, ("o", id(shared))
+    return value, (type(value), value)
+
+
 def _version(obj: JSON) -> int | None:
     value = (obj.get("metadata") or {}).get("resourceVersion")
     try:
