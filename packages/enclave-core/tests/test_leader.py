@@ -11,10 +11,11 @@ import asyncio
 import copy
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from enclave_core.kube.connection import Connection
 from enclave_core.kube.rest import JSON, FencedWriteError, Kube, KubeError
 from enclave_core.runtime.leader import LeaderElector
 from enclave_testing import virtualtime
@@ -60,7 +61,7 @@ class View(Kube):
     """One replica's connection to the store: ``latency`` per request, ``down`` raises, ``hang`` never answers."""
 
     def __init__(self, store: LeaseStore) -> None:
-        super().__init__(api=None, field_manager="test")
+        super().__init__(api=Connection("http://unused"), field_manager="test")  # requests answered here
         self.store = store
         self.latency = 0.01
         self.down = False
@@ -307,18 +308,17 @@ def test_bad_timings_are_refused() -> None:
 
 
 class _RecordingApi:
-    """Just enough of kubernetes.aio's ApiClient for ``Kube.request``."""
+    """Just enough of a :class:`~enclave_core.kube.connection.Connection` for ``Kube.request``."""
 
-    class configuration:  # noqa: N801 - mirrors the attribute name
-        host = "https://apiserver"
+    host = "https://apiserver"
 
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    async def update_params_for_auth(self, *args: Any) -> None:
-        return None
+    async def headers(self) -> dict[str, str]:
+        return {}
 
-    async def call_api(self, method: str, url: str, **kwargs: Any) -> Any:
+    async def request(self, method: str, url: str, **kwargs: Any) -> Any:
         self.calls.append(method)
 
         class Response:
@@ -327,6 +327,9 @@ class _RecordingApi:
             async def read(self) -> bytes:
                 return b"{}"
 
+            def release(self) -> None:
+                return None
+
         return Response()
 
 
@@ -334,7 +337,7 @@ def test_a_fenced_client_refuses_writes_and_still_reads() -> None:
     async def body() -> None:
         api = _RecordingApi()
         allowed = [True]
-        kube = Kube(api, field_manager="test", fence=lambda: allowed[0])
+        kube = Kube(cast(Connection, api), field_manager="test", fence=lambda: allowed[0])
         await kube.merge_patch("/api/v1/namespaces/x", {})
         allowed[0] = False
         for write in (

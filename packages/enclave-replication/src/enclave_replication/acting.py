@@ -9,13 +9,11 @@ TenantResource can do is bounded by what its service account may do.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes.aio import client
-
 from enclave_core import selectors
+from enclave_core.kube.connection import Connection
 from enclave_core.kube.rest import JSON, Kube, KubeError
 from enclave_replication.discovery import Discovery
 from enclave_replication.plan import ReadError
@@ -25,7 +23,7 @@ class ActingKube(Kube):
     """A :class:`Kube` that impersonates ``user`` (None: the controller itself); its writes are fenced by the
     Lease like the controller's own."""
 
-    def __init__(self, base: Kube, field_manager: str, user: str | None, api: client.ApiClient | None = None) -> None:
+    def __init__(self, base: Kube, field_manager: str, user: str | None, api: Connection | None = None) -> None:
         super().__init__(api or base.api, field_manager, fence=base.fence)
         self.user = user
 
@@ -53,16 +51,10 @@ class ActingKube(Kube):
                 raise
 
 
-def endpoint_client(base: client.ApiClient, endpoint: str, ca_pem: str | None, skip_verify: bool) -> client.ApiClient:
-    """An API client for ``impersonation.endpoint``: the controller's own credentials, another address, the CA
+def endpoint_client(base: Connection, endpoint: str, ca_pem: str | None, skip_verify: bool) -> Connection:
+    """A connection to ``impersonation.endpoint``: the controller's own credentials, another address, the CA
     from ``impersonation.caSecret*`` (or the controller's), TLS verification off only with ``skipTlsVerify``."""
-    configuration = copy.deepcopy(base.configuration)
-    configuration.host = endpoint.rstrip("/")
-    if ca_pem:
-        configuration.ssl_ca_cert = None
-        configuration.ca_cert_data = ca_pem
-    configuration.verify_ssl = not skip_verify
-    return client.ApiClient(configuration)
+    return base.with_address(endpoint, ca=ca_pem.encode() if ca_pem else None, verify=not skip_verify)
 
 
 class ClusterReader:

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-from kubernetes.aio import client
 from prometheus_client import Counter, Gauge, Histogram
 from pydantic import ValidationError
 
@@ -39,6 +38,7 @@ from enclave_core.api.replication import (
     TenantResourceSpec,
 )
 from enclave_core.durations import parse_duration
+from enclave_core.kube.connection import Connection
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError
@@ -185,7 +185,7 @@ class ReplicationController:
         self._interest: dict[str, set[str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._source_tasks: dict[str, asyncio.Task[None]] = {}
-        self._endpoint_client: tuple[tuple[str, str, str, str, bool], client.ApiClient] | None = None
+        self._endpoint_client: tuple[tuple[str, str, str, str, bool], Connection] | None = None
         self._queue: set[str] = set()
         self._busy: set[str] = set()
         self._again: set[str] = set()
@@ -503,7 +503,7 @@ class ReplicationController:
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
             # The API (or impersonation.endpoint) cannot be reached: say so, keep what is managed, try again soon.
             items, _ = self._keep_all(owner, raw)
-            where = acting.api.configuration.host
+            where = acting.api.host
             message = f"{where} cannot be reached: {type(err).__name__}: {err}"
             await self._finish(owner, raw, items, tenants, identity.account, (False, "ApiUnreachable", message))
             RECONCILES.labels(owner.kind, "unreachable").inc()
@@ -522,7 +522,7 @@ class ReplicationController:
         await self._finish(owner, raw, work.results, tenants, identity.account, ready)
         RECONCILES.labels(owner.kind, "ok" if not problems else "failed").inc()
 
-    async def _endpoint(self, identity: Identity) -> client.ApiClient | None:
+    async def _endpoint(self, identity: Identity) -> Connection | None:
         """The client for ``impersonation.endpoint`` when one is configured and a service account acts; built
         once per configuration (the CA Secret is read then), closed when the configuration changes."""
         impersonation = self.config.spec.impersonation if self.config else None
@@ -873,7 +873,7 @@ class ReplicationController:
                 return ""
             return f"releasing {what}: {err.message}"
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
-            return f"releasing {what}: {acting.api.configuration.host} cannot be reached: {err}"
+            return f"releasing {what}: {acting.api.host} cannot be reached: {err}"
         self._applied.pop((owner.key, _object_key(obj)), None)
         return ""
 

@@ -1,9 +1,10 @@
-"""Raw-JSON access to the Kubernetes API over the ``kubernetes.aio`` transport.
+"""Raw-JSON access to the Kubernetes API over our own :class:`~enclave_core.kube.connection.Connection`.
 
 Controllers here work on plain dicts validated by our own pydantic models, apply with server-side apply, and
-stream watches; the generated typed API classes get in the way of all three (they validate every call and
-re-model every object). We keep the ``kubernetes.aio`` ApiClient for what it is good at, configuration,
-authentication and the connection pool, and speak JSON paths on top of it.
+stream watches; the generated typed API classes of the ``kubernetes`` package get in the way of all three (they
+validate every call and re-model every object), and importing it costs every process ~11 MB
+(docs/decisions/0004-kube-client.md). The connection holds address, TLS, credentials and the aiohttp pool; this
+module speaks JSON paths on top of it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from kubernetes.aio import client
 from prometheus_client import Counter
+
+from enclave_core.kube.connection import Connection
 
 JSON = dict[str, Any]
 
@@ -110,7 +112,7 @@ class Kube:
     through it so they stop the moment its Lease is no longer safely held (``LeaderElector.may_write``).
     """
 
-    def __init__(self, api: client.ApiClient, field_manager: str, *, fence: Callable[[], bool] | None = None) -> None:
+    def __init__(self, api: Connection, field_manager: str, *, fence: Callable[[], bool] | None = None) -> None:
         self.api = api
         self.field_manager = field_manager
         self.fence = fence
@@ -125,7 +127,7 @@ class Kube:
         content_type: str = "application/json",
         request_timeout: float | None = 30.0,
     ) -> JSON:
-        url = self.api.configuration.host + path
+        url = path
         if query:
             url += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
         headers = await self._headers(method, path, body, {"Accept": "application/json", "Content-Type": content_type})
@@ -135,20 +137,22 @@ class Kube:
                 raise FencedWriteError(f"{method} {path}: this replica does not hold its Lease")
             FENCED_WRITES.labels("sent").inc()
         REQUESTS.labels(method, resource_of(path)).inc()
-        response = await self.api.call_api(
-            method, url, header_params=headers, body=body, _request_timeout=request_timeout
-        )
-        data = await response.read()
+        payload_bytes = None if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
+        response = await self.api.request(method, url, headers=headers, body=payload_bytes, timeout=request_timeout)
+        try:
+            data = await response.read()
+        finally:
+            response.release()
         payload: JSON = json.loads(data) if data else {}
         if response.status >= 400:
             raise KubeError(response.status, payload.get("reason", ""), payload.get("message", str(data)), payload)
         return payload
 
     async def _headers(self, method: str, path: str, body: Any, headers: dict[str, str]) -> dict[str, str]:
-        """Add the bearer token (a service-account token in a pod, refreshed by the client's hook); client
-        certificates authenticate in the TLS layer and need nothing here."""
-        await self.api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
-        return headers
+        """Add the connection's credentials (a bearer token, re-read as a pod's token rotates, or basic auth);
+        client certificates authenticate in the TLS layer and need nothing here. Subclasses add headers
+        (replication's ``Impersonate-User``)."""
+        return {**headers, **await self.api.headers()}
 
     async def get(self, path: str) -> JSON:
         return await self.request("GET", path)
@@ -230,21 +234,15 @@ class Kube:
             query["labelSelector"] = label_selector
         if field_selector:
             query["fieldSelector"] = field_selector
-        url = (
-            self.api.configuration.host
-            + path
-            + "?"
-            + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
-        )
+        url = path + "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
         headers = await self._headers("GET", path, None, {"Accept": "application/json"})
         REQUESTS.labels("WATCH", resource_of(path)).inc()
-        response = await self.api.call_api("GET", url, header_params=headers, _request_timeout=timeout_seconds + 30)
-        raw = response.response
+        raw = await self.api.request("GET", url, headers=headers, timeout=timeout_seconds + 30)
         try:
-            if response.status >= 400:
+            if raw.status >= 400:
                 data = await raw.read()
                 payload = json.loads(data) if data else {}
-                raise KubeError(response.status, payload.get("reason", ""), payload.get("message", ""), payload)
+                raise KubeError(raw.status, payload.get("reason", ""), payload.get("message", ""), payload)
             while True:
                 line = await raw.content.readline()
                 if not line:

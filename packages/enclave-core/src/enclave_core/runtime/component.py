@@ -12,8 +12,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import uvloop
-from kubernetes.aio import client
 
+from enclave_core.kube.connection import Connection
 from enclave_core.kube.rest import Kube
 from enclave_core.runtime.kube import api_client
 from enclave_core.runtime.leader import LeaderElector
@@ -32,7 +32,7 @@ class Component:
         self.args = args
         self.readiness = Readiness()
         self.stopping = asyncio.Event()
-        self.api: client.ApiClient | None = None
+        self.api: Connection | None = None
         self.started = asyncio.Event()
         """Set by the body once ``state`` holds what the leader work needs."""
         self.state: dict[str, Any] = {}
@@ -175,7 +175,7 @@ def run(name: str, args: argparse.Namespace, body: Body, leader_work: Body | Non
 
 def loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop unless ``--event-loop=asyncio``: the admission server spends about a fifth less CPU per review
-    on it (its TLS has no Python layer), and grpc.aio, kubernetes.aio and aiohttp all run on it (the whole
+    on it (its TLS has no Python layer), and grpc.aio and aiohttp (our API connection too) run on it (the whole
     integration suite does)."""
     if getattr(args, "event_loop", "uvloop") == "asyncio":
         return None

@@ -1,16 +1,10 @@
-"""Async Kubernetes API clients from a kubeconfig file or the in-cluster service account."""
+"""The component's connection to kube-apiserver from a kubeconfig file or the in-cluster service account."""
 
 from __future__ import annotations
 
-from kubernetes.aio import client, config
+from enclave_core.kube.connection import Connection, connect
 
 
-async def api_client(kubeconfig: str = "") -> client.ApiClient:
-    """An ``ApiClient`` for ``kubeconfig``, or in-cluster configuration when it is empty."""
-    if kubeconfig:
-        configuration = client.Configuration()
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-    return client.ApiClient(configuration)
+async def api_client(kubeconfig: str = "") -> Connection:
+    """A :class:`Connection` for ``kubeconfig``, or in-cluster configuration when it is empty."""
+    return connect(kubeconfig)
