@@ -9,6 +9,8 @@ library, so that offline answers are the cluster's; no component may import a to
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,20 @@ def test_components_are_found() -> None:
 def test_tools_are_not_components() -> None:
     assert "cli" not in COMPONENTS
     assert all((PACKAGES / tool).is_dir() for tool in TOOLS)
+
+
+FORBIDDEN_IN_COMPONENTS = ("kubernetes",)
+"""Modules no component process may load: the ``kubernetes`` client costs each process ~11 MB of RSS and ~300
+modules on import (docs/decisions/0004-kube-client.md); components reach the API through
+``enclave_core.kube.connection`` (the test-support package and the command line keep the sync client)."""
+
+
+@pytest.mark.parametrize("package", COMPONENTS)
+def test_component_entry_points_do_not_load_the_kubernetes_client(package: str) -> None:
+    script = (
+        f"import sys, enclave_{package}.__main__; "
+        f"print(' '.join(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN_IN_COMPONENTS!r}))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert not result.stdout.split(), f"enclave_{package}.__main__ loads {result.stdout.split()[:5]}"
