@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from enclave_core.kube.informer import Informer, keep_managed_fields, share
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError, fold, new_ledger
 from enclave_core.quantity import Quantity
+from enclave_core.runtime import memory
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.rules import RULE_STATUS_NAME, RULES_KIND
@@ -137,13 +139,14 @@ class TenantsController:
         self._retry: set[str] = set()
         self._retry_statuses: set[str] = set()
         self._retry_at = float("inf")
+        self._memory = memory.Releaser()
         self._retry_backoff = 0.5
         self._not_ready: dict[str, bool] = {}
         self._planned_at = 0.0
         self._plan_seconds = 0.0
         """How long the last plan took: a plan covers every tenant, so a stream of new namespaces (each one
         making the plan stale) is planned at most every as long again (see ``_write_loop``)."""
-        self._binding_names: dict[str, set[str]] = {}
+        self._binding_names: dict[str, tuple[str, ...]] = {}
         # Only namespaces' own apply entries are read (what this controller applied, to release it); every
         # other cached kind needs no managedFields at all. At 10,000 namespaces they were most of the caches.
         trim = keep_managed_fields()
@@ -261,19 +264,24 @@ class TenantsController:
 
     def _binding_changed(self, key: str) -> None:
         namespace, _, name = key.partition("/")
+        # Interned: the index keeps them, and 20,000 fresh copies of a few distinct names were ~1 MB.
+        namespace, name = sys.intern(namespace), sys.intern(name)
         self._index_binding(namespace, name)
         self._dirty.namespaces.add(namespace)
         self._write_trigger.set()
 
     def _index_binding(self, namespace: str, name: str) -> None:
         """Keep ``_binding_names`` (namespace -> names of our cached RoleBindings) as the cache is."""
-        names = self._binding_names.setdefault(namespace, set())
-        if f"{namespace}/{name}" in self.bindings.items:
-            names.add(name)
+        names = self._binding_names.get(namespace, ())
+        cached = f"{namespace}/{name}" in self.bindings.items
+        if cached == (name in names):
+            return
+        # Tuples, not sets: a namespace has a few names, and 10,000 sets were ~4 MB.
+        updated = (*names, name) if cached else tuple(other for other in names if other != name)
+        if updated:
+            self._binding_names[namespace] = updated
         else:
-            names.discard(name)
-            if not names:
-                del self._binding_names[namespace]
+            del self._binding_names[namespace]
 
     def _rule_status_changed(self, key: str) -> None:
         namespace = key.partition("/")[0]
@@ -365,6 +373,7 @@ class TenantsController:
                     # arrive meanwhile are planned together (at 10,000 namespaces a plan is ~0.2 CPU-s).
                     await asyncio.sleep(max(0.0, self._planned_at + min(self._plan_seconds, 2.0) - time.monotonic()))
                 started = time.monotonic()
+                self._memory.worked()
                 try:
                     more = await self.reconcile()
                     RECONCILES.labels("ok").inc()
@@ -384,6 +393,7 @@ class TenantsController:
             if more or (self.leading and self._dirty):
                 await asyncio.sleep(0)  # let the watches and the publish loop in between rounds
                 continue
+            self._memory.idle()  # a burst of rounds ended: give back what it freed
             now = time.monotonic()
             wait = max(0.0, min(resync_at, self._retry_at, self._fold_at) - now)
             with contextlib.suppress(TimeoutError):

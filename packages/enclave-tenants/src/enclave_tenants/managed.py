@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,7 +94,8 @@ def signature(found: list[Entry]) -> str:
             for e in found
         ]
     )
-    return hashlib.sha256(text.encode()).hexdigest()
+    # Interned: every namespace of a tenant usually has the same one, and one is remembered per namespace.
+    return sys.intern(hashlib.sha256(text.encode()).hexdigest())
 
 
 def wanted(found: list[Entry], kind: str, api_version: str) -> dict[str, dict[str, str]]:
