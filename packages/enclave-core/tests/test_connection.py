@@ -332,6 +332,8 @@ def test_what_cannot_be_used_is_named(
 def test_a_missing_kubeconfig_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nothing-here"):
         from_kubeconfig(tmp_path / "nothing-here")
+    with pytest.raises(ConfigError, match="several files"):
+        from_kubeconfig(f"{tmp_path / 'a'}:{tmp_path / 'b'}")
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ Sources of a connection:
   ``tokenFile``, ``client-certificate[-data]``/``client-key[-data]``, ``username``/``password``, ``as``/
   ``as-groups`` (impersonation headers) and ``exec`` credential plugins (client.authentication.k8s.io/v1 and
   v1beta1). Refused with a message naming the field: ``auth-provider`` (the legacy gcp/azure/oidc plugins;
-  use their ``exec`` replacements), ``proxy-url``, ``exec.interactiveMode: Always``.
+  use their ``exec`` replacements), ``proxy-url`` (``HTTPS_PROXY``/``NO_PROXY`` are honoured), ``exec.interactiveMode:
+  Always``, a ``KUBECONFIG``-style list of files to merge.
 * :func:`in_cluster`: ``KUBERNETES_SERVICE_HOST``/``_PORT`` and the pod's ServiceAccount token and CA.
 
 Token files (``tokenFile`` and the in-cluster token) are re-read about every minute, as client-go does, so
@@ -426,6 +427,11 @@ def from_kubeconfig(path: str | Path, context: str | None = None) -> Connection:
     try:
         config = yaml.safe_load(path.read_text())
     except OSError as err:
+        if os.pathsep in source:
+            raise ConfigError(
+                f"kubeconfig {source!r} names several files (a KUBECONFIG list): merging them is not supported, "
+                "name one file"
+            ) from err
         raise ConfigError(f"kubeconfig {source} cannot be read: {err}") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"kubeconfig {source} is not YAML: {err}") from err
