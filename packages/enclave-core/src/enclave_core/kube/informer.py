@@ -345,6 +345,11 @@ PER_OBJECT_KEYS = frozenset({"resourceVersion", "creationTimestamp", "time"})
 """A mapping holding one of these (an object's ``metadata``, a managedFields entry) belongs to one object only:
 :func:`share` keeps it apart instead of keeping a table entry no other object will ever match."""
 
+_UNINTERNED = PER_OBJECT_KEYS | {"uid"}
+"""Values of these keys are (nearly) unique per object: 40,000 resourceVersions, uids and times interned made
+Python's table of interned strings ~4 MB at 10,000 namespaces. Still shared by value where they repeat (an
+owner reference's uid)."""
+
 _SHARED: weakref.WeakValueDictionary[tuple[Any, ...], SharedDict | SharedList] = weakref.WeakValueDictionary()
 
 
@@ -372,7 +377,10 @@ def _share(value: Any, top: bool) -> tuple[Any, Any]:
         own = top or not PER_OBJECT_KEYS.isdisjoint(value)
         for name, item in value.items():
             name = sys.intern(name) if isinstance(name, str) else name
-            canonical, key = _share(item, False)
+            if name in _UNINTERNED and isinstance(item, str):
+                canonical, key = item, item  # one object's own value: interning it only grows the intern table
+            else:
+                canonical, key = _share(item, False)
             items.append((name, canonical))
             if key is None:
                 own = True
