@@ -8,6 +8,7 @@ the certificate presented, the token or basic auth sent.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
 import ssl
@@ -53,7 +54,14 @@ def pki() -> tuple[CertificateAuthority, KeyPair, KeyPair]:
 
 @pytest.fixture
 async def server(tmp_path: Path, pki: tuple[CertificateAuthority, KeyPair, KeyPair]) -> AsyncIterator[Server]:
-    ca, server_pair, client = pki
+    async with serve(tmp_path, *pki) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    tmp_path: Path, ca: CertificateAuthority, server_pair: KeyPair, client: KeyPair
+) -> AsyncIterator[Server]:
     (tmp_path / "server.crt").write_bytes(server_pair.cert_pem)
     (tmp_path / "server.key").write_bytes(server_pair.key_pem)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -176,6 +184,19 @@ async def test_the_server_is_verified_unless_told_not_to(tmp_path: Path, server:
         await who(from_kubeconfig(path))
     path = kubeconfig(tmp_path / "insecure", {"server": server.url, "insecure-skip-tls-verify": True}, {"token": "x"})
     assert (await who(from_kubeconfig(path)))["authorization"] == "Bearer x"
+
+
+async def test_tls_server_name(tmp_path: Path, pki: tuple[CertificateAuthority, KeyPair, KeyPair]) -> None:
+    """A server whose certificate names only ``kube.internal``, reached by IP address."""
+    ca, _, client = pki
+    named = ca.issue("apiserver", dns_names=["kube.internal"])
+    async with serve(tmp_path, ca, named, client) as running:
+        cluster = {"server": running.url, "certificate-authority-data": b64(ca.pair.cert_pem)}
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await who(from_kubeconfig(kubeconfig(tmp_path / "plain", cluster, {"token": "x"})))
+        cluster["tls-server-name"] = "kube.internal"
+        answer = await who(from_kubeconfig(kubeconfig(tmp_path / "named", cluster, {"token": "x"})))
+        assert answer["authorization"] == "Bearer x"
 
 
 async def test_the_context_chooses_cluster_and_user(tmp_path: Path, server: Server) -> None:

@@ -68,6 +68,9 @@ class ConfigError(Exception):
 class Credentials:
     """What a request carries to say who we are: headers, and possibly a client certificate."""
 
+    refreshable = False
+    """Whether :meth:`invalidate` can give a different credential (a 401 is then retried once)."""
+
     async def headers(self) -> dict[str, str]:
         return {}
 
@@ -101,6 +104,7 @@ class TokenFileCredentials(Credentials):
     projected ServiceAccount tokens in place)."""
 
     path: Path
+    refreshable = True
     period: float = TOKEN_REREAD
     clock: Clock = time.monotonic
     _token: str = ""
@@ -130,6 +134,7 @@ class ExecCredentials(Credentials):
     """An ``exec`` credential plugin (client.authentication.k8s.io ExecCredential): run the command, use the
     token or client certificate it prints, again after ``expirationTimestamp`` or a 401."""
 
+    refreshable = True
     command: str
     args: list[str]
     env: dict[str, str]
@@ -341,7 +346,7 @@ class Connection:
             kwargs["server_hostname"] = self.tls.server_name
         url = self.host + path_and_query
         response = await self.session().request(method, url, headers=dict(headers), data=body, **kwargs)
-        if response.status == 401 and not isinstance(self.credentials, StaticCredentials):
+        if response.status == 401 and self.credentials.refreshable:
             response.release()
             self.credentials.invalidate()
             fresh = {**headers, **await self.headers()}
