@@ -394,3 +394,33 @@ async def test_another_address_keeps_the_credentials(tmp_path: Path, server: Ser
     with pytest.raises(aiohttp.ClientConnectorCertificateError):
         await who(base.with_address(server.url, ca=None, verify=True))
     assert (await who(base.with_address(server.url, ca=None, verify=False)))["authorization"] == "Bearer mine"
+
+
+async def test_a_watch_event_larger_than_aiohttps_default_line_limit() -> None:
+    """One watch event is one line; aiohttp refuses lines over twice its read buffer (128 KiB by default),
+    and a ConfigMap alone may hold 1 MiB."""
+    big = {"type": "ADDED", "object": {"metadata": {"name": "big"}, "data": {"k": "x" * 1_500_000}}}
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(json.dumps(big).encode() + b"\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/configmaps", stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    connection = Connection(f"http://127.0.0.1:{port}")
+    try:
+        events = [
+            e async for e in Kube(connection, field_manager="test").watch("/api/v1/configmaps", resource_version="1")
+        ]
+        assert events == [big]
+    finally:
+        await connection.close()
+        await runner.cleanup()
