@@ -168,3 +168,23 @@ def test_the_snapshot_compile_leaves_out_only_what_the_write_loop_needs() -> Non
         assert second[name]["metadata"]["namespace"] == "solar-b"
         assert first[name]["subjects"] == second[name]["subjects"]
         assert first[name]["subjects"] is not second[name]["subjects"]
+
+
+def test_plans_share_the_model_of_an_unchanged_tenant_and_an_unchanged_view() -> None:
+    from enclave_core.api.tenancy import Tenant
+
+    parsed: dict[str, tuple[dict[str, object], Tenant]] = {}
+    other = tenant("other", owners=[{"kind": "User", "name": "bob"}])
+    spaces = [namespace("solar-a", "solar"), namespace("other-a", "other")]
+    first = build_plan([SOLAR, other], [], spaces, [], Policy(), parsed=parsed)
+    views = {name: p.view for name, p in first.tenants.items() if p.view is not None}
+    second = build_plan([SOLAR, other], [], spaces, [], Policy(), previous_views=views, parsed=parsed, writes=False)
+    assert second.tenants["solar"].tenant is first.tenants["solar"].tenant
+    assert second.tenants["solar"].view is first.tenants["solar"].view
+    # A new cached object (an edit) is parsed again; a view that changed is a new one; a gone tenant is forgotten.
+    edited = tenant("solar", owners=[{"kind": "User", "name": "carol"}])
+    third = build_plan([edited], [], spaces[:1], [], Policy(), previous_views=views, parsed=parsed)
+    assert third.tenants["solar"].tenant is not first.tenants["solar"].tenant
+    assert third.tenants["solar"].view is not views["solar"]
+    assert [owner.name for owner in third.snapshot.tenants[0].owners] == ["carol"]
+    assert set(parsed) == {"solar"}

@@ -24,6 +24,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from enclave_core import GROUP_VERSION
 from enclave_core.api.ledger import QuantityLedgerStatus
+from enclave_core.api.tenancy import Tenant
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer, keep_managed_fields, share
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
@@ -140,6 +141,8 @@ class TenantsController:
         self._retry_statuses: set[str] = set()
         self._retry_at = float("inf")
         self._memory = memory.Releaser()
+        self._parsed: dict[str, tuple[JSON, Tenant]] = {}
+        """Tenant name -> (cached object, its model), shared by every plan (see :func:`plan.build_plan`)."""
         self._retry_backoff = 0.5
         self._not_ready: dict[str, bool] = {}
         self._planned_at = 0.0
@@ -414,6 +417,7 @@ class TenantsController:
                 {str(t["metadata"]["name"]): str(t["metadata"].get("uid", "")) for t in self.tenants.values()},
             ),
             writes=writes,
+            parsed=self._parsed,
         )
         self._views = {name: p.view for name, p in plan.tenants.items() if p.view is not None}
         return plan

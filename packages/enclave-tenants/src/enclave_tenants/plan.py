@@ -205,6 +205,7 @@ def build_plan(
     previous_views: Mapping[str, TenantView] | None = None,
     ledgers: Mapping[str, str] | None = None,
     writes: bool = True,
+    parsed: dict[str, tuple[JSON, Tenant]] | None = None,
 ) -> Plan:
     """Compile the observed objects into a :class:`Plan`.
 
@@ -214,6 +215,10 @@ def build_plan(
     ``previous_views`` are the last good views by tenant name: a Tenant that stops parsing keeps its last
     good rules in the snapshot (with current namespaces), so admission does not suddenly forget its owners.
     ``ledgers`` names the initialised namespace-quota ledger of each tenant (see :mod:`enclave_tenants.ledgers`).
+    ``parsed`` (tenant name -> the cached object and its model), kept by the caller between plans, spares
+    parsing a Tenant whose cached object is the very same one, and lets the write loop's plan and the
+    snapshot loop's share one model per tenant instead of each holding its own; a view equal to the previous
+    one is that same object, so its JSON is not encoded again.
     """
     plan = Plan()
     valid_owners, plan.owners = _parse_owners(tenant_owners)
@@ -239,11 +244,19 @@ def build_plan(
         raw = tenant_raws[name]
         tenant_plan = TenantPlan(name=name, raw=raw, namespaces=sorted(members.get(name, [])))
         plan.tenants[name] = tenant_plan
+        hit = parsed.get(name) if parsed is not None else None
         try:
-            # Its status is ours and never read back: parsing it too doubled the models a plan keeps (1,000
-            # tenants' statuses of 10 namespaces were ~4 MB), and a malformed one must not block the spec.
-            tenant = Tenant.model_validate({**raw, "status": None})
+            if hit is not None and hit[0] is raw:
+                tenant = hit[1]
+            else:
+                # Its status is ours and never read back: parsing it too doubled the models a plan keeps
+                # (1,000 tenants' statuses of 10 namespaces were ~4 MB), and a malformed one must not block.
+                tenant = Tenant.model_validate({**raw, "status": None})
+                if parsed is not None:
+                    parsed[name] = (raw, tenant)
         except ValidationError as err:
+            if parsed is not None:
+                parsed.pop(name, None)
             tenant_plan.problems.append(Problem(reason="InvalidSpec", message=_validation_message(err)))
             previous = (previous_views or {}).get(name)
             if previous is not None:
@@ -260,6 +273,9 @@ def build_plan(
         tenant_plan.view = tenant_view(
             tenant, uid, owners, tenant_plan.namespaces, tenant_plan.problems, (ledgers or {}).get(name)
         )
+        previous = (previous_views or {}).get(name)
+        if previous is not None and previous == tenant_plan.view:
+            tenant_plan.view = previous
         views.append(tenant_plan.view)
         for owner in valid_owners:
             if selects(name, tenant.spec.permissions, owner.metadata.labels):
@@ -270,6 +286,9 @@ def build_plan(
         if writes:
             _plan_namespaces(plan, tenant_plan, tenant, uid, live_namespaces, policy)
     plan.snapshot = TenancySnapshot(tenants=views)
+    if parsed is not None:
+        for gone in set(parsed) - set(tenant_raws):
+            del parsed[gone]
     return plan
 
 

@@ -35,9 +35,10 @@ from enclave_tenants.status import MESSAGE_LIMIT, Problem
 JSON = dict[str, Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class NamespaceRulePlan:
-    """One tenant namespace: the compiled rules and what is wrong with their sources."""
+    """One tenant namespace: the compiled rules and what is wrong with their sources (slotted: one per tenant
+    namespace is kept between rounds, and an instance dictionary each was ~1 MB at 10,000)."""
 
     namespace: str
     tenant: str
