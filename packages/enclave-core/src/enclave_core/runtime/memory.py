@@ -26,9 +26,12 @@ def _trim_function() -> Callable[[int], int] | None:
     if not name:
         return None
     try:
-        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+        function = ctypes.CDLL(name).malloc_trim
     except (OSError, AttributeError):
         return None
+    function.argtypes = [ctypes.c_size_t]  # int malloc_trim(size_t pad): the whole register, not an int's half
+    function.restype = ctypes.c_int
+    trim: Callable[[int], int] = function
     return trim
 
 
