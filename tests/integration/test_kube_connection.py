@@ -110,3 +110,22 @@ async def test_an_exec_plugin_printing_that_token(
     (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
     identity = await _identity(from_kubeconfig(tmp_path / "kubeconfig"))
     assert identity == f"system:serviceaccount:{namespace}:plugged"
+
+
+async def test_patches_record_the_components_field_manager(control_plane: ControlPlane, namespace: str) -> None:
+    """Merge and JSON patches are owned by the component's field manager, not by the HTTP client's name."""
+    kube = Kube(from_kubeconfig(control_plane.kubeconfig), field_manager="enclave-probe")
+    try:
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned"}, "data": {"created": "0"}}
+        await kube.create(path, body)
+        await kube.merge_patch(f"{path}/owned", {"data": {"merged": "1"}})
+        patched = await kube.json_patch(f"{path}/owned", [{"op": "add", "path": "/data/listed", "value": "2"}])
+        owners = {
+            key: entry["manager"]
+            for entry in patched["metadata"]["managedFields"]
+            for key in (entry.get("fieldsV1") or {}).get("f:data", {})
+        }
+        assert owners == {".": "enclave-probe", **dict.fromkeys(("f:created", "f:merged", "f:listed"), "enclave-probe")}
+    finally:
+        await kube.api.close()

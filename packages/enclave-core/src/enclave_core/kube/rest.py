@@ -201,24 +201,17 @@ class Kube:
         )
 
     async def merge_patch(self, path: str, patch: JSON) -> JSON:
-        """JSON merge patch, its fields recorded as ours (without ``fieldManager`` kube-apiserver names the
-        manager after the HTTP client: ``Python`` owned every status we wrote)."""
-        return await self.request(
-            "PATCH",
-            path,
-            body=patch,
-            query={"fieldManager": self.field_manager},
-            content_type="application/merge-patch+json",
-        )
+        return await self._patch(path, patch, "application/merge-patch+json")
 
     async def json_patch(self, path: str, operations: builtins.list[JSON]) -> JSON:
         """RFC 6902 patch: the one way to remove a single list item (with a ``test`` guarding the rest)."""
+        return await self._patch(path, operations, "application/json-patch+json")
+
+    async def _patch(self, path: str, body: Any, content_type: str) -> JSON:
+        """A patch whose fields are recorded as ours (without ``fieldManager`` kube-apiserver names the manager
+        after the HTTP client: ``Python`` owned every status we wrote)."""
         return await self.request(
-            "PATCH",
-            path,
-            body=operations,
-            query={"fieldManager": self.field_manager},
-            content_type="application/json-patch+json",
+            "PATCH", path, body=body, query={"fieldManager": self.field_manager}, content_type=content_type
         )
 
     async def delete(self, path: str, *, missing_ok: bool = True) -> None:
