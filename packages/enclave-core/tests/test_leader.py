@@ -67,6 +67,8 @@ class View(Kube):
         self.down = False
         self.hang = False
         self.timeouts: list[float | None] = []
+        self.methods: list[str] = []
+        """The method of every Lease request this replica made."""
 
     async def request(
         self,
@@ -79,6 +81,8 @@ class View(Kube):
         request_timeout: float | None = 30.0,
     ) -> JSON:
         self.timeouts.append(request_timeout)
+        if path.startswith(LEASE_PATH.rsplit("/", 1)[0]):
+            self.methods.append(method)
         if self.hang:
             await asyncio.Event().wait()
         await asyncio.sleep(self.latency)
@@ -137,16 +141,22 @@ async def monitor(replicas: list[Replica], seconds: float, overlaps: list[float]
         await asyncio.sleep(0.05)
 
 
+async def leader_and_standby(store: LeaseStore) -> tuple[Replica, Replica]:
+    """Replica a started first (it takes the Lease), b a second later (it waits)."""
+    a, b = Replica(store, "a"), Replica(store, "b")
+    a.start()
+    await asyncio.sleep(1)
+    b.start()
+    return a, b
+
+
 def scenario(body: Callable[[LeaseStore], Any]) -> Any:
     return virtualtime.run(body(LeaseStore()))
 
 
 def test_one_leader_and_a_standby_that_never_writes() -> None:
     async def body(store: LeaseStore) -> None:
-        a, b = Replica(store, "a"), Replica(store, "b")
-        a.start()
-        await asyncio.sleep(1)
-        b.start()
+        a, b = await leader_and_standby(store)
         overlaps: list[float] = []
         await monitor([a, b], 60, overlaps)
         assert overlaps == []
@@ -192,10 +202,7 @@ def test_a_slow_apiserver_bounds_each_attempt_and_stops_writes_at_the_deadline()
     and writes stop at the deadline, before the standby can judge the lease expired."""
 
     async def body(store: LeaseStore) -> None:
-        a, b = Replica(store, "a"), Replica(store, "b")
-        a.start()
-        await asyncio.sleep(1)
-        b.start()
+        a, b = await leader_and_standby(store)
         overlaps: list[float] = []
         await monitor([a, b], 10, overlaps)
         last_renewal = max(at for at, holder in store.writes if holder == "a")
@@ -284,10 +291,7 @@ def test_a_lease_taken_by_another_writer_stops_the_work_at_once() -> None:
 
 def test_graceful_stop_hands_over_within_a_retry_period() -> None:
     async def body(store: LeaseStore) -> None:
-        a, b = Replica(store, "a"), Replica(store, "b")
-        a.start()
-        await asyncio.sleep(1)
-        b.start()
+        a, b = await leader_and_standby(store)
         await asyncio.sleep(10)
         await a.stop()
         stopped = asyncio.get_running_loop().time()
@@ -298,6 +302,48 @@ def test_graceful_stop_hands_over_within_a_retry_period() -> None:
         assert taken is not None
         assert taken <= stopped + 2.0 + 0.1
         await b.stop()
+
+    scenario(body)
+
+
+def test_the_leader_renews_with_one_write_per_retry_period() -> None:
+    """client-go's fast path: a steady leader PUTs over its own last write and never reads the Lease; the
+    standby only reads."""
+
+    async def body(store: LeaseStore) -> None:
+        a, b = await leader_and_standby(store)
+        await asyncio.sleep(1)
+        a.view.methods.clear()
+        b.view.methods.clear()
+        await asyncio.sleep(20)
+        assert a.view.methods == ["PUT"] * 10
+        assert set(b.view.methods) == {"GET"}
+        assert 9 <= len(b.view.methods) <= 11
+        await a.stop()
+        await b.stop()
+
+    scenario(body)
+
+
+def test_a_renewal_that_meets_a_conflict_reads_the_lease_and_renews_from_it() -> None:
+    """Someone wrote the Lease without taking it (an annotation, say): the fast PUT meets a 409, the attempt
+    reads the Lease, finds itself the holder and renews from what it read, in the same retry period."""
+
+    async def body(store: LeaseStore) -> None:
+        a = Replica(store, "a")
+        a.start()
+        await asyncio.sleep(3)
+        assert store.lease is not None
+        store.version += 1
+        store.lease["metadata"]["resourceVersion"] = str(store.version)
+        store.lease["metadata"]["annotations"] = {"touched": "yes"}
+        a.view.methods.clear()
+        await asyncio.sleep(2)
+        assert a.view.methods == ["PUT", "GET", "PUT"]
+        assert a.elector.leading
+        assert store.lease["metadata"]["annotations"] == {"touched": "yes"}
+        assert store.writes[-1][1] == "a"
+        await a.stop()
 
     scenario(body)
 

@@ -17,6 +17,10 @@ client-go's protocol where it matters for safety:
   so a replica paused past its lease (SIGSTOP, a long GC or VM pause) and resumed writes nothing, even
   before its renew loop has run again; the leader work is cancelled at the same moment.
 
+- While leading, a renewal is one PUT on the Lease as our own last write returned it (client-go's fast path):
+  no GET, so a steady leader costs the apiserver one write per retry period. A 409 means someone else wrote
+  the Lease since; the attempt then reads it and decides from what it finds, as a standby does.
+
 On top of the protocol: the replica stands again after losing instead of dying, and a graceful shutdown
 releases the lease so the successor takes over within one retry period rather than one lease duration.
 """
@@ -113,6 +117,8 @@ class LeaderElector:
         """Monotonic time at which ``_observed`` was first seen (client-go's observedTime)."""
         self._renewed_at: float | None = None
         """Monotonic time at which the last successful acquire/renew write was sent."""
+        self._held: JSON | None = None
+        """The Lease as our last successful write returned it, while leading: what a fast renewal PUTs."""
         self._path = resource_path("coordination.k8s.io/v1", "leases", namespace=namespace, name=name)
 
     @staticmethod
@@ -149,6 +155,7 @@ class LeaderElector:
         self.leading = leading
         if not leading:
             self._renewed_at = None
+            self._held = None
         else:
             self.transitions += 1
         LEADING.labels(self.name).set(1 if leading else 0)
@@ -215,6 +222,14 @@ class LeaderElector:
             self._observed_at = at
 
     async def _try_acquire_or_renew(self, budget: float) -> bool:
+        if self.leading and self._held is not None:
+            held, self._held = self._held, None  # a failed PUT leaves nothing to retry blindly: read next time
+            try:
+                return await self._renew_held(held, budget)
+            except KubeError as err:
+                if not err.conflict:
+                    raise
+                ATTEMPTS.labels(self.name, "conflict").inc()  # written since: read it and decide below
         try:
             lease: JSON | None = await self.kube.request("GET", self._path, request_timeout=budget)
         except KubeError as err:
@@ -237,7 +252,7 @@ class LeaderElector:
                 "spec": spec,
             }
             sent = self._time()
-            await self.kube.request(
+            self._held = await self.kube.request(
                 "POST",
                 resource_path("coordination.k8s.io/v1", "leases", namespace=self.namespace),
                 body=body,
@@ -259,10 +274,28 @@ class LeaderElector:
             spec["leaseTransitions"] = record.transitions
         lease["spec"] = spec  # metadata.resourceVersion stays: a concurrent writer makes this a 409
         sent = self._time()
-        await self.kube.request(
+        self._held = await self.kube.request(
             "PUT", self._path, body=lease, query={"fieldManager": self.kube.field_manager}, request_timeout=budget
         )
         return self._won(spec, sent, "acquired" if record.holder != self.identity else "renewed")
+
+    async def _renew_held(self, held: JSON, budget: float) -> bool:
+        """Renew by writing over our own last write; its resourceVersion makes any write since then a 409."""
+        current = held.get("spec") or {}
+        now = _micro(self.wall())
+        spec: JSON = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, int(self.lease_duration)),
+            "renewTime": now,
+            "acquireTime": current.get("acquireTime") or now,
+            "leaseTransitions": int(current.get("leaseTransitions") or 0),
+        }
+        held["spec"] = spec
+        sent = self._time()
+        self._held = await self.kube.request(
+            "PUT", self._path, body=held, query={"fieldManager": self.kube.field_manager}, request_timeout=budget
+        )
+        return self._won(spec, sent, "renewed")
 
     def _won(self, spec: JSON, sent: float, result: str) -> bool:
         self._observe(LeaseRecord.of(spec, self.lease_duration), sent)
@@ -282,6 +315,7 @@ class LeaderElector:
                     log.info("released leadership", extra={"lease": self.name})
         self.leading = False
         self._renewed_at = None
+        self._held = None
 
     async def _ensure_namespace(self) -> None:
         with contextlib.suppress(KubeError):
