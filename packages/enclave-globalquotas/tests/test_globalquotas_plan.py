@@ -6,12 +6,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from enclave_globalquotas import naming
-from enclave_globalquotas.ledger import newer, object_path
+from enclave_globalquotas.ledger import IN_FLIGHT, in_flight, ledger_body, newer, object_path
 from enclave_globalquotas.plan import build_plan, drift_patch
 from enclave_globalquotas.rules import build_rule_plan, drifted
 from enclave_globalquotas.status import quota_status, replacing_patch
 
-from enclave_core.api.ledger import QuantityLedgerStatus, ResourceQuotaLedger
+from enclave_core.api.ledger import QuantityLedger, QuantityLedgerStatus, ResourceQuotaLedger
 from enclave_core.api.meta import ObjectRef
 from enclave_core.ledger.resources import (
     ResourceHold,
@@ -227,6 +227,23 @@ def test_fold_drops_settled_and_lapsed_reservations() -> None:
     lapsed = fold(1, NOW + timedelta(minutes=5)).resource_quota
     assert lapsed is not None
     assert lapsed.allocated == {"services": "1"}
+
+
+def test_a_young_unsettled_reservation_marks_its_namespace_in_flight() -> None:
+    """While a create is between admission and storage its namespace's ResourceQuota is left alone: a hard
+    change would start kube-controller-manager's recount, which can miss the charged, not yet stored object."""
+    hard = {"services": Quantity.parse(5)}
+    status = reserve_resources(_ledger({"services": "0"}), _hold("r1", "a", services=1), hard, now=NOW)
+    assert isinstance(status, QuantityLedgerStatus)
+    status = reserve_resources(status, _hold("r2", "b", services=1), hard, now=NOW - IN_FLIGHT)
+    assert isinstance(status, QuantityLedgerStatus)
+    ledger = QuantityLedger.model_validate(
+        {**ledger_body("q", "uid-q", "enclave-system"), "status": status.model_dump(by_alias=True, mode="json")}
+    )
+    # r2 is as old as the window: its object never came, so it defers nothing any more.
+    assert in_flight([ledger], set(), now=NOW) == {("q", "a")}
+    assert in_flight([ledger], {"r1"}, now=NOW) == set()  # r1's object exists
+    assert in_flight([ledger], set(), now=NOW + IN_FLIGHT) == set()
 
 
 def test_object_paths_and_the_newer_copy() -> None:

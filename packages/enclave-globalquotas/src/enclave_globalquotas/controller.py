@@ -34,12 +34,15 @@ from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_globalquotas import naming
 from enclave_globalquotas import status as st
-from enclave_globalquotas.ledger import ledger_body, ledger_name, newer, object_path
+from enclave_globalquotas.ledger import in_flight, ledger_body, ledger_name, newer, object_path
 from enclave_globalquotas.plan import Plan, Problem, QuotaPlan, build_plan, drift_patch, scopes_changed
 from enclave_globalquotas.rules import build_rule_plan
 from enclave_globalquotas.rules import drifted as rule_drifted
 
 log = logging.getLogger(__name__)
+
+RECHECK_SECONDS = 1.0
+"""How soon a pass that deferred a ResourceQuota because of a create in flight runs again."""
 
 RECONCILES = Counter("enclave_globalquotas_reconciles_total", "Passes of the write loop", ["result"])
 PUBLISHES = Counter("enclave_globalquotas_snapshots_total", "GlobalResourceQuotas snapshots compiled", ["result"])
@@ -102,6 +105,7 @@ class GlobalQuotasController:
         self.settled: set[str] = set()
         """Reservations whose object exists, so the ResourceQuota usage read after it includes them."""
         self.fresh: dict[str, JSON] = {}
+        self._recheck: asyncio.TimerHandle | None = None
         """ResourceQuotas read afresh while settling, newer than the watch until the watch catches up."""
         change = self._changed
         self.quotas = Informer(kube, QUOTAS_PATH, on_change=change, name="globalresourcequotas")
@@ -176,8 +180,16 @@ class GlobalQuotasController:
 
     async def reconcile(self) -> None:
         await self._rule_quotas()
-        await self._settle()
+        ledgers = await self._settle()
         plan = self.plan()
+        # Leave the ResourceQuota of a namespace with a create in flight as it is: a hard change now would make
+        # kube-controller-manager recount it while an object is charged but not stored (ledger.in_flight).
+        deferred = in_flight(ledgers, self.settled, now=datetime.now(UTC))
+        if deferred:
+            # Come back when the creates have landed (or their window ended), even if no event says so.
+            if self._recheck is not None:
+                self._recheck.cancel()
+            self._recheck = asyncio.get_running_loop().call_later(RECHECK_SECONDS, self.loops.again)
         errors: dict[str, list[Problem]] = {name: [] for name in plan.quotas}
         semaphore = asyncio.Semaphore(self.settings.concurrency)
 
@@ -190,6 +202,8 @@ class GlobalQuotasController:
             for name, quota_plan in plan.quotas.items()
             if quota_plan.valid
             for namespace, body in quota_plan.desired.items()
+            if (name, namespace) not in deferred
+            or f"{namespace}/{body['metadata']['name']}" not in self.resource_quotas.items
         ]
         await asyncio.gather(*writes, *(bounded(self._delete_stale(key)) for key in plan.stale))
         await self._ledgers(plan, errors)
@@ -271,16 +285,19 @@ class GlobalQuotasController:
 
     # -- ledgers -------------------------------------------------------------------------------------------
 
-    async def _settle(self) -> None:
+    async def _settle(self) -> list[QuantityLedger]:
         """Find the pending reservations whose object now exists and read their namespaces' ResourceQuotas
-        afresh (see enclave_globalquotas.ledger): API reads only while reservations are pending."""
+        afresh (see enclave_globalquotas.ledger): API reads only while reservations are pending. Returns the
+        ledgers it read."""
         pending: dict[str, list[tuple[str, str]]] = {}  # namespace -> (reservation id, object path)
         held: set[str] = set()
+        ledgers: list[QuantityLedger] = []
         for obj in self.ledgers.values():
             try:
                 ledger = QuantityLedger.model_validate(obj)
             except ValueError:
                 continue
+            ledgers.append(ledger)
             block = ledger.status.resource_quota if ledger.status is not None else None
             for reservation in (block.reservations or []) if block is not None else []:
                 held.add(reservation.id)
@@ -312,6 +329,7 @@ class GlobalQuotasController:
                     continue
                 if current is not None:
                     self.fresh[key] = current
+        return ledgers
 
     async def _ledgers(self, plan: Plan, errors: dict[str, list[Problem]]) -> None:
         for obj in self.ledgers.values():

@@ -11,12 +11,27 @@ object is stored). So once the object exists, its charge is committed: the contr
 namespace's ResourceQuota afresh (its watch may lag a moment behind), counts from the fresher copy, and drops
 the reservation. A reservation whose object never appears (a later webhook refused it) lapses after 30 s. The
 reads happen only while reservations are pending, never in a steady state.
+
+*In flight*: a reservation younger than :data:`IN_FLIGHT` that has not settled marks a create between
+admission and storage. While a namespace has one, the controller leaves that namespace's ResourceQuota
+``hard`` alone (:func:`in_flight`). Any change of ``spec.hard`` makes kube-controller-manager recount the
+namespace from its informers, and a recount that runs after kube-apiserver charged an object but before the
+object was stored misses it and overwrites the charge (kubernetes/kubernetes#113716 describes the family).
+The ResourceQuota then under-reports until the next recount, the reservation settles against that figure and
+the ledger would give the unit out twice. Our own ``hard`` patches were what started such recounts, and they
+came exactly while creates were in flight (every reservation changes the headroom); deferring them for that
+moment takes the alignment away. A recount kube-controller-manager starts on its own (its periodic resync, a
+deletion) can still meet an in-flight create: that residual window is Kubernetes' own (docs/architecture.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Final
+
 from enclave_core import API_GROUP, GROUP_VERSION
-from enclave_core.api.ledger import ResourceReservation, TargetRef
+from enclave_core.api.ledger import QuantityLedger, ResourceReservation, TargetRef
 from enclave_core.kube.rest import JSON, resource_path
 from enclave_core.ledger import ledger_name as shared_ledger_name
 from enclave_globalquotas import naming
@@ -82,3 +97,26 @@ def object_path(reservation: ResourceReservation) -> str | None:
     if plural is None or not ref.name or not ref.namespace:
         return None
     return resource_path("v1", plural, namespace=ref.namespace, name=ref.name)
+
+
+IN_FLIGHT: Final = timedelta(seconds=5)
+"""How long an unsettled reservation defers its namespace's ``hard`` patches. A create normally goes from
+admission to storage in well under a second; a reservation whose object never comes (a later webhook refused
+it) stops deferring after this and lapses at its ``expiresAt``."""
+
+
+def in_flight(
+    ledgers: Iterable[QuantityLedger], settled: set[str], *, now: datetime, window: timedelta = IN_FLIGHT
+) -> set[tuple[str, str]]:
+    """(quota, namespace) pairs with a create in flight: an unsettled reservation younger than ``window``."""
+    pairs: set[tuple[str, str]] = set()
+    for ledger in ledgers:
+        block = ledger.status.resource_quota if ledger.status is not None else None
+        quota = ledger.spec.target_ref.name if ledger.spec is not None else ""
+        for reservation in (block.reservations or []) if block is not None else []:
+            namespace = reservation.object_ref.namespace
+            if not namespace or not quota or reservation.id in settled:
+                continue
+            if now - reservation.created_at < window:
+                pairs.add((quota, namespace))
+    return pairs
