@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from enclave_globalquotas import naming
-from enclave_globalquotas.ledger import IN_FLIGHT, in_flight, ledger_body, newer, object_path
+from enclave_globalquotas.ledger import IN_FLIGHT, Deferrals, in_flight, ledger_body, newer, object_path
 from enclave_globalquotas.plan import build_plan, drift_patch
 from enclave_globalquotas.rules import build_rule_plan, drifted
 from enclave_globalquotas.status import quota_status, replacing_patch
@@ -244,6 +244,17 @@ def test_a_young_unsettled_reservation_marks_its_namespace_in_flight() -> None:
     assert in_flight([ledger], set(), now=NOW) == {("q", "a")}
     assert in_flight([ledger], {"r1"}, now=NOW) == set()  # r1's object exists
     assert in_flight([ledger], set(), now=NOW + IN_FLIGHT) == set()
+
+
+def test_a_namespace_that_is_never_quiet_is_still_patched_every_ten_seconds() -> None:
+    deferrals = Deferrals(limit=10.0)
+    busy, other = ("q", "a"), ("q", "b")
+    assert deferrals.hold({busy}, 0.0) == {busy}
+    assert deferrals.hold({busy, other}, 9.0) == {busy, other}
+    assert deferrals.hold({busy, other}, 10.0) == {other}  # a's ten seconds are up: patched this pass
+    assert deferrals.hold({busy, other}, 11.0) == {busy, other}  # and held back again from here
+    assert deferrals.hold({busy}, 12.0) == {busy}  # b went quiet
+    assert deferrals.hold({other}, 13.0) == {other}  # b's deferral starts over
 
 
 def test_object_paths_and_the_newer_copy() -> None:

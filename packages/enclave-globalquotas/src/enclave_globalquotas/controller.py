@@ -34,7 +34,7 @@ from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_globalquotas import naming
 from enclave_globalquotas import status as st
-from enclave_globalquotas.ledger import in_flight, ledger_body, ledger_name, newer, object_path
+from enclave_globalquotas.ledger import Deferrals, in_flight, ledger_body, ledger_name, newer, object_path
 from enclave_globalquotas.plan import Plan, Problem, QuotaPlan, build_plan, drift_patch, scopes_changed
 from enclave_globalquotas.rules import build_rule_plan
 from enclave_globalquotas.rules import drifted as rule_drifted
@@ -106,6 +106,7 @@ class GlobalQuotasController:
         """Reservations whose object exists, so the ResourceQuota usage read after it includes them."""
         self.fresh: dict[str, JSON] = {}
         self._recheck: asyncio.TimerHandle | None = None
+        self._deferrals = Deferrals()
         """ResourceQuotas read afresh while settling, newer than the watch until the watch catches up."""
         change = self._changed
         self.quotas = Informer(kube, QUOTAS_PATH, on_change=change, name="globalresourcequotas")
@@ -184,7 +185,9 @@ class GlobalQuotasController:
         plan = self.plan()
         # Leave the ResourceQuota of a namespace with a create in flight as it is: a hard change now would make
         # kube-controller-manager recount it while an object is charged but not stored (ledger.in_flight).
-        deferred = in_flight(ledgers, self.settled, now=datetime.now(UTC))
+        deferred = self._deferrals.hold(
+            in_flight(ledgers, self.settled, now=datetime.now(UTC)), asyncio.get_running_loop().time()
+        )
         if deferred:
             # Come back when the creates have landed (or their window ended), even if no event says so.
             if self._recheck is not None:

@@ -120,3 +120,29 @@ def in_flight(
             if now - reservation.created_at < window:
                 pairs.add((quota, namespace))
     return pairs
+
+
+MAX_DEFERRAL: Final = 10.0
+"""Seconds a namespace's ResourceQuota may go unpatched because creates keep arriving there; then it is patched
+anyway, so a namespace that is never quiet still gets its ``hard`` moved (the deferral starts over after)."""
+
+
+class Deferrals:
+    """Which in-flight (quota, namespace) pairs to hold back now, each for at most :data:`MAX_DEFERRAL` in a
+    row (on the caller's monotonic clock)."""
+
+    def __init__(self, limit: float = MAX_DEFERRAL) -> None:
+        self.limit = limit
+        self._since: dict[tuple[str, str], float] = {}
+
+    def hold(self, pairs: set[tuple[str, str]], now: float) -> set[tuple[str, str]]:
+        for pair in set(self._since) - pairs:
+            del self._since[pair]
+        held: set[tuple[str, str]] = set()
+        for pair in pairs:
+            since = self._since.setdefault(pair, now)
+            if now - since < self.limit:
+                held.add(pair)
+            else:
+                del self._since[pair]  # patched this pass; a new deferral may start with the next
+        return held
