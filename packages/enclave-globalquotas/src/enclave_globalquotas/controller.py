@@ -105,9 +105,9 @@ class GlobalQuotasController:
         self.settled: set[str] = set()
         """Reservations whose object exists, so the ResourceQuota usage read after it includes them."""
         self.fresh: dict[str, JSON] = {}
+        """ResourceQuotas read afresh while settling, newer than the watch until the watch catches up."""
         self._recheck: asyncio.TimerHandle | None = None
         self._deferrals = Deferrals()
-        """ResourceQuotas read afresh while settling, newer than the watch until the watch catches up."""
         change = self._changed
         self.quotas = Informer(kube, QUOTAS_PATH, on_change=change, name="globalresourcequotas")
         self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
