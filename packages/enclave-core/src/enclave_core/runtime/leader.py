@@ -237,11 +237,7 @@ class LeaderElector:
                 raise
             lease = None
         now = _micro(self.wall())
-        spec: JSON = {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, int(self.lease_duration)),
-            "renewTime": now,
-        }
+        spec = self._spec(now)
         if not lease:
             spec["acquireTime"] = now
             spec["leaseTransitions"] = 0
@@ -274,28 +270,34 @@ class LeaderElector:
             spec["leaseTransitions"] = record.transitions
         lease["spec"] = spec  # metadata.resourceVersion stays: a concurrent writer makes this a 409
         sent = self._time()
-        self._held = await self.kube.request(
-            "PUT", self._path, body=lease, query={"fieldManager": self.kube.field_manager}, request_timeout=budget
-        )
+        await self._put(lease, budget)
         return self._won(spec, sent, "acquired" if record.holder != self.identity else "renewed")
 
     async def _renew_held(self, held: JSON, budget: float) -> bool:
         """Renew by writing over our own last write; its resourceVersion makes any write since then a 409."""
         current = held.get("spec") or {}
         now = _micro(self.wall())
-        spec: JSON = {
+        spec = self._spec(now)
+        spec["acquireTime"] = current.get("acquireTime") or now
+        spec["leaseTransitions"] = int(current.get("leaseTransitions") or 0)
+        held["spec"] = spec
+        sent = self._time()
+        await self._put(held, budget)
+        return self._won(spec, sent, "renewed")
+
+    def _spec(self, now: str) -> JSON:
+        """The fields every write of ours sets; the caller adds acquireTime and leaseTransitions."""
+        return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, int(self.lease_duration)),
             "renewTime": now,
-            "acquireTime": current.get("acquireTime") or now,
-            "leaseTransitions": int(current.get("leaseTransitions") or 0),
         }
-        held["spec"] = spec
-        sent = self._time()
+
+    async def _put(self, lease: JSON, budget: float) -> None:
+        """Write ``lease`` with its resourceVersion and keep what came back for the next fast renewal."""
         self._held = await self.kube.request(
-            "PUT", self._path, body=held, query={"fieldManager": self.kube.field_manager}, request_timeout=budget
+            "PUT", self._path, body=lease, query={"fieldManager": self.kube.field_manager}, request_timeout=budget
         )
-        return self._won(spec, sent, "renewed")
 
     def _won(self, spec: JSON, sent: float, result: str) -> bool:
         self._observe(LeaseRecord.of(spec, self.lease_duration), sent)
