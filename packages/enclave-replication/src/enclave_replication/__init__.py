@@ -5,6 +5,7 @@ selected tenants, keeps them there by server-side apply, removes or orphans them
 wanted, and streams which objects it manages over ``ReplicationService`` so admission can protect them.
 
 Layout: ``names``, ``templates``, ``targets``, ``plan`` and ``status`` are pure (no I/O, unit tested; ``plan``
-reads sources through a small protocol the tests fake); ``discovery`` maps kinds to resources; ``controller``
-turns informer state into a plan and, on the Lease holder only, into writes made as the acting identity.
+reads sources and renders templates through small protocols); ``sandbox`` runs templates in budgeted worker
+processes (``sandbox_worker``); ``discovery`` maps kinds to resources; ``controller`` turns informer state into
+a plan and, on the Lease holder only, into writes made as the acting identity.
 """

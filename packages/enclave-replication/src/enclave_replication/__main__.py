@@ -19,6 +19,7 @@ from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfigura
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_replication.controller import ReplicationController, Settings
 from enclave_replication.names import COMPONENT
+from enclave_replication.sandbox import Budget
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,10 +39,46 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=int(env_default("ENCLAVE_WRITES", "16")),
         help="writes in flight per replication object (env ENCLAVE_WRITES)",
     )
+    add_render_flags(parser)
     args = parser.parse_args(argv)
     if args.concurrency < 1 or args.writes < 1:
         parser.error("--concurrency and --writes must be at least 1")
+    if args.render_workers < 1 or args.render_memory_mib < 16:
+        parser.error("--render-workers must be at least 1 and --render-memory-mib at least 16")
+    if args.render_cpu_seconds <= 0 or args.render_wall_seconds < args.render_cpu_seconds:
+        parser.error("--render-cpu-seconds must be positive and --render-wall-seconds at least as long")
     return args
+
+
+def add_render_flags(parser: argparse.ArgumentParser) -> None:
+    """The budget of one template render in the worker pool (enclave_replication.sandbox)."""
+    parser.add_argument(
+        "--render-cpu-seconds",
+        type=float,
+        default=float(env_default("ENCLAVE_RENDER_CPU_SECONDS", "2")),
+        help="CPU seconds one template render may use (RLIMIT_CPU in its worker, counted in whole seconds) "
+        "(env ENCLAVE_RENDER_CPU_SECONDS)",
+    )
+    parser.add_argument(
+        "--render-wall-seconds",
+        type=float,
+        default=float(env_default("ENCLAVE_RENDER_WALL_SECONDS", "10")),
+        help="wall seconds after which a render's worker is killed (env ENCLAVE_RENDER_WALL_SECONDS)",
+    )
+    parser.add_argument(
+        "--render-memory-mib",
+        type=int,
+        default=int(env_default("ENCLAVE_RENDER_MEMORY_MIB", "128")),
+        help="memory a render worker may allocate beyond its own start-up size (RLIMIT_AS) "
+        "(env ENCLAVE_RENDER_MEMORY_MIB)",
+    )
+    parser.add_argument(
+        "--render-workers",
+        type=int,
+        default=int(env_default("ENCLAVE_RENDER_WORKERS", "2")),
+        help="render worker processes, started on the first render; one tenant uses at most one at a time "
+        "(env ENCLAVE_RENDER_WORKERS)",
+    )
 
 
 async def body(process: component.Component) -> None:
@@ -53,7 +90,16 @@ async def body(process: component.Component) -> None:
         kube,
         hub,
         EventRecorder(kube, COMPONENT),
-        Settings(concurrency=args.concurrency, writes=args.writes),
+        Settings(
+            concurrency=args.concurrency,
+            writes=args.writes,
+            render=Budget(
+                cpu_seconds=args.render_cpu_seconds,
+                wall_seconds=args.render_wall_seconds,
+                memory_bytes=args.render_memory_mib << 20,
+                workers=args.render_workers,
+            ),
+        ),
         wait_for_configuration=bool(args.config_endpoint),
     )
     process.state["controller"] = controller

@@ -61,6 +61,7 @@ from enclave_replication.names import (
     Owner,
     split_api_version,
 )
+from enclave_replication.sandbox import Budget, RenderPool
 from enclave_replication.targets import (
     Target,
     global_targets,
@@ -91,6 +92,8 @@ class Settings:
     """Replication objects reconciled in parallel."""
     writes: int = 16
     """Writes in flight per replication object."""
+    render: Budget = field(default_factory=Budget)
+    """What one template render may cost, and the render workers (:mod:`enclave_replication.sandbox`)."""
 
 
 @dataclass
@@ -167,6 +170,7 @@ class ReplicationController:
         self.events = events
         self.settings = settings or Settings()
         self.discovery = Discovery(kube)
+        self.renderer = RenderPool(self.settings.render)
         self.leading = False
         self.config: EffectiveConfiguration | None = None
         self.configuration = asyncio.Event()
@@ -274,6 +278,7 @@ class ReplicationController:
                 task.cancel()
             if self._endpoint_client is not None:
                 await self._endpoint_client[1].close()
+            await self.renderer.close()
             for handle in self._timers.values():
                 handle.cancel()
 
@@ -487,7 +492,7 @@ class ReplicationController:
         acting = ActingKube(self.kube, owner.field_manager, identity.user, await self._endpoint(identity))
         reader = ClusterReader(self.discovery, acting)
         try:
-            built = await planning.build(owner, spec, targets, reader, fence)
+            built = await planning.build(owner, spec, targets, reader, fence, self.renderer)
             self._watch_sources(key, reader.interest)
             work = await self._decide(owner, raw, built, acting)
             dry_run = identity.user is not None and not work.forbidden

@@ -16,6 +16,7 @@ outside the tenant's namespaces, no cluster-scoped context read.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -24,6 +25,7 @@ from enclave_core.api.replication import (
     ContextResource,
     GlobalTenantResourceSpec,
     ItemPolicy,
+    MissingKey,
     NamespacedItem,
     ResourceBlock,
     TenantResourceSpec,
@@ -93,6 +95,28 @@ class Reader(Protocol):
         """Every kind ``api_version`` serves that can be listed (no subresources, no Events): what ``kind: "*"``
         in a context entry reads. Empty when the cluster does not serve the version."""
         ...
+
+
+class Renderer(Protocol):
+    """How generators are rendered: :class:`enclave_replication.sandbox.RenderPool` in the controller (worker
+    processes with budgets), :class:`InProcess` for the unit tests of the plan's own rules."""
+
+    async def render(
+        self, template: str, context: Mapping[str, Any], missing_key: str = "zero", party: str = ""
+    ) -> list[JSON]:
+        """The manifests ``template`` renders to; :class:`templates.RenderError` (with a reason) on failure."""
+        ...
+
+
+class InProcess:
+    """Render in this process, with no CPU or memory budget: trusted templates only (tests, tools)."""
+
+    async def render(
+        self, template: str, context: Mapping[str, Any], missing_key: str = "zero", party: str = ""
+    ) -> list[JSON]:
+        del party
+        mode: MissingKey = "error" if missing_key == "error" else "invalid" if missing_key == "invalid" else "zero"
+        return templates.manifests(templates.render(template, context, mode))
 
 
 # A context entry's key when it names no ``index``: the kind in lower case, or this for ``kind: "*"``.
@@ -476,9 +500,12 @@ async def build(
     targets: list[list[Target]],
     reader: Reader,
     fence: Fence | None = None,
+    renderer: Renderer | None = None,
 ) -> Plan:
-    """Every desired object of ``spec`` for the per-block ``targets``, and the items that failed."""
+    """Every desired object of ``spec`` for the per-block ``targets``, and the items that failed. Generators
+    render through ``renderer`` (default :class:`InProcess`: the controller always passes its worker pool)."""
     builder = _Builder(owner, spec, reader, fence or Fence())
+    render = renderer or InProcess()
     for index, block in enumerate(spec.resources):
         policy = effective_policy(block, spec)
         block_targets = targets[index] if index < len(targets) else []
@@ -489,11 +516,13 @@ async def build(
             for origin, source in sources:
                 await builder.place(origin, source, target, block, policy)
             if block.generators:
-                await _generate(builder, index, block, target, policy)
+                await _generate(builder, render, index, block, target, policy)
     return builder.plan
 
 
-async def _generate(builder: _Builder, index: int, block: ResourceBlock, target: Target, policy: ItemPolicy) -> None:
+async def _generate(
+    builder: _Builder, renderer: Renderer, index: int, block: ResourceBlock, target: Target, policy: ItemPolicy
+) -> None:
     try:
         context = await builder.context(index, block, target)
     except ReadError as err:
@@ -503,9 +532,11 @@ async def _generate(builder: _Builder, index: int, block: ResourceBlock, target:
     for position, generator in enumerate(block.generators or ()):
         origin = f"resources[{index}].generators[{position}]"
         try:
-            documents = templates.manifests(templates.render(generator.template or "", context, generator.missing_key))
+            documents = await renderer.render(
+                generator.template or "", context, generator.missing_key, target.tenant_name or builder.owner.key
+            )
         except templates.RenderError as err:
-            builder.problem(origin, "RenderFailed", f"template in {_location(target)}: {err}", target)
+            builder.problem(origin, err.reason, f"template in {_location(target)}: {err}", target)
             continue
         for document in documents:
             await builder.place(origin, document, target, block, policy)

@@ -3,7 +3,9 @@
 Why Jinja2's ``SandboxedEnvironment`` (docs/decisions/0002-replication-templates.md): TenantResources are
 written by tenant owners, so a template is untrusted input running inside the controller. The sandbox refuses
 access to Python internals (``__class__``, ``__globals__``, unsafe methods), ``range`` is capped by Jinja2, and
-the output is capped here at :data:`MAX_OUTPUT` characters, streamed, so a runaway loop stops early.
+the output is capped here at :data:`MAX_OUTPUT` characters, streamed, so a runaway loop stops early. What a
+template costs is bounded elsewhere: the controller renders only in :mod:`enclave_replication.sandbox`'s worker
+processes, with a CPU, memory and wall-time budget.
 
 The context (documented in docs/architecture.md and the ``Template`` model):
 
@@ -24,20 +26,28 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 from jinja2 import ChainableUndefined, StrictUndefined, TemplateError, Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
-from enclave_core.api.replication import MissingKey
+if TYPE_CHECKING:
+    # Only the type: the render worker (enclave_replication.sandbox_worker) imports this module and should not
+    # pay for pydantic and the API models.
+    from enclave_core.api.replication import MissingKey
 
 MAX_OUTPUT: Final = 1 << 20
 """Characters a template may produce."""
 
 
 class RenderError(Exception):
-    """The template does not compile, fails, or produces something that is not a list of manifests."""
+    """The template does not compile, fails, or produces something that is not a list of manifests; or (from
+    :mod:`enclave_replication.sandbox`) it exceeded a budget. ``reason`` is the CamelCase cause status reports."""
+
+    def __init__(self, message: str, reason: str = "RenderFailed") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class _InvalidUndefined(ChainableUndefined):
