@@ -61,15 +61,46 @@ def test_a_rule_that_cannot_work_is_reported_not_dropped() -> None:
     assert "spec.rules[0].enforce.conditions[0].expression" in ready["message"]
 
 
-def test_terminating_namespaces_get_nothing_and_status_is_written_only_on_change() -> None:
-    terminating = {**namespace("solar-old"), "status": {"phase": "Terminating"}}
-    plans = rl.compile_namespaces({"solar": tenant()}, {"solar-old": "solar"}, {"solar-old": terminating}, {})
-    assert plans == {}
+def test_status_is_written_only_on_change() -> None:
     plans = rl.compile_namespaces(
         {"solar": tenant()}, {"solar-dev": "solar"}, {"solar-dev": namespace("solar-dev")}, {}
     )
     status = rl.desired_status(plans["solar-dev"], NOW)
     assert not rl.status_changed({"status": status}, status)
+
+
+def test_a_terminating_namespace_keeps_its_rules_until_it_is_gone() -> None:
+    own = {"metadata": {"name": "default", "namespace": "solar-old"}, "spec": [{"enforce": {"action": "audit"}}]}
+    terminating = {**namespace("solar-old"), "status": {"phase": "Terminating"}}
+    solar = {"solar": tenant(DENY_ENV)}
+    where = {"solar-old": "solar"}
+    # While its RuleStatus exists: compiled as usual (the tenant's rules, then its own), marked terminating.
+    first = rl.compile_namespaces(solar, where, {"solar-old": terminating}, {"solar-old": own})
+    assert first["solar-old"].terminating
+    assert [r.origin.kind for r in first["solar-old"].rules] == ["Tenant", "RuleStatus"]
+    # The namespace controller deleted the RuleStatus: the last compiled rules stay, its own ones included.
+    kept = rl.compile_namespaces(solar, where, {"solar-old": terminating}, {}, previous=first)
+    assert [r.origin.kind for r in kept["solar-old"].rules] == ["Tenant", "RuleStatus"]
+    assert [n.namespace for n in rl.snapshot(kept, []).namespaces] == ["solar-old"]
+    # A replica that never compiled them leaves the namespace out: admission refuses writes there.
+    fresh = rl.compile_namespaces(solar, where, {"solar-old": terminating}, {})
+    snapshot = rl.snapshot(fresh, [])
+    assert fresh == {}
+    assert snapshot.complete
+    assert "solar-old" not in snapshot.known
+    # Gone: nothing is kept.
+    assert rl.compile_namespaces(solar, {}, {}, {}, previous=kept) == {}
+
+
+def test_the_snapshot_names_namespaces_without_rules() -> None:
+    plans = rl.compile_namespaces(
+        {"solar": tenant()}, {"solar-dev": "solar"}, {"solar-dev": namespace("solar-dev")}, {}
+    )
+    parsed = RulesSnapshot.model_validate_json(rl.snapshot(plans, []).payload())
+    assert parsed.namespaces == []
+    assert parsed.without_rules == ["solar-dev"]
+    assert parsed.known == {"solar-dev"}
+    assert not RulesSnapshot.model_validate_json(b"{}").complete  # an older publisher
 
 
 def test_disruption_budgets_of_namespaces_that_require_coverage_reach_admission() -> None:

@@ -431,7 +431,8 @@ class TenantsController:
         }
         live = {item["metadata"]["name"]: item for item in self.namespaces.values()}
         tenants = {name: tenant_plan.tenant for name, tenant_plan in plan.tenants.items()}
-        return rl.compile_namespaces(tenants, plan.namespace_tenant, live, own)
+        # The last compile: a terminating namespace whose RuleStatus the namespace controller deleted keeps it.
+        return rl.compile_namespaces(tenants, plan.namespace_tenant, live, own, previous=self._rules)
 
     def publish(self) -> Plan:
         plan = self.plan(writes=False)
@@ -546,7 +547,8 @@ class TenantsController:
         return bool(dirty)
 
     def _compile_rules(self, plan: Plan, names: set[str]) -> dict[str, rl.NamespaceRulePlan]:
-        """The rules of ``names`` (those in a tenant), compiled as the publish loop compiles every namespace."""
+        """The rules of ``names`` (those in a tenant and not terminating: nothing is written into a namespace
+        being deleted), compiled as the publish loop compiles every namespace."""
         wanted = {name: plan.namespace_tenant[name] for name in names if name in plan.namespace_tenant}
         if not wanted:
             return {}
@@ -554,7 +556,8 @@ class TenantsController:
             name: item for name in wanted if (item := self.rule_statuses.get(f"{name}/{RULE_STATUS_NAME}")) is not None
         }
         tenants = {name: plan.tenants[name].tenant for name in set(wanted.values())}
-        return rl.compile_namespaces(tenants, wanted, self.namespaces.items, own)
+        compiled = rl.compile_namespaces(tenants, wanted, self.namespaces.items, own)
+        return {name: item for name, item in compiled.items() if not item.terminating}
 
     def _rank(
         self,

@@ -1,6 +1,6 @@
 """RuleStatus compilation: which rules apply in each tenant namespace (pure, run by every replica).
 
-For every live tenant namespace the rules in effect are the tenant's ``spec.rules[]`` whose
+For every tenant namespace the rules in effect are the tenant's ``spec.rules[]`` whose
 ``namespaceSelector`` selects the namespace (absent selects every namespace of the tenant), in declaration
 order, then the namespace's own ``RuleStatus/default`` ``spec[]``; each carries its origin so a denial can
 name the rule. The result is both the RuleStatus' ``status`` (written by the Lease holder) and the Rules
@@ -10,6 +10,13 @@ A rule that cannot work (CEL that does not compile, a bad regular expression or 
 one that got in anyway (the webhook was down) stays in the compiled set, because admission treats a condition
 that does not compile as one that errors (the request is refused: failing closed), and the RuleStatus reports
 ``Ready=False`` naming the field.
+
+A terminating namespace keeps its rules until it is gone: objects held by finalizers (a Service, an Ingress,
+the owner's own RoleBinding) can still be updated there, and dropping the rules would let the owner patch a
+NodePort into a Service in the namespace they just deleted. Its rules are compiled as usual while its
+RuleStatus exists; once the namespace controller has deleted that (its own ``spec[]`` rules with it), the rules
+last compiled stay. A replica that never compiled them (it started after) leaves the namespace out, and
+admission refuses writes in a tenant namespace the snapshot does not name.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ class NamespaceRulePlan:
     problems: list[Problem] = field(default_factory=list)
     live: JSON | None = None
     """The namespace's ``RuleStatus/default`` as last seen, None when it does not exist yet."""
+    terminating: bool = False
+    """Being deleted: its rules are published, but nothing is written into it (no RuleStatus, no managed
+    metadata)."""
 
 
 def _origin(kind: str, name: str, index: int, namespace: str | None = None) -> RuleOrigin:
@@ -82,19 +92,33 @@ def compile_namespaces(
     namespace_tenant: Mapping[str, str],
     namespaces: Mapping[str, JSON],
     rule_statuses: Mapping[str, JSON],
+    previous: Mapping[str, NamespaceRulePlan] | None = None,
 ) -> dict[str, NamespaceRulePlan]:
-    """Rules per live tenant namespace. ``tenants`` maps names to parsed Tenants (None: does not parse, so its
-    namespaces keep their last written RuleStatus and drop out of the snapshot only if they never had one);
-    ``rule_statuses`` maps namespace names to their ``RuleStatus/default``."""
+    """Rules per tenant namespace, terminating ones included. ``tenants`` maps names to parsed Tenants (None:
+    does not parse, so its namespaces keep their last written RuleStatus and drop out of the snapshot only if
+    they never had one); ``rule_statuses`` maps namespace names to their ``RuleStatus/default``; ``previous``
+    is the last compile, whose rules a terminating namespace keeps once its RuleStatus is deleted."""
     plans: dict[str, NamespaceRulePlan] = {}
     tenant_problems: dict[str, list[Problem]] = {}
     for namespace, tenant_name in sorted(namespace_tenant.items()):
         item = namespaces.get(namespace)
-        if item is None or ns.is_terminating(item):
+        if item is None:
+            continue
+        terminating = ns.is_terminating(item)
+        live = rule_statuses.get(namespace)
+        if terminating and live is None:
+            last = (previous or {}).get(namespace)
+            if last is not None:
+                plans[namespace] = NamespaceRulePlan(
+                    namespace=namespace,
+                    tenant=last.tenant,
+                    rules=last.rules,
+                    problems=last.problems,
+                    terminating=True,
+                )
             continue
         tenant = tenants.get(tenant_name)
-        live = rule_statuses.get(namespace)
-        plan = NamespaceRulePlan(namespace=namespace, tenant=tenant_name, live=live)
+        plan = NamespaceRulePlan(namespace=namespace, tenant=tenant_name, live=live, terminating=terminating)
         plans[namespace] = plan
         if tenant is None:
             plan.rules = _last_rules(live)
@@ -131,9 +155,10 @@ def _last_rules(live: JSON | None) -> list[AppliedRule]:
 def snapshot(
     plans: Mapping[str, NamespaceRulePlan], volumes: Iterable[JSON], budgets: Iterable[JSON] = ()
 ) -> RulesSnapshot:
-    """What admission gets: every namespace's rules (namespaces without rules are left out), PV labels, and the
-    PodDisruptionBudgets of the namespaces where some rule requires coverage (no other PDB is of use to
-    admission, so a PDB changing elsewhere does not change the snapshot)."""
+    """What admission gets: every namespace's rules (namespaces without rules by name only, so admission tells
+    them from namespaces it knows nothing of), PV labels, and the PodDisruptionBudgets of the namespaces where
+    some rule requires coverage (no other PDB is of use to admission, so a PDB changing elsewhere does not
+    change the snapshot)."""
     covered = {plan.namespace for plan in plans.values() if any(_requires_budgets(rule) for rule in plan.rules)}
     return RulesSnapshot(
         namespaces=[
@@ -141,6 +166,7 @@ def snapshot(
             for plan in plans.values()
             if plan.rules
         ],
+        without_rules=sorted(plan.namespace for plan in plans.values() if not plan.rules),
         volumes=[
             VolumeView(name=item["metadata"]["name"], labels=dict(item["metadata"].get("labels") or {}))
             for item in volumes

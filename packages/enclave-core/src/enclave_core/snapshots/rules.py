@@ -8,6 +8,10 @@ shows is what admission enforces. Persistent volume labels ride along because st
 PersistentVolumeClaim's binding from the labels of the volume it names, and admission reads no API. So do the
 PodDisruptionBudgets of namespaces where a workload rule requires coverage (``disruptionBudgets.required``):
 whether a Deployment is covered is decided from them, in memory.
+
+The snapshot names *every* tenant namespace enclave-tenants knows, those without rules included
+(:attr:`RulesSnapshot.without_rules`), terminating ones too until they are gone: admission refuses writes in a
+tenant namespace the snapshot does not name (failing closed) instead of reading "unknown" as "no rules".
 """
 
 from __future__ import annotations
@@ -67,6 +71,20 @@ class RulesSnapshot(BaseModel):
     namespaces: list[NamespaceRules] = Field(default_factory=list)
     volumes: list[VolumeView] = Field(default_factory=list)
     budgets: list[BudgetView] = Field(default_factory=list)
+    without_rules: list[str] | None = None
+    """The tenant namespaces with no rule in effect, sorted: with :attr:`namespaces`, every tenant namespace the
+    publisher knows. None from a publisher older than this field, which left them out: admission then cannot
+    tell a namespace without rules from one it knows nothing of, and judges both as without rules."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether the snapshot names every tenant namespace (see :attr:`without_rules`)."""
+        return self.without_rules is not None
+
+    @cached_property
+    def known(self) -> frozenset[str]:
+        """Every tenant namespace named, with rules or without."""
+        return frozenset(self.without_rules or ()) | self.by_namespace.keys()
 
     @cached_property
     def budgets_by_namespace(self) -> dict[str, list[BudgetView]]:
