@@ -29,7 +29,8 @@ from enclave_admission.state import State
 from enclave_admission.tenants import validation as tenants
 
 Handler = Callable[[AdmissionRequest, State], Decision | Awaitable[Decision]]
-"""A decision from memory, or (quota reservations, which write a ledger) an awaitable of one."""
+"""A decision from memory, or an awaitable of one (quota reservations, which write a ledger; a request in a
+tenant namespace whose rules are not published yet, which waits for them)."""
 
 NAMESPACES_MUTATE: Final = "/namespaces/mutate"
 NAMESPACES: Final = "/namespaces"
@@ -67,8 +68,8 @@ ROUTES: Final[dict[str, Handler]] = {
     GLOBAL_RESOURCE_QUOTAS: globalquotas.validate_quota,
     RESOURCE_POOL_CLAIMS: pools.validate_claim,
     RESOURCE_POOL_CLAIMS_MUTATE: pool_mutation.mutate,
-    RESOURCES_MUTATE: rules_mutation.mutate,
-    RESOURCES: rules_validation.validate,
+    RESOURCES_MUTATE: rules_mutation.answer,
+    RESOURCES: rules_validation.answer,
 }
 """Path -> decision. ``/namespaces/mutate``, ``/resourcepoolclaims/mutate``, ``/replication/mutate`` and
 ``/resources/mutate`` mutate; every other path only validates."""

@@ -8,6 +8,7 @@ not once per request.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import re
@@ -43,6 +44,13 @@ RESERVATION_TTL = 30.0
 Long enough for the tenants controller to see the namespace and publish (normally well under a second); short
 enough that a namespace admitted here but refused by a later webhook does not hold a quota slot for long.
 """
+
+
+RULES_WAIT = 2.0
+"""Seconds a request in a tenant namespace the Rules snapshot does not name waits for a snapshot that does
+before it is refused: a namespace's rules are published milliseconds after it is created, and an
+administrator's objects created right behind it should be judged, not refused. Well under the hooks' 5 s
+timeout, with the mutating hook's own wait before the validating hook's."""
 
 
 class Role(enum.Enum):
@@ -205,6 +213,8 @@ class State:
         self.rules = RulesSnapshot()
         self.rules_received = False
         self._rule_sets: dict[str, NamespaceSet] = {}
+        self._rules_arrival: asyncio.Future[None] | None = None
+        self.rules_wait = RULES_WAIT
         self.config: EffectiveConfiguration | None = None
         self.tenancy = TenancySnapshot()
         self.tenancy_received = False
@@ -268,6 +278,38 @@ class State:
         self.rules = rules
         self.rules_received = True
         self._rule_sets = {}
+        arrival = self._rules_arrival
+        if arrival is not None and not arrival.done():
+            arrival.set_result(None)
+
+    def knows_rules(self, namespace: str) -> bool:
+        """Whether the Rules snapshot names this tenant namespace (with rules or without). A tenant namespace
+        it does not name is one whose rules are not published yet (just created) or are gone (its tenant was
+        deleted): requests there are refused, never judged as if it had no rules. True without a tenants
+        component (there are no tenant rules at all) and with a publisher that does not name namespaces
+        without rules (:attr:`RulesSnapshot.complete`)."""
+        rules = self.rules
+        return not self.expect_rules or not rules.complete or namespace in rules.known
+
+    async def wait_for_rules(self, namespace: str) -> bool:
+        """Wait at most :attr:`rules_wait` seconds for a Rules snapshot that names ``namespace``; whether it came.
+        For the moments between a namespace's creation and its rules' publication (normally milliseconds):
+        an administrator's ``kubectl create namespace`` followed at once by its objects is decided, not refused.
+        Every waiting request waits on one shared future, resolved by the next snapshot."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.rules_wait
+        while not self.knows_rules(namespace):
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            arrival = self._rules_arrival
+            if arrival is None or arrival.done():
+                arrival = self._rules_arrival = loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(arrival), left)
+            except TimeoutError:
+                return self.knows_rules(namespace)
+        return True
 
     def rule_set(self, namespace: str) -> NamespaceSet:
         """The namespace's rules, compiled on first use after each Rules snapshot (CEL programs, matchers,

@@ -11,10 +11,20 @@ so a mutation can never produce an object the rules deny without that denial say
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.rules import exempt, metadata, workloads
 from enclave_admission.rules.engine import Review
+from enclave_admission.rules.validation import NO_RULES_FOR_NAMESPACE, finalizers_only, once_named
 from enclave_admission.state import State
+
+
+def answer(request: AdmissionRequest, state: State) -> Decision | Awaitable[Decision]:
+    """The ``/resources/mutate`` route: :func:`mutate`, except that a request in a tenant namespace the Rules
+    snapshot does not name yet is mutated once it does (its managed values and defaults set, as the validating
+    hook will expect); after :attr:`State.rules_wait` it is left unchanged for the validating hook to refuse."""
+    return once_named(mutate, request, state)
 
 
 def mutate(request: AdmissionRequest, state: State) -> Decision:
@@ -22,6 +32,8 @@ def mutate(request: AdmissionRequest, state: State) -> Decision:
         return Decision.allow("NotGoverned")
     if exempt.exemption(request, state):
         return Decision.allow("NotGoverned")
+    if not state.knows_rules(request.namespace) and not finalizers_only(request):
+        return Decision.allow(NO_RULES_FOR_NAMESPACE)  # nothing to set; the validating hook refuses it
     rules = state.rule_set(request.namespace)
     if not rules.managed and not rules.mutations:
         return Decision.allow("NoMutations", tenant=rules.tenant)
