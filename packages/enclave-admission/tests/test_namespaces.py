@@ -364,3 +364,19 @@ def test_request_parsing_keeps_subresource_and_dry_run() -> None:
     assert isinstance(parsed, AdmissionRequest)
     assert parsed.sub_resource == "finalize"
     assert parsed.dry_run
+
+
+# -- force-finalizing ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("finalizers", [[], ["kubernetes", "example.com/hold"]])
+def test_tenant_user_cannot_change_spec_finalizers(finalizers: list[str]) -> None:
+    state = make_state([SOLAR])
+    old = {**tenant_namespace("solar-a", SOLAR), "spec": {"finalizers": ["kubernetes"]}}
+    new = {**old, "spec": {"finalizers": finalizers}}
+    decision = validation.validate(request(ALICE, "UPDATE", new, old, sub_resource="finalize"), state)
+    assert not decision.allowed
+    assert decision.reason == "NamespaceFinalizersImmutable"
+    unchanged = validation.validate(request(ALICE, "UPDATE", old, old, sub_resource="finalize"), state)
+    assert unchanged.allowed
+    assert validation.validate(request(ADMIN, "UPDATE", new, old, sub_resource="finalize"), state).allowed

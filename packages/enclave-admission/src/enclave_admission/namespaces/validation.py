@@ -7,8 +7,9 @@ every one of them can rewrite labels and owner references. Who is asking decides
   is not cordoned, the name is not protected and carries the tenant prefix when forced, no forbidden label or
   annotation is set, and the tenant's namespace quota has room;
 * tenant users (and service accounts of tenant namespaces) changing or deleting: only namespaces of their own
-  tenants, never the tenant label, the owner references or the node-selector annotation; owners may not set
-  forbidden metadata; no deletions in a cordoned tenant;
+  tenants, never the tenant label, the owner references, the node-selector annotation or ``spec.finalizers``
+  (``namespaces/finalize``, see :func:`_finalizers`); owners may not set forbidden metadata; no deletions in a
+  cordoned tenant;
 * administrators: the tenant label names an existing tenant, the owner reference agrees with it, and a tenant
   receiving a namespace has quota left;
 * everyone else passes untouched.
@@ -119,11 +120,41 @@ def _update(request: AdmissionRequest, state: State, subject: Subject) -> Decisi
             "managed by Enclave; tenant users cannot change it",
             tenant=tenant_name,
         )
+    refused = _finalizers(request, tenant_name)
+    if refused is not None:
+        return refused
     if subject.role is Role.TENANT_USER and tenant is not None:
         refused = _forbidden_metadata(request, state, tenant, created=False)
         if refused is not None:
             return refused
     return Decision.allow("Allowed", tenant=tenant_name)
+
+
+def _spec_finalizers(obj: object) -> list[object]:
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    found = spec.get("finalizers") if isinstance(spec, dict) else None
+    return list(found) if isinstance(found, list) else []
+
+
+def _finalizers(request: AdmissionRequest, tenant_name: str) -> Decision | None:
+    """Tenant users may not change a namespace's ``spec.finalizers`` (only ``namespaces/finalize`` can).
+
+    ``kubernetes`` there is the namespace controller's promise to delete everything in the namespace before the
+    namespace goes. Removed by hand (a force-finalize), the namespace leaves etcd at once while its objects
+    stay behind, orphaned: no namespace, so no tenant label, no rules, no quota to count them, and a namespace of
+    the same name created later inherits them. Adding one is refused too: a namespace its owner can no longer
+    delete, nor finish deleting, stalls its tenant's deletion until an administrator steps in. Administrators
+    and the control plane (which removes ``kubernetes`` once the namespace is empty) are not tenant users."""
+    before, after = _spec_finalizers(request.old), _spec_finalizers(request.obj)
+    if before == after:
+        return None
+    return Decision.deny(
+        "NamespaceFinalizersImmutable",
+        f"tenant users cannot change spec.finalizers of namespace {request.name!r} (namespaces/finalize; it is "
+        f"{before!r}): a namespace finalized by hand vanishes while its objects stay behind, out of every rule and "
+        "quota; delete the namespace instead, and the control plane removes its finalizers once it is empty",
+        tenant=tenant_name,
+    )
 
 
 def _delete(request: AdmissionRequest, state: State, subject: Subject) -> Decision:
