@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from enclave_admission.quotas.index import QuotaIndex
 from enclave_admission.rules.compiled import EMPTY, NamespaceSet, compile_namespace
 from enclave_core.api.configuration import ForbiddenMetadata
 from enclave_core.ledger import DEFAULT_TTL, LedgerClient
+from enclave_core.patterns import Pattern, PatternError, compile_pattern
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
@@ -106,7 +106,7 @@ class Keys:
     """Forbidden metadata keys, compiled once: exact names and a regular expression searched in the key."""
 
     exact: frozenset[str]
-    regex: re.Pattern[str] | None
+    regex: Pattern | None
 
     def refuses(self, key: str) -> str:
         """Why ``key`` is refused (empty when it is not)."""
@@ -121,14 +121,15 @@ NO_KEYS = Keys(frozenset(), None)
 
 
 @lru_cache(maxsize=1024)
-def compile_regex(pattern: str) -> re.Pattern[str] | None:
-    """Compile once per pattern; an empty pattern, or one that does not compile, matches nothing (the webhook
-    refuses such configurations, so this only guards against an object admitted while the webhook was down)."""
+def compile_regex(pattern: str) -> Pattern | None:
+    """Compile on the linear-time engine (cached there); an empty pattern, or one that does not compile, matches
+    nothing (the webhook refuses such configurations, so this only guards against an object admitted while the
+    webhook was down)."""
     if not pattern:
         return None
     try:
-        return re.compile(pattern)
-    except re.error:
+        return compile_pattern(pattern)
+    except PatternError:
         log.warning("ignoring a regular expression that does not compile", extra={"pattern": pattern})
         return None
 
@@ -223,7 +224,7 @@ class State:
         self.expect_globalquotas = expect_globalquotas
         self.globalquotas_received = False
         self.reservations = Reservations()
-        self.protected_namespaces: re.Pattern[str] | None = None
+        self.protected_namespaces: Pattern | None = None
         self.node_labels = NO_KEYS
         self.node_annotations = NO_KEYS
         self._subjects: dict[tuple[str, tuple[str, ...]], Subject] = {}

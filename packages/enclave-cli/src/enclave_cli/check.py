@@ -28,7 +28,7 @@ from enclave_cli.documents import Document, InputError
 from enclave_cli.engine import Request, hooks, resource_of
 from enclave_cli.world import DEFAULT_NAMESPACE, TEST_KIND, World, compile_configuration
 from enclave_core.api import KINDS_BY_NAME
-from enclave_core.api.validation import rules_problems, service_configuration_problems
+from enclave_core.api.validation import rules_problems, service_configuration_problems, tenant_problems
 from enclave_tenants.plan import build_plan
 from enclave_tenants.policy import Policy
 
@@ -63,11 +63,14 @@ def _model_problems(document: Document) -> list[Problem]:
     if document.kind in ("Tenant", "RuleStatus"):
         parsed = info.model.model_validate(document.data)
         rules, where = (parsed.spec.rules, "spec.rules") if document.kind == "Tenant" else (parsed.spec, "spec")  # type: ignore[attr-defined]
+        problems = rules_problems(rules, where)
+        if document.kind == "Tenant":
+            problems += tenant_problems(parsed.spec)  # type: ignore[attr-defined]
         return [
             Problem(
                 document.path, document.line_of(_loc(problem.field)), f"{document.kind} {document.name!r}: {problem}"
             )
-            for problem in rules_problems(rules, where)
+            for problem in problems
         ]
     if document.kind == "ServiceConfiguration":
         spec = info.model.model_validate(document.data).spec  # type: ignore[attr-defined]
@@ -101,8 +104,8 @@ def _tenancy_problems(world: World) -> list[Problem]:
         for name, item in plans.items():
             document = by_kind[(kind, name)]
             for problem in item.problems:
-                if problem.reason == "InvalidSpec" and not problem.message.startswith("spec.namespaceOptions"):
-                    continue  # the model layer reported it, with the field's line
+                if problem.reason == "InvalidSpec":
+                    continue  # the model layer reported it (tenant_problems), with the field's line
                 field = problem.message.partition(":")[0]
                 line = document.line_of(tuple(field.split("."))) if "." in field else document.line
                 found.append(Problem(document.path, line, f"{kind} {name!r}: {problem.message} ({problem.reason})"))

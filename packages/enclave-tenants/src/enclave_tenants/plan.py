@@ -8,13 +8,13 @@ and makes "level-based" literal: the plan depends on nothing but the current obj
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from enclave_core.api.tenancy import ForbiddenList, Tenant, TenantOwner
+from enclave_core.api.validation import forbidden_problems
 from enclave_core.snapshots.tenancy import Forbidden, TenancySnapshot, TenantView
 from enclave_tenants import bindings as rb
 from enclave_tenants import namespaces as ns
@@ -136,11 +136,8 @@ def _validation_message(err: ValidationError) -> str:
 def _forbidden(value: ForbiddenList | None, where: str, problems: list[Problem]) -> Forbidden:
     if value is None:
         return Forbidden()
-    if value.denied_regex:
-        try:
-            re.compile(value.denied_regex)
-        except re.error as err:
-            problems.append(Problem(reason="InvalidSpec", message=f"{where}.deniedRegex: {err}"))
+    # The same check as the Tenant webhook's: a pattern the linear-time engine cannot compile.
+    problems += [Problem(reason="InvalidSpec", message=str(p)) for p in forbidden_problems(where, value)]
     return Forbidden(denied=list(value.denied or []), denied_regex=value.denied_regex)
 
 

@@ -12,7 +12,6 @@ the server.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from enclave_admission.rules import matching
 from enclave_admission.rules.matching import Grant, Matcher
 from enclave_core import cel
 from enclave_core.api.rules import AppliedRule, KindScope, MetadataMutation, MetadataRule, Mutation, WorkloadsPolicy
+from enclave_core.patterns import PatternError, compile_pattern
 from enclave_core.snapshots.rules import BudgetView, NamespaceRules
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 
@@ -236,9 +236,9 @@ def _areas(rule: AppliedRule) -> dict[str, Any]:
         workloads = enforce.workloads
         for entry in workloads.registries or ():
             try:
-                re.compile(entry.url)
-            except re.error as err:
-                raise ValueError(f"registries url {entry.url!r} does not compile: {err}") from err
+                compile_pattern(entry.url)
+            except PatternError as err:
+                raise ValueError(f"registries url {entry.url!r} does not compile: {err.reason}") from err
         placement = workloads.placement
         matching.matchers(workloads.schedulers)  # raise for a broken regular expression
         if placement is not None:

@@ -9,21 +9,22 @@ answer all of it with a sort and a walk, whatever the prefix lengths.
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from enclave_core.api.meta import ValueMatcher
+from enclave_core.patterns import Pattern, PatternError, compile_pattern
 
 Interval = tuple[int, int]
 """Inclusive first and last address, as integers."""
 
 
 class Matcher(NamedTuple):
-    """One ValueMatcher: exact values, and a regular expression the whole value must (or must not) match."""
+    """One ValueMatcher: exact values, and a regular expression the whole value must (or must not) match
+    (linear-time: :mod:`enclave_core.patterns`)."""
 
     exact: frozenset[str]
-    regex: re.Pattern[str] | None
+    regex: Pattern | None
     negate: bool
     text: str
     """For messages: how the matcher reads in the rule."""
@@ -33,7 +34,7 @@ class Matcher(NamedTuple):
             return True
         if self.regex is None:
             return False
-        return (self.regex.fullmatch(value) is not None) != self.negate
+        return self.regex.fullmatch(value) != self.negate
 
 
 def _text(matcher: ValueMatcher) -> str:
@@ -51,12 +52,12 @@ def matchers(values: Sequence[ValueMatcher] | None) -> tuple[Matcher, ...]:
     :mod:`enclave_admission.rules.compiled`)."""
     found = []
     for matcher in values or ():
-        regex: re.Pattern[str] | None = None
+        regex: Pattern | None = None
         if matcher.exp:
             try:
-                regex = re.compile(matcher.exp)
-            except re.error as err:
-                raise ValueError(f"regular expression {matcher.exp!r} does not compile: {err}") from err
+                regex = compile_pattern(matcher.exp)
+            except PatternError as err:
+                raise ValueError(f"regular expression {matcher.exp!r} does not compile: {err.reason}") from err
         found.append(Matcher(frozenset(matcher.exact or ()), regex, matcher.negate, _text(matcher)))
     return tuple(found)
 

@@ -44,7 +44,6 @@ item that yields a finding (through the same judge functions as before, so messa
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
@@ -53,6 +52,7 @@ from enclave_admission.rules import matching
 from enclave_admission.rules.compiled import CompiledRule, NamespaceSet
 from enclave_admission.rules.engine import Item, Review
 from enclave_core.api.rules import Toleration, WorkloadMutation, WorkloadsPolicy
+from enclave_core.patterns import Pattern, compile_pattern
 from enclave_core.quantity import Quantity
 
 CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
@@ -449,7 +449,7 @@ class _RulePlan:
         budgets = policy.disruption_budgets
         self.coverage = budgets is not None and budgets.required and kind in REPLICATED
         self.qos: frozenset[str] | None = frozenset(policy.qos_classes) if policy.qos_classes else None
-        self.registries: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] | None = None
+        self.registries: tuple[tuple[Pattern, tuple[str, ...]], ...] | None = None
         if policy.registries:
             self.registries = tuple(
                 (_pattern(entry.url), tuple(entry.pull_policies or ())) for entry in policy.registries
@@ -532,7 +532,7 @@ class _RulePlan:
             assert self.registries is not None
             reference, pull = box.reference, box.pull
             for pattern, pulls in self.registries:
-                if pattern.match(reference) is not None and (not pulls or not pull or pull in pulls):
+                if pattern.match(reference) and (not pulls or not pull or pull in pulls):
                     known = True
                     break
             if len(self.verdicts) >= 1024:
@@ -1012,21 +1012,14 @@ def _registry(item: Item, rule: CompiledRule, policy: WorkloadsPolicy, path: str
     _verdict(item, rule, matched, path, shown, f"registries {urls} with their pull policies")
 
 
-_PATTERNS: Final[dict[str, re.Pattern[str]]] = {}
-
-
-def _pattern(pattern: str) -> re.Pattern[str]:
-    """Patterns were compiled when the rule was (a broken one makes the whole rule broken); kept here by text."""
-    compiled = _PATTERNS.get(pattern)
-    if compiled is None:
-        if len(_PATTERNS) > 1024:
-            _PATTERNS.clear()
-        compiled = _PATTERNS[pattern] = re.compile(pattern)
-    return compiled
+def _pattern(pattern: str) -> Pattern:
+    """Patterns were compiled when the rule was (a broken one makes the whole rule broken); cached by text in
+    :func:`enclave_core.patterns.compile_pattern` (linear-time)."""
+    return compile_pattern(pattern)
 
 
 def _search(pattern: str, value: str) -> bool:
-    return _pattern(pattern).match(value) is not None
+    return _pattern(pattern).match(value)
 
 
 def _resources(

@@ -14,7 +14,9 @@
   on a Tenant admitted before this rule must not be blocked).
 * A Tenant's ``spec.rules[]`` and a RuleStatus' ``spec[]`` are refused when a rule cannot work: CEL that does
   not compile, a regular expression, CIDR, kind name or quantity that does not parse, each named by its field
-  (:func:`enclave_core.api.validation.rule_problems`, which the tenants controller also reports in status).
+  (:func:`enclave_core.api.validation.rule_problems`, which the tenants controller also reports in status);
+  so is a Tenant whose forbidden-metadata ``deniedRegex`` the linear-time engine cannot compile
+  (:func:`enclave_core.api.validation.tenant_problems`).
 * Tenant users may not write a RuleStatus: its ``spec`` rules come after the tenant's and the last matching
   rule decides, so writing one would be a way around every rule of the tenant.
 
@@ -36,7 +38,7 @@ from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.api.rules import RuleStatus
 from enclave_core.api.tenancy import Tenant
-from enclave_core.api.validation import Problem, rules_problems
+from enclave_core.api.validation import Problem, rules_problems, tenant_problems
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 
 _SYSTEM_NAMESPACES = ("kube-system",)
@@ -160,10 +162,12 @@ def _invalid_rules(request: AdmissionRequest) -> Decision | None:
         return _refuse(f"RuleStatus {request.namespace}/{request.name}", problems)
     if request.resource == "tenants":
         try:
-            problems = rules_problems(Tenant.model_validate(request.obj).spec.rules, "spec.rules")
+            spec = Tenant.model_validate(request.obj).spec
         except ValidationError:
             return None
-        return _refuse(f"Tenant {request.name}", problems)
+        return _refuse(f"Tenant {request.name}", rules_problems(spec.rules, "spec.rules")) or _refuse(
+            f"Tenant {request.name}", tenant_problems(spec), "InvalidSpec", "a pattern cannot work"
+        )
     return None
 
 
@@ -171,7 +175,10 @@ def _rules_of(obj: dict[str, Any] | None, resource: str) -> Any:
     spec = (obj or {}).get("spec")
     if resource == "rulestatuses":
         return spec
-    return spec.get("rules") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    options = spec.get("namespaceOptions") or {}
+    return spec.get("rules"), options.get("forbiddenLabels"), options.get("forbiddenAnnotations")
 
 
 def validate_rules(request: AdmissionRequest, state: State) -> Decision:
@@ -185,10 +192,12 @@ def validate_rules(request: AdmissionRequest, state: State) -> Decision:
     return _invalid_rules(request) or Decision.allow()
 
 
-def _refuse(what: str, problems: list[Problem]) -> Decision | None:
+def _refuse(
+    what: str, problems: list[Problem], reason: str = "InvalidRule", why: str = "a rule cannot work"
+) -> Decision | None:
     if not problems:
         return None
     listed = "; ".join(str(p) for p in problems[:MAX_PROBLEMS])
     if len(problems) > MAX_PROBLEMS:
         listed += f"; and {len(problems) - MAX_PROBLEMS} more"
-    return Decision.deny("InvalidRule", f"{what}: a rule cannot work: {listed}")
+    return Decision.deny(reason, f"{what}: {why}: {listed}")

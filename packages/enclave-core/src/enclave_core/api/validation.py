@@ -12,10 +12,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from enclave_core import cel
+from enclave_core import cel, patterns
 from enclave_core.api.configuration import MutatingAdmission, ServiceConfigurationSpec, ValidatingAdmission
 from enclave_core.api.meta import ApiModel, ValueMatcher
 from enclave_core.api.rules import RuleBody, Toleration, WorkloadMutation, WorkloadsPolicy
+from enclave_core.api.tenancy import ForbiddenList, TenantSpec
 from enclave_core.durations import parse_duration
 from enclave_core.quantity import Quantity
 from enclave_core.selectors import validate_label_key, validate_label_value
@@ -35,13 +36,12 @@ class Problem(ApiModel):
 
 
 def _regex_problem(field: str, pattern: str | None) -> list[Problem]:
+    """A pattern the linear-time engine (:mod:`enclave_core.patterns`) cannot compile, named by its field: the
+    object is refused whole rather than applied without the pattern."""
     if not pattern:
         return []
-    try:
-        re.compile(pattern)
-    except re.error as err:
-        return [Problem(field=field, message=f"invalid regular expression {pattern!r}: {err}")]
-    return []
+    why = patterns.problem(pattern)
+    return [Problem(field=field, message=why)] if why else []
 
 
 def service_configuration_problems(spec: ServiceConfigurationSpec) -> list[Problem]:
@@ -65,6 +65,22 @@ def service_configuration_problems(spec: ServiceConfigurationSpec) -> list[Probl
             if side is not None:
                 found += _admission_problems(f"spec.admission.{side_name}", side)
     return found
+
+
+def forbidden_problems(field: str, forbidden: ForbiddenList | None) -> list[Problem]:
+    """A Tenant's ``forbiddenLabels``/``forbiddenAnnotations`` (at ``field``) whose deniedRegex cannot work."""
+    return [] if forbidden is None else _regex_problem(f"{field}.deniedRegex", forbidden.denied_regex)
+
+
+def tenant_problems(spec: TenantSpec) -> list[Problem]:
+    """Everything the schema cannot check in a Tenant's spec outside its rules (:func:`rules_problems`): the
+    namespace options' forbidden-metadata patterns."""
+    options = spec.namespace_options
+    if options is None:
+        return []
+    return forbidden_problems("spec.namespaceOptions.forbiddenLabels", options.forbidden_labels) + forbidden_problems(
+        "spec.namespaceOptions.forbiddenAnnotations", options.forbidden_annotations
+    )
 
 
 def _admission_problems(path: str, side: MutatingAdmission | ValidatingAdmission) -> list[Problem]:

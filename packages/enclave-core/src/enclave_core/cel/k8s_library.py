@@ -14,7 +14,6 @@ the adapters turn them into CEL errors, so they surface as ordinary evaluation e
 from __future__ import annotations
 
 import datetime
-import functools
 import ipaddress
 import itertools
 import re
@@ -25,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from enclave_core.cel.errors import ErrorKind
 from enclave_core.cel.limits import MAX_REGEX_LENGTH, MAX_STRING_INPUT
+from enclave_core.patterns import Pattern, PatternError, compile_pattern
 from enclave_core.quantity import Quantity
 
 __all__ = [
@@ -218,14 +218,15 @@ def list_last_index_of(items: Sequence[Any], value: Any) -> int:
 # -- regex -----------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=512)
-def _regex(pattern: str) -> re.Pattern[str]:
+def _regex(pattern: str) -> Pattern:
+    """The pattern on the linear-time engine (:mod:`enclave_core.patterns`, RE2 like ``matches()``): a tenant's
+    expression and input cannot make ``find`` backtrack."""
     if len(pattern) > MAX_REGEX_LENGTH:
         raise LibraryError(ErrorKind.LIMIT, f"regular expression longer than {MAX_REGEX_LENGTH} characters")
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise _invalid(f"invalid regular expression {pattern!r}: {exc}") from None
+        return compile_pattern(pattern)
+    except PatternError as exc:
+        raise _invalid(str(exc)) from None
 
 
 def _check_input(text: str) -> None:
@@ -236,8 +237,7 @@ def _check_input(text: str) -> None:
 def regex_find(text: str, pattern: str) -> str:
     """``'abc'.find(re)``: the first match, or the empty string."""
     _check_input(text)
-    match = _regex(pattern).search(text)
-    return match.group(0) if match else ""
+    return _regex(pattern).find(text) or ""
 
 
 def regex_find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
@@ -245,7 +245,7 @@ def regex_find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
     _check_input(text)
     if limit == 0:
         return []
-    found = [m.group(0) for m in _regex(pattern).finditer(text)]
+    found = _regex(pattern).find_all(text)
     return found if limit < 0 else found[:limit]
 
 

@@ -23,7 +23,7 @@ MAX_COMPREHENSION_NESTING: Final = 3
 """Nested ``all``/``exists``/``map``/``filter``: three levels cover containers x env x values."""
 
 MAX_REGEX_LENGTH: Final = 1000
-"""Characters in a pattern given to ``find``/``findAll`` (Python ``re`` runs those)."""
+"""Characters in a pattern given to ``find``/``findAll`` (run by RE2, :mod:`enclave_core.patterns`)."""
 
 MAX_STRING_INPUT: Final = 1 << 20
 """Characters of input accepted by the Python-side string functions (regex, url)."""
