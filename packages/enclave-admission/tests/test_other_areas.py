@@ -70,7 +70,7 @@ def test_promotion_refusals() -> None:
     )
 
 
-def test_unchanged_promotion_label_and_non_tenant_users_pass() -> None:
+def test_unchanged_promotion_label_passes_and_only_owners_and_cluster_administrators_change_it() -> None:
     state = promotion_state()
     same = request(
         ALICE,
@@ -82,7 +82,38 @@ def test_unchanged_promotion_label_and_non_tenant_users_pass() -> None:
     )
     assert serviceaccounts.validate(same, state).allowed
     assert serviceaccounts.validate(promote(ADMIN, "builder"), state).allowed
-    assert serviceaccounts.validate(promote(user("ops"), "builder"), state).allowed
+    assert serviceaccounts.validate(promote(user("root", "system:masters"), "builder"), state).allowed
+    # anyone else with rights in the namespace (edit), Enclave's own accounts included, is refused
+    for who in (
+        user("ops"),
+        user("system:serviceaccount:enclave-system:enclave-replication", "system:serviceaccounts"),
+    ):
+        decision = serviceaccounts.validate(promote(who, "builder"), state)
+        assert decision.reason == "TenantNotOwned", who
+        assert "solar" not in decision.message.replace("solar-a", "")
+        demote = request(
+            who,
+            "UPDATE",
+            account("robot", "solar-a"),
+            account("robot", "solar-a", "true"),
+            resource="serviceaccounts",
+            namespace="solar-a",
+        )
+        assert serviceaccounts.validate(demote, state).reason == "TenantNotOwned"
+
+
+def test_outside_tenants_only_cluster_administrators_write_the_promotion_label() -> None:
+    state = promotion_state()
+    assert serviceaccounts.validate(promote(user("ops"), "ci", "tools"), state).reason == "NotATenantNamespace"
+    assert serviceaccounts.validate(promote(ADMIN, "ci", "tools"), state).reason == "NotATenantNamespace"
+    assert serviceaccounts.validate(promote(user("root", "system:masters"), "ci", "tools"), state).allowed
+
+
+def test_a_refusal_to_an_owner_of_another_tenant_does_not_name_the_tenant() -> None:
+    decision = serviceaccounts.validate(promote(user("bob", "enclave.dev"), "builder"), promotion_state())
+    assert decision.reason == "TenantNotOwned"
+    assert "another tenant" in decision.message
+    assert "solar" not in decision.message.replace("solar-a", "")
 
 
 def node(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, object]:

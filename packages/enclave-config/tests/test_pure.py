@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -122,6 +123,28 @@ def test_rbac_subjects_include_users_admins_and_promoted_accounts() -> None:
     ]
 
 
+def test_only_promoted_accounts_of_namespaces_a_tenant_lists_count() -> None:
+    """A label outside any tenant (or on an account whose namespace left its tenant) grants nothing."""
+
+    def account(namespace: str, name: str) -> dict[str, object]:
+        return {"metadata": {"namespace": namespace, "name": name, "labels": {"enclave.dev/promoted": "true"}}}
+
+    accounts = [
+        account("solar-dev", "ci"),
+        account("solar-dev", "deploy"),
+        account("tools", "ci"),
+        account("gone", "x"),
+    ]
+    tenants: list[dict[str, Any]] = [
+        {"metadata": {"name": "solar"}, "status": {"namespaces": ["solar-dev", "solar-prod"]}},
+        {"metadata": {"name": "fresh"}},  # no status yet
+        {"metadata": {"name": "oil"}, "status": {"namespaces": ["oil-a"]}},
+    ]
+    assert rbac.promoted_in_tenants(accounts, tenants) == [("solar-dev", "ci"), ("solar-dev", "deploy")]
+    assert rbac.promoted_in_tenants(accounts, []) == []
+    assert rbac.promoted_in_tenants([], tenants) == []
+
+
 def test_tls_plan_keeps_ca_and_renews_late_in_life() -> None:
     names = tls.service_names("svc", "ns")
     first = tls.plan({}, dns_names=names, ip_addresses=["127.0.0.1"], validity=timedelta(hours=3))
@@ -168,7 +191,6 @@ def test_tls_leaf_serves_and_authenticates_clients() -> None:
 
 
 def test_a_generated_object_holds_what_was_applied_whatever_the_server_defaulted() -> None:
-    from typing import Any
 
     from enclave_config.controller import _holds
 
@@ -224,3 +246,38 @@ def test_only_tenant_names_and_aggregated_owners_wake_the_configuration() -> Non
     controller.owners.items["o"] = {"metadata": {"name": "o"}, "spec": {"kind": "User", "name": "u", "aggregate": True}}
     controller._owners_changed("o")
     assert woken.is_set()
+
+
+def test_a_tenant_taking_or_dropping_a_promoted_accounts_namespace_wakes_the_configuration() -> None:
+    """The provisioner binding follows which promoted accounts live in tenant namespaces; other namespace
+    changes of a tenant's status wake nothing."""
+    from typing import Any, cast
+
+    from enclave_config.controller import ConfigController, Settings
+    from enclave_core.snapshots.hub import SnapshotHub
+
+    kube: Any = cast(Any, None)  # nothing here talks to the API: informers are fed by hand
+    controller = ConfigController(kube, Settings("c", "ns", timedelta(days=1)), SnapshotHub("t"), cast(Any, None))
+    woken = controller._trigger
+
+    def tenant(*namespaces: str) -> dict[str, object]:
+        return {"metadata": {"name": "a"}, "status": {"namespaces": list(namespaces)}}
+
+    controller.tenants.items["a"] = tenant("a-1")
+    controller._tenants_changed("a")
+    controller.promoted.items["a-2/ci"] = {"metadata": {"namespace": "a-2", "name": "ci"}}
+    controller._promoted_changed("a-2/ci")
+    assert controller._promoted_accounts() == []  # a-2 is no tenant's (yet)
+    woken.clear()
+    controller.tenants.items["a"] = tenant("a-1", "a-3")
+    controller._tenants_changed("a")
+    assert not woken.is_set(), "a namespace without promoted accounts changes no binding"
+    controller.tenants.items["a"] = tenant("a-1", "a-2", "a-3")
+    controller._tenants_changed("a")
+    assert woken.is_set()
+    assert controller._promoted_accounts() == [("a-2", "ci")]
+    woken.clear()
+    controller.tenants.items["a"] = tenant("a-1", "a-3")  # a-2 left the tenant
+    controller._tenants_changed("a")
+    assert woken.is_set()
+    assert controller._promoted_accounts() == []

@@ -29,9 +29,10 @@ Every choice scopes a hook as tightly as its rule allows:
   the tenant label, which later plugins do not change, and the validating hook sees the final object anyway.
   It receives only what it can change: administrators' and service users' creations, and their updates of
   namespaces with tenant metadata (``enclave.dev/assignable``).
-* **Promotion** only sees service accounts in tenant namespaces that carry the promotion label before or after
-  the change (objectSelector matches the old or the new object): other accounts never reach Enclave.
-  Fail-closed, since a promoted account can create namespaces.
+* **Promotion** only sees service accounts that carry the promotion label before or after the change
+  (objectSelector matches the old or the new object): other accounts never reach Enclave. It sees them in
+  every namespace, not only tenant namespaces: a label written outside a tenant would promote the account the
+  moment its namespace joins one. Fail-closed, since a promoted account can create namespaces.
 * **Tenants** are fail-closed: an outage must not let an accidental delete of a ``preventDeletion`` tenant
   cascade to its namespaces, nor a Tenant or TenantOwner name an owner the namespace hooks skip (a ``system:``
   user, a kube-system service account). Cluster-scoped, so the namespace exclusion would mean nothing; the
@@ -418,9 +419,8 @@ def webhooks(
             path=routes.SERVICE_ACCOUNTS,
             failure_policy="Fail",
             timeout_seconds=5,
-            namespace_selector=LabelSelector(
-                match_expressions=[LabelSelectorRequirement(key=TENANT_LABEL, operator="Exists")]
-            ),
+            # every namespace (but the system ones): a label written outside a tenant would promote the account
+            # the moment its namespace joins one, so only cluster administrators may write it there
             object_selector=LabelSelector(
                 match_expressions=[LabelSelectorRequirement(key=PROMOTED_LABEL, operator="Exists")]
             ),

@@ -92,6 +92,10 @@ class ConfigController:
         self._owner: list[JSON] | None = None
         self._tenant_names: frozenset[str] = frozenset()
         self._aggregated: frozenset[tuple[str, str]] = frozenset()
+        self._promoted_namespaces: frozenset[str] = frozenset()
+        """Namespaces holding a service account labelled promoted (a handful): which tenants' namespaces matter."""
+        self._homes: dict[str, frozenset[str]] = {}
+        """Tenant -> those of ``_promoted_namespaces`` its status lists: a change wakes a reconcile."""
         self._applied: dict[tuple[str, str], JSON] = {}
         """(kind, name) -> the body this replica last applied: what tells a changed desired state from drift."""
         base = f"/apis/{GROUP_VERSION}"
@@ -109,7 +113,11 @@ class ConfigController:
             for kind, path in {**ADMISSION_PATHS, **RBAC_PATHS}.items()
         }
         self.promoted = Informer(
-            kube, "/api/v1/serviceaccounts", label_selector=f"{PROMOTED_LABEL}=true", on_change=change, name="sa"
+            kube,
+            "/api/v1/serviceaccounts",
+            label_selector=f"{PROMOTED_LABEL}=true",
+            on_change=self._promoted_changed,
+            name="sa",
         )
         self.crds = Informer(kube, crds.CRD_PATH, label_selector=crds.PART_OF, on_change=change, name="crds")
         self._optional = [self.crds] if settings.manage_crds else []
@@ -128,11 +136,20 @@ class ConfigController:
     def _changed(self, _key: str) -> None:
         self._trigger.set()
 
-    def _tenants_changed(self, _key: str) -> None:
-        """Only the set of names is ours (``status.tenants``): a tenant's spec or status changing is not."""
+    def _tenants_changed(self, key: str) -> None:
+        """Only the set of names is ours (``status.tenants``), and which namespaces holding promoted service
+        accounts a tenant lists: a tenant's spec or the rest of its status changing is not. The check costs the
+        tenant's own namespaces, not every tenant's (a tenant's status moves on every namespace event)."""
         names = frozenset(self.tenants.items)
         if names != self._tenant_names:
             self._tenant_names = names
+            self._trigger.set()
+        homes = self._tenant_homes(self.tenants.get(key))
+        if homes != self._homes.get(key, frozenset()):
+            if homes:
+                self._homes[key] = homes
+            else:
+                self._homes.pop(key, None)
             self._trigger.set()
 
     def _owners_changed(self, _key: str) -> None:
@@ -141,6 +158,25 @@ class ConfigController:
         if aggregated != self._aggregated:
             self._aggregated = aggregated
             self._trigger.set()
+
+    def _promoted_changed(self, _key: str) -> None:
+        """A labelled service account came, went or changed: which tenants hold one is worked out again."""
+        namespaces = frozenset(sa["metadata"]["namespace"] for sa in self.promoted.values())
+        if namespaces != self._promoted_namespaces:
+            self._promoted_namespaces = namespaces
+            homes = {key: self._tenant_homes(tenant) for key, tenant in self.tenants.items.items()}
+            self._homes = {key: found for key, found in homes.items() if found}
+        self._trigger.set()
+
+    def _tenant_homes(self, tenant: JSON | None) -> frozenset[str]:
+        """The namespaces holding promoted accounts that ``tenant``'s status lists as its own."""
+        if tenant is None or not self._promoted_namespaces:
+            return frozenset()
+        listed = (tenant.get("status") or {}).get("namespaces") or ()
+        return frozenset(name for name in listed if name in self._promoted_namespaces)
+
+    def _promoted_accounts(self) -> list[tuple[str, str]]:
+        return rbac.promoted_in_tenants(self.promoted.values(), self.tenants.values())
 
     def set_leading(self, leading: bool) -> None:
         self.leading = leading
@@ -385,8 +421,7 @@ class ConfigController:
         return done
 
     async def _apply_rbac(self, current: EffectiveConfiguration) -> None:
-        promoted = [(sa["metadata"]["namespace"], sa["metadata"]["name"]) for sa in self.promoted.values()]
-        desired = rbac.render(current, promoted)
+        desired = rbac.render(current, self._promoted_accounts())
         wanted: dict[str, set[str]] = {kind: set() for kind in RBAC_PATHS}
         for body in desired:
             kind, name = body["kind"], body["metadata"]["name"]
@@ -416,14 +451,11 @@ class ConfigController:
 
     def _service_users(self, current: EffectiveConfiguration) -> list[Entity]:
         """Who ``opts.serviceUsers`` sends: ``status.users`` plus, with promotion on, the promoted service
-        accounts (tenant owners admission fences like any tenant user)."""
+        accounts that count (tenant owners admission fences like any tenant user)."""
         users = self._status_users(current)
         if current.spec.allow_service_account_promotion:
-            for sa in sorted(self.promoted.values(), key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
-                entity = Entity(
-                    kind="ServiceAccount",
-                    name=f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}",
-                )
+            for namespace, name in self._promoted_accounts():
+                entity = Entity(kind="ServiceAccount", name=f"system:serviceaccount:{namespace}:{name}")
                 if entity not in users:
                     users.append(entity)
         return users

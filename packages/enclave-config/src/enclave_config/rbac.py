@@ -7,6 +7,7 @@ tenant namespace, so an owner can delete only namespaces of their own tenants.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from enclave_config.webhooks import MANAGED_BY, MANAGER
@@ -30,8 +31,31 @@ def _labels() -> dict[str, str]:
     return {MANAGED_BY: MANAGER}
 
 
+def promoted_in_tenants(accounts: Iterable[JSON], tenants: Iterable[JSON]) -> list[tuple[str, str]]:
+    """``(namespace, name)`` of the promoted service accounts that count, sorted: labelled (``accounts``, the
+    ServiceAccounts listed by the promotion label) *and* in a namespace some Tenant's ``status.namespaces``
+    lists. enclave-tenants writes that list from the namespaces' tenant label, and only it may write Tenant
+    status. An account labelled in a namespace of no tenant gets nothing (admission lets only cluster
+    administrators write the label there, but a label from before Enclave, or one in a namespace the hook
+    excludes, must not grant cluster-wide namespace creation either), and an account whose namespace leaves
+    its tenant loses its binding when the tenant's status drops the namespace."""
+    wanted: dict[str, list[str]] = {}
+    for account in accounts:
+        meta = account.get("metadata") or {}
+        if meta.get("namespace") and meta.get("name"):
+            wanted.setdefault(meta["namespace"], []).append(meta["name"])
+    if not wanted:
+        return []
+    found: list[tuple[str, str]] = []
+    for tenant in tenants:
+        for namespace in (tenant.get("status") or {}).get("namespaces") or ():
+            found.extend((namespace, name) for name in wanted.pop(namespace, ()))
+    return sorted(found)
+
+
 def render(config: EffectiveConfiguration, promoted_service_accounts: list[tuple[str, str]]) -> list[JSON]:
-    """ClusterRoles and the provisioner ClusterRoleBinding, in apply order."""
+    """ClusterRoles and the provisioner ClusterRoleBinding, in apply order. ``promoted_service_accounts`` are
+    those that count (:func:`promoted_in_tenants`)."""
     rbac = config.spec.rbac
     roles: list[JSON] = [
         {

@@ -2,17 +2,38 @@
 
 With ``allowServiceAccountPromotion``, a tenant owner labels a service account of one of its tenant's
 namespaces ``enclave.dev/promoted=true``; the tenants controller then lists the account among the tenant's
-owners and the config component grants it the promotion cluster roles. Because a promoted account can create
-namespaces, the label is a privilege: only owners of the namespace's tenant may add, change or remove it, and
-a promoted account (``TenantView.promoted``) may not, so promotion cannot spread from account to account.
-Administrators and everyone else pass untouched.
+owners and the config component grants it the promotion cluster roles, namespace creation among them. The
+label is therefore a privilege, and who may write it is an allow-list, not a deny-list: anyone with ``edit``
+in a namespace can patch its service accounts, so "not a tenant user, let it through" made every such user
+(an owner's colleague given ``edit``, a CI account) able to mint a tenant owner. Only these may add, change
+or remove the label:
+
+* owners of the namespace's tenant (``spec.owners``, TenantOwners, and ``administrators``, whom the
+  specification makes owners of every tenant), but not a promoted account (``TenantView.promoted``), so
+  promotion cannot spread from account to account;
+* ``system:masters`` (break-glass cluster administrators, who bypass RBAC anyway), in any namespace;
+* users in ``ignoreUserWithGroups``, whom the specification says the service ignores.
+
+Everyone else is refused, Enclave's own service accounts included: no component labels service accounts, and
+enclave-replication writes what tenants' TenantResources ask for, so its account must not be a way in.
+
+The hook sees service accounts carrying the label in *every* namespace, not only tenant namespaces: a label
+written in a namespace outside any tenant would make the account a tenant owner the moment an administrator
+moves the namespace into a tenant, without any owner having agreed. In a namespace of no tenant, only
+``system:masters`` and ignored users may write it (the config component binds nothing to such an account
+either, :mod:`enclave_config.rbac`).
+
+A refusal to a tenant user never names a tenant the user does not own ("another tenant"): tenants must not
+learn each other's names from admission answers.
 """
 
 from __future__ import annotations
 
 from enclave_admission.review import AdmissionRequest, Decision
-from enclave_admission.state import State
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL, SERVICE_ACCOUNT_PREFIX, entity_matches
+from enclave_admission.state import Role, State, Subject
+from enclave_core.snapshots.tenancy import PROMOTED_LABEL, entity_matches
+
+CLUSTER_ADMINISTRATORS = "system:masters"
 
 
 def validate(request: AdmissionRequest, state: State) -> Decision:
@@ -30,36 +51,39 @@ def validate(request: AdmissionRequest, state: State) -> Decision:
     before, after = request.old_labels.get(PROMOTED_LABEL), request.labels.get(PROMOTED_LABEL)
     if before == after:
         return Decision.allow("PromotionUnchanged")
-    if not subject.tenant_subject and not _same_namespace_account(request):
-        return Decision.allow("NotATenantUser")
+    if CLUSTER_ADMINISTRATORS in request.groups:
+        return Decision.allow("ClusterAdministrator")
+    if subject.role is Role.IGNORED:
+        return Decision.allow("IgnoredUser")
     account = f"{request.namespace}/{request.name}"
     tenant = state.tenancy.namespace_owner.get(request.namespace, "")
     assert state.config is not None
     if not state.config.spec.allow_service_account_promotion:
         return Decision.deny(
             "PromotionDisabled",
-            f"cannot set label {PROMOTED_LABEL} on service account {account}: service-account promotion is "
+            f"cannot change label {PROMOTED_LABEL} on service account {account}: service-account promotion is "
             "disabled (spec.allowServiceAccountPromotion)",
             tenant=tenant,
         )
-    if subject.is_service_account and any(
-        entity_matches(entity, request.username, request.groups) for owned in subject.owned for entity in owned.promoted
-    ):
+    if not tenant:
+        return Decision.deny(
+            "NotATenantNamespace",
+            f"service account {account} is not in a tenant namespace: only accounts of tenant namespaces can be "
+            f"promoted, and label {PROMOTED_LABEL} outside them only by a cluster administrator (system:masters)",
+        )
+    if _promoted(subject, request):
         return Decision.deny(
             "PromotedCannotPromote",
             f"{request.username} is a promoted service account and cannot change label {PROMOTED_LABEL} on "
             f"{account}: only tenant owners can",
             tenant=tenant,
         )
-    if not tenant:
-        return Decision.deny(
-            "NotATenantNamespace",
-            f"service account {account} is not in a tenant namespace; only those can be promoted",
-        )
-    if tenant not in subject.owned_names:
+    if subject.role is not Role.ADMINISTRATOR and tenant not in subject.owned_names:
+        why = f"{request.namespace} belongs to another tenant" if subject.owned else "you own no tenant"
         return Decision.deny(
             "TenantNotOwned",
-            f"only owners of tenant {tenant} may change label {PROMOTED_LABEL} on service account {account}",
+            f"only owners of the namespace's tenant may change label {PROMOTED_LABEL} on service account "
+            f"{account} (rights in the namespace are not enough): {why}",
             tenant=tenant,
         )
     if after is not None and after != "true":
@@ -69,10 +93,8 @@ def validate(request: AdmissionRequest, state: State) -> Decision:
     return Decision.allow("Promoted" if after else "Demoted", tenant=tenant)
 
 
-def _same_namespace_account(request: AdmissionRequest) -> bool:
-    """A service account changing an account of its own namespace. The hook's namespaceSelector only sends
-    tenant namespaces, so the requester is a tenant service account even while the snapshot does not show its
-    namespace yet (just created): it is checked as one (and refused until the snapshot knows the tenant)
-    instead of passing as an unknown user."""
-    prefix = f"{SERVICE_ACCOUNT_PREFIX}{request.namespace}:"
-    return bool(request.namespace) and request.username.startswith(prefix)
+def _promoted(subject: Subject, request: AdmissionRequest) -> bool:
+    """The requester is an owner only as a promoted service account (of any tenant it owns)."""
+    return subject.is_service_account and any(
+        entity_matches(entity, request.username, request.groups) for owned in subject.owned for entity in owned.promoted
+    )
