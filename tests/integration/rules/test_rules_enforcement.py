@@ -253,7 +253,7 @@ def test_storage_fence_and_volume_labels(stack: Stack) -> None:
 
     eventually_refused(
         lambda: core.create_namespaced_persistent_volume_claim(namespace, claim(unique("c"), theirs)),
-        "belongs to tenant someone-else",
+        "belongs to another tenant",
     )
 
     def pooled_claim() -> bool:

@@ -172,7 +172,9 @@ def _delete(request: AdmissionRequest, state: State, subject: Subject) -> Decisi
 
 
 def _not_yours(subject: Subject, name: str, tenant_name: str, action: str) -> Decision:
-    where = f"tenant {tenant_name!r}" if tenant_name else "no tenant"
+    # a tenant user learns nothing of other tenants, their names included (the deny Event, in Enclave's
+    # namespace, keeps the name for operators)
+    where = "another tenant" if tenant_name else "no tenant"
     mine = ", ".join(subject.owned_names or ([subject.home_tenant] if subject.home_tenant else [])) or "none"
     return Decision.deny(
         "NamespaceNotOwned",

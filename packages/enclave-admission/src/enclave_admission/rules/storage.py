@@ -46,7 +46,7 @@ def judge(review: Review, state: State) -> None:
             Finding(
                 True,
                 "tenant fence",
-                f"{path}={volume!r}: PersistentVolume {volume} belongs to tenant {owner}, not to tenant {tenant}",
+                f"{path}={volume!r}: PersistentVolume {volume} belongs to another tenant, not to tenant {tenant}",
             )
         )
         return
