@@ -96,6 +96,30 @@ def test_ordered_queue_blocks_later_claims_for_the_same_resources_only() -> None
     assert plan.verdicts["n1/pods"].reason == p.BOUND
 
 
+def test_a_queued_claims_status_names_only_its_own_tenants_claims() -> None:
+    """The pool is shared by two tenants: what blocks a claim of tenant solar is named when it is solar's and
+    counted when it is oil's (a claim's status is for its namespace's users)."""
+
+    def tenant_ns(name: str, tenant: str) -> JSON:
+        return {"metadata": {"name": name, "labels": {"team": "a", "enclave.dev/tenant": tenant}}}
+
+    namespaces = [tenant_ns("oil-a", "oil"), tenant_ns("solar-a", "solar"), tenant_ns("solar-b", "solar")]
+    claims = [
+        claim("oil-a", "secret-project", {"requests.cpu": "3"}, second=1),
+        claim("solar-b", "big", {"requests.memory": "3Gi"}, second=2),
+        claim("solar-a", "small", {"requests.cpu": "1", "requests.memory": "1Gi"}, second=3),
+    ]
+    committed = claim("oil-a", "held", {"requests.cpu": "2", "requests.memory": "2Gi"})
+    hard = {"requests.cpu": "4", "requests.memory": "4Gi"}
+    pools = [pool("p", hard, claims=[record(committed)], config={"orderedQueue": True})]
+    plan = p.build_plan(pools, [*claims, committed], namespaces)
+    message = plan.verdicts["solar-a/small"].message
+    assert plan.verdicts["solar-a/small"].reason == p.QUEUE_EXHAUSTED
+    assert "queued behind solar-b/big, 1 claim outside your tenant for requests.cpu, requests.memory" in message
+    assert "oil" not in message
+    assert "secret-project" not in message
+
+
 def test_a_released_claim_makes_room_for_the_next_waiting_one() -> None:
     held = claim("n1", "held", {"requests.cpu": "4"}, second=1)
     waiting = claim("n2", "waiting", {"requests.cpu": "3"}, second=2)

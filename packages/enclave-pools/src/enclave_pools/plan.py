@@ -30,6 +30,7 @@ from enclave_core.resourcenames import resource_list_problems
 from enclave_core.resourcequota import spec_problems
 from enclave_core.selectors import matches_any
 from enclave_core.snapshots.pools import BoundClaim, NamespaceQuota, PoolsSnapshot, PoolView
+from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 JSON = dict[str, Any]
 Amounts = dict[str, Quantity]
@@ -339,14 +340,25 @@ def build_plan(pools: Iterable[JSON], claims: Iterable[JSON], namespaces: Iterab
     terminating = {
         str(ns["metadata"]["name"]) for ns in namespace_list if (ns.get("metadata") or {}).get("deletionTimestamp")
     }
+    tenant_of = {
+        str(ns["metadata"]["name"]): str(((ns.get("metadata") or {}).get("labels") or {}).get(TENANT_LABEL, ""))
+        for ns in namespace_list
+    }
     for pool in plans.values():
-        _bind(pool, by_uid, waiting.get(pool.name, []), verdicts)
+        _bind(pool, by_uid, waiting.get(pool.name, []), verdicts, tenant_of)
         _quotas(pool, terminating)
     return Plan(pools=plans, verdicts=verdicts, claims=by_key)
 
 
-def _bind(pool: PoolPlan, by_uid: Mapping[str, Claim], waiting: list[Claim], verdicts: dict[str, Verdict]) -> None:
-    """Resize bound claims, then bind waiting ones in order while they fit (and the queue allows)."""
+def _bind(
+    pool: PoolPlan,
+    by_uid: Mapping[str, Claim],
+    waiting: list[Claim],
+    verdicts: dict[str, Verdict],
+    tenant_of: Mapping[str, str],
+) -> None:
+    """Resize bound claims, then bind waiting ones in order while they fit (and the queue allows).
+    ``tenant_of`` (namespace -> tenant label) keeps a claim's status to its own tenant's names."""
     hard = pool.hard
     if pool.spec is None or pool.problems or pool.deleting:
         _bound_verdicts(pool, by_uid, verdicts)
@@ -368,7 +380,7 @@ def _bind(pool: PoolPlan, by_uid: Mapping[str, Claim], waiting: list[Claim], ver
             lacking = sorted(key for key in claim.request if key in blocked)
             verdicts[claim.key] = Verdict(
                 QUEUE_EXHAUSTED,
-                f"queued behind {', '.join(holders)} for {', '.join(lacking)} "
+                f"queued behind {_holders(claim, holders, tenant_of)} for {', '.join(lacking)} "
                 f"(pool {pool.name} serves claims in order, config.orderedQueue)",
                 pool=pool.name,
             )
@@ -389,6 +401,26 @@ def _bind(pool: PoolPlan, by_uid: Mapping[str, Claim], waiting: list[Claim], ver
             short[key] = short.get(key, Quantity(0)) + claim.request[key]
     pool.exhaustions = {key: (available.get(key, Quantity(0)), wanted) for key, wanted in sorted(short.items())}
     _bound_verdicts(pool, by_uid, verdicts)
+
+
+def _holders(claim: Claim, holders: list[str], tenant_of: Mapping[str, str]) -> str:
+    """The claims ``claim`` waits behind, as its status may say them: a claim's status is readable by everyone
+    with access to its namespace, so it names only claims of the same namespace or of the same tenant, and
+    counts the others (a pool shared between tenants must not tell one tenant the namespaces and claim names
+    of another)."""
+    tenant = tenant_of.get(claim.namespace, "")
+    named: list[str] = []
+    others = 0
+    for key in holders:
+        namespace = key.partition("/")[0]
+        if namespace == claim.namespace or (tenant and tenant_of.get(namespace, "") == tenant):
+            named.append(key)
+        else:
+            others += 1
+    if others:
+        where = "your tenant" if tenant else "this namespace"
+        named.append(f"1 claim outside {where}" if others == 1 else f"{others} claims outside {where}")
+    return ", ".join(named)
 
 
 def _bound_verdicts(pool: PoolPlan, by_uid: Mapping[str, Claim], verdicts: dict[str, Verdict]) -> None:
