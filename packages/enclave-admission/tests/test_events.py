@@ -85,3 +85,10 @@ async def test_new_event_objects_per_user_are_rate_limited() -> None:
     deny.post(request(ALICE, "CREATE", namespace("later")), DENIED, "enclave-system")
     await drain(deny)
     assert recorder.created[-1][0].startswith("later.")
+
+
+def test_a_denial_event_names_the_tenant_the_refusal_leaves_out() -> None:
+    deny = DenyEvents(FakeRecorder(), clock=Clock())
+    refusal = Decision.deny("NamespaceNotOwned", "it belongs to another tenant", tenant="oil")
+    deny.post(request(ALICE, "DELETE", None, namespace("oil-a")), refusal, "enclave-system")
+    assert "(tenant oil) denied: it belongs to another tenant" in deny.queue.get_nowait().message

@@ -94,8 +94,11 @@ class DenyEvents:
         self.queue: asyncio.Queue[_Record] = asyncio.Queue(self.capacity)
 
     def post(self, request: AdmissionRequest, decision: Decision, namespace: str) -> None:
-        """Record a denial of ``request``; never blocks, never raises, never writes for a dry run."""
-        self.record(request, decision.reason or "Denied", f"denied: {decision.message}", namespace)
+        """Record a denial of ``request``; never blocks, never raises, never writes for a dry run. The Event
+        names the tenant the decision concerns: the refusal a tenant user reads does not when the tenant is not
+        theirs, and operators reading Enclave's events namespace still need to know."""
+        tenant = f"(tenant {decision.tenant}) " if decision.tenant else ""
+        self.record(request, decision.reason or "Denied", f"{tenant}denied: {decision.message}", namespace)
 
     def audit(self, request: AdmissionRequest, decision: Decision, namespace: str) -> None:
         """Record what ``audit`` rules matched (reason ``RuleAudit``, one Event per finding, aggregated and
