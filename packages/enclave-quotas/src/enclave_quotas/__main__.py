@@ -13,7 +13,7 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, add_resync_flag, check_resync_flag, env_default
+from enclave_core.runtime.options import add_common_flags, add_resync_flag, check_resync_flag, env_default, env_flag
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_quotas.controller import DEFAULT_CONFIGURATION, MANAGER, QuotasController, Settings
@@ -37,6 +37,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env_default("ENCLAVE_WEBHOOK_NAME", "quotas.enclave.dev"),
         help="the generic quota hook whose rules this component sets (env ENCLAVE_WEBHOOK_NAME)",
     )
+    parser.add_argument(
+        "--metrics-tenant-labels",
+        action=argparse.BooleanOptionalAction,
+        default=env_flag("ENCLAVE_METRICS_TENANT_LABELS", False),
+        help="expose per-quota metrics of namespaced CustomQuotas and per-claim metrics "
+        "(options.emitMetricPerClaimUsage), whose labels carry tenants' namespace and object names, to whoever "
+        "can scrape /metrics; off: only cluster-scoped GlobalCustomQuotas get series (env "
+        "ENCLAVE_METRICS_TENANT_LABELS)",
+    )
     args = parser.parse_args(argv)
     args.resync_seconds = check_resync_flag(parser, args)
     return args
@@ -52,6 +61,7 @@ async def body(process: component.Component) -> None:
         webhook_configuration=args.webhook_configuration or DEFAULT_CONFIGURATION,
         webhook_name=args.webhook_name,
         resync_seconds=args.resync_seconds,
+        metrics_tenant_labels=args.metrics_tenant_labels,
     )
     controller = QuotasController(kube, settings, hub, EventRecorder(kube, MANAGER))
     process.state["controller"] = controller

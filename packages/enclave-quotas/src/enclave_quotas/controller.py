@@ -72,6 +72,9 @@ class Settings:
     """Least time between two folds of one ledger (each fold is a write admission may conflict with)."""
     rediscover_seconds: float = 5.0
     """While a source does not resolve: how often discovery is re-read."""
+    metrics_tenant_labels: bool = False
+    """Series whose labels carry tenants' names (namespaced CustomQuotas, per-claim usage): ``/metrics`` may be
+    scraped by anyone the NetworkPolicy lets in, tenants' pods included, so they are opt-in."""
 
 
 def _number(value: Quantity) -> float:
@@ -277,12 +280,14 @@ class QuotasController:
     def _metrics(self, views: list[QuotaView]) -> None:
         claims: set[tuple[str, ...]] = set()
         for view in views:
+            if view.target.namespace and not self.settings.metrics_tenant_labels:
+                continue  # a CustomQuota: its namespace (and name) are a tenant's
             labels = (view.kind, view.target.namespace or "", view.target.name)
             USED.labels(*labels).set(_number(view.used))
             if view.entry is not None:
                 LIMIT.labels(*labels).set(_number(Quantity.parse(view.entry.limit)))
             options = ((view.raw.get("spec") or {}).get("options") or {}).get("emitMetricPerClaimUsage")
-            if options:
+            if options and self.settings.metrics_tenant_labels:
                 for (_, kind, namespace, name), usage in view.claims.items():
                     key = (*labels, kind, namespace, name)
                     claims.add(key)
