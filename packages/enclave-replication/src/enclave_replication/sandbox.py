@@ -193,8 +193,11 @@ class RenderPool:
                 TIME_REASON,
             ) from None
         except (asyncio.IncompleteReadError, ConnectionError, orjson.JSONDecodeError):
+            # Wait for the exit status before killing: kill() polls, and a poll that reaps the process first
+            # leaves asyncio's child watcher reporting 255 instead of the signal.
+            error = await self._ended(worker)
             self._discard(worker)
-            raise await self._ended(worker) from None
+            raise error from None
         except _GoneError as gone:
             self._discard(worker)
             raise templates.RenderError(gone.message, gone.reason) from None
