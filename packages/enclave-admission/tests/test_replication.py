@@ -107,3 +107,18 @@ def test_readiness_waits_for_the_replication_snapshot_only_when_configured() -> 
     assert not waiting.ready
     waiting.set_replication(ReplicationSnapshot())
     assert waiting.ready
+
+
+def test_every_enclave_component_account_may() -> None:
+    """enclave-tenants (or any component in Enclave's namespace) must be able to delete a RoleBinding it manages
+    even when replication manages it too (issue 29): the accounts of Enclave's own namespace pass."""
+    state = state_with_managed()
+    state.namespace = "enclave-system"
+    for operation in ("UPDATE", "DELETE"):
+        decision = validation.validate(
+            change(user("system:serviceaccount:enclave-system:enclave-tenants"), operation), state
+        )
+        assert decision.allowed
+        assert decision.reason == "EnclaveComponent"
+    other = validation.validate(change(user("system:serviceaccount:enclave-systemx:robot")), state)
+    assert not other.allowed

@@ -247,7 +247,10 @@ def test_bad_items_are_reported_while_the_others_apply(cluster: Cluster) -> None
 def test_owner_refuses_and_merge_adopts_a_pre_existing_object(cluster: Cluster) -> None:
     tenant = unique("tadopt")
     (target,) = cluster.tenant(tenant, {"adopt": tenant}, namespaces=1)
-    cluster.core.create_namespaced_config_map(target, {"metadata": {"name": "existing"}, "data": {"mine": "1"}})
+    # Made by hand (kubectl's field manager): what Merge adopts; an object another manager keeps it does not
+    # (tests/security/test_replication_adoption.py).
+    existing = {"metadata": {"name": "existing"}, "data": {"mine": "1"}}
+    cluster.core.create_namespaced_config_map(target, existing, field_manager="kubectl-create")
     name = unique("owner")
     block: dict[str, Any] = {"rawItems": [config_map("existing", {"theirs": "2"})], "policy": {"creation": "Owner"}}
     cluster.create_global(name, {"tenantSelector": {"matchLabels": {"adopt": tenant}}, "resources": [block]})

@@ -17,6 +17,7 @@ from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
+from enclave_replication.adoption import DEFAULT_ADOPTABLE
 from enclave_replication.controller import ReplicationController, Settings
 from enclave_replication.names import COMPONENT
 from enclave_replication.sandbox import Budget
@@ -38,6 +39,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=int(env_default("ENCLAVE_WRITES", "16")),
         help="writes in flight per replication object (env ENCLAVE_WRITES)",
+    )
+    parser.add_argument(
+        "--adopt-field-managers",
+        default=env_default("ENCLAVE_ADOPT_FIELD_MANAGERS", ",".join(DEFAULT_ADOPTABLE)),
+        help="comma-separated field managers (a trailing * matches a prefix) whose objects policy.creation Merge "
+        "may adopt; an object another manager keeps is reported as AdoptionConflict "
+        "(env ENCLAVE_ADOPT_FIELD_MANAGERS)",
     )
     add_render_flags(parser)
     args = parser.parse_args(argv)
@@ -93,6 +101,7 @@ async def body(process: component.Component) -> None:
         Settings(
             concurrency=args.concurrency,
             writes=args.writes,
+            adoptable_managers=tuple(m.strip() for m in args.adopt_field_managers.split(",") if m.strip()),
             render=Budget(
                 cpu_seconds=args.render_cpu_seconds,
                 wall_seconds=args.render_wall_seconds,

@@ -46,6 +46,7 @@ from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.replication import REPLICATION_KIND, ManagedObject, ReplicationSnapshot
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TENANT_LABEL
+from enclave_replication import adoption
 from enclave_replication import plan as planning
 from enclave_replication import status as st
 from enclave_replication.acting import ActingKube, ClusterReader, endpoint_client
@@ -92,6 +93,8 @@ class Settings:
     """Replication objects reconciled in parallel."""
     writes: int = 16
     """Writes in flight per replication object."""
+    adoptable_managers: tuple[str, ...] = adoption.DEFAULT_ADOPTABLE
+    """Field managers whose objects ``creation: Merge`` may adopt (``enclave_replication.adoption``)."""
     render: Budget = field(default_factory=Budget)
     """What one template render may cost, and the render workers (:mod:`enclave_replication.sandbox`)."""
 
@@ -766,6 +769,14 @@ class ReplicationController:
                 result.created = created if result.managed else None
                 if result.managed:
                     work.keep.add(desired.key)
+                return
+        if live is not None and marked_by != owner.key:
+            why = adoption.conflict(live, self.settings.adoptable_managers)
+            if why:
+                result.status, result.reason = "False", "AdoptionConflict"
+                result.message = (
+                    f"{planning.describe(desired.key)} exists and is not adopted (policy.creation Merge): {why}"
+                )
                 return
         body = copy.deepcopy(desired.body)
         body["metadata"]["annotations"][CREATED_ANNOTATION] = "true" if created else "false"
