@@ -23,7 +23,7 @@ def open_connections() -> float:
     return REGISTRY.get_sample_value("enclave_admission_connections") or 0.0
 
 
-def echo(method: str, path: str, body: bytes) -> Answer:
+def echo(method: str, path: str, body: bytes, trusted: bool = True) -> Answer:
     if path == "/explode":
         raise RuntimeError("boom")
     return 200, orjson.dumps({"method": method, "path": path, "body": body.decode()})

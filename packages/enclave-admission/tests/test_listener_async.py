@@ -11,7 +11,7 @@ from test_listener import connect, post, read_answer
 from enclave_admission.listener import Answer, Listener
 
 
-def mixed(method: str, path: str, body: bytes) -> Answer | Awaitable[Answer]:
+def mixed(method: str, path: str, body: bytes, trusted: bool = True) -> Answer | Awaitable[Answer]:
     """``/slow/<ms>`` answers after a delay, ``/fail`` raises while awaited, anything else at once."""
     if path.startswith("/slow/"):
 

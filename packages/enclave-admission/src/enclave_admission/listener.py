@@ -20,6 +20,18 @@ then applies the hook's failure policy, as for any other failed call). With a cl
 certificate names none of ``client_names`` are closed before a byte is read; a connection without a certificate
 (kube-apiserver's conversion calls carry none) is served only ``open_paths`` (``/convert``): any other request
 line is answered ``403`` as soon as its headers are read, before its body is, and the connection closed.
+
+Strangers cannot starve kube-apiserver of connections (docs/architecture.md, "Who may call admission"). The
+listener accepts connections itself, so it sees them before their TLS handshake: at most
+``max_handshakes`` handshakes are in progress at once, ``max_handshakes_per_source`` from one address, and
+past either the *oldest* one is dropped (a real client finishes its handshake in milliseconds, an idle
+stranger is the one that waited longest); a handshake takes at most ``handshake_timeout``. A connection
+without a client certificate never takes one of the ``max_connections`` slots: it is one of at most
+``max_anonymous`` (``max_anonymous_per_source`` per address, the oldest dropped past either), closed after its
+one answer and aborted if its request is not whole within ``anonymous_timeout`` of the handshake (without a
+path it may ask for, at once). Every connection must begin a request within ``first_request_timeout`` of its
+handshake, have the request line and headers within ``header_timeout`` of the request's first byte, and the
+whole request within ``request_timeout``.
 """
 
 from __future__ import annotations
@@ -27,12 +39,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import errno
 import logging
 import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -45,9 +58,14 @@ log = logging.getLogger(__name__)
 CONNECTIONS = Gauge("enclave_admission_connections", "Open webhook connections (kube-apiserver keeps them alive)")
 CLOSED = Counter(
     "enclave_admission_connections_closed_by_server_total",
-    "Connections the server closed, by reason (idle, slow-request, malformed, too-large, over-capacity, "
-    "unauthenticated, shutdown)",
+    "Connections the server closed, by reason (idle, no-request, slow-headers, slow-request, malformed, too-large, "
+    "over-capacity, evicted, handshake, unauthenticated, anonymous-timeout, shutdown)",
     ["reason"],
+)
+HANDSHAKES = Gauge("enclave_admission_handshakes", "Webhook connections accepted whose TLS handshake is in progress")
+ANONYMOUS = Gauge(
+    "enclave_admission_anonymous_connections",
+    "Webhook connections without a client certificate while client authentication is on (served /convert only)",
 )
 BUFFERED = Gauge(
     "enclave_admission_buffered_request_bytes",
@@ -56,9 +74,10 @@ BUFFERED = Gauge(
 
 Answer = tuple[int, bytes]
 """HTTP status and JSON body."""
-Respond = Callable[[str, str, bytes], "Answer | Awaitable[Answer]"]
-"""(method, path, body) -> the answer, or an awaitable of it for the few decisions that write (quota
-reservations on a QuantityLedger); must not raise (an exception is answered 500)."""
+Respond = Callable[[str, str, bytes, bool], "Answer | Awaitable[Answer]"]
+"""(method, path, body, trusted) -> the answer, or an awaitable of it for the few decisions that write (quota
+reservations on a QuantityLedger); must not raise (an exception is answered 500). ``trusted`` is False for a
+connection without a client certificate while client authentication is on: it may reach no decision."""
 
 _REASONS: Final = {
     100: "Continue",
@@ -83,12 +102,32 @@ class Limits:
     idle_timeout: float = 120.0
     """Longer than kube-apiserver's idle timeout (90 s), so the client closes first and never sends a review
     on a connection the server is closing."""
+    first_request_timeout: float = 10.0
+    """A new connection must begin a request within this of its handshake: kube-apiserver connects because it
+    has a review to send, a stranger that connects to sit there is closed."""
+    header_timeout: float = 10.0
+    """A request's line and headers must be whole within this of its first byte (slowloris)."""
     request_timeout: float = 30.0
     """A request whose first byte arrived must be whole within this."""
-    sweep_interval: float = 5.0
-    handshake_timeout: float = 10.0
+    sweep_interval: float = 1.0
+    """How often the timeouts above are checked: they hold to within this."""
+    handshake_timeout: float = 5.0
+    """A TLS handshake takes kube-apiserver milliseconds; one not done within this is dropped."""
+    max_handshakes: int = 256
+    """TLS handshakes in progress at once; past it the oldest is dropped to make room."""
+    max_handshakes_per_source: int = 32
+    """Handshakes in progress from one address; past it that address's oldest is dropped."""
     max_connections: int = 1000
-    """Open connections per replica; kube-apiserver needs about one per review in flight."""
+    """Open connections per replica (without those of :attr:`max_anonymous`); kube-apiserver needs about one per
+    review in flight."""
+    max_anonymous: int = 64
+    """Connections without a client certificate at once (client authentication on); past it the oldest is
+    dropped. They never take a :attr:`max_connections` slot."""
+    max_anonymous_per_source: int = 8
+    """Of those, from one address; past it that address's oldest is dropped."""
+    anonymous_timeout: float = 5.0
+    """A connection without a client certificate must have sent its one request whole within this of its
+    handshake (kube-apiserver's conversion call sends it at once)."""
     max_buffered: int = 64 * 1024 * 1024
     """Request body bytes all connections together may hold: about twenty 3 MiB reviews at once, well inside
     the chart's memory limit however many connections send large bodies."""
@@ -124,8 +163,10 @@ class _Date:
 class _Connection(asyncio.Protocol):
     """One client connection: parser callbacks in, answers out, in order."""
 
-    def __init__(self, listener: Listener) -> None:
+    def __init__(self, listener: Listener, source: str) -> None:
         self.listener = listener
+        self.source = source
+        """The peer's address (per-source limits)."""
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.url = b""
@@ -141,9 +182,13 @@ class _Connection(asyncio.Protocol):
         """Body bytes of the request in progress counted in :attr:`Listener.buffered`."""
         self.last = 0.0
         """When the last answer was written (or the connection made)."""
+        self.made = 0.0
+        """When the handshake completed."""
+        self.requests = 0
+        """Requests begun on this connection."""
         self.closing = False
         self.anonymous = False
-        """No client certificate although client authentication is on: only ``open_paths`` are answered."""
+        """No client certificate although client authentication is on: only ``open_paths`` are answered, once."""
         self.queued: deque[tuple[asyncio.Future[Answer] | Answer, bool]] | None = None
         """Answers not written yet behind an awaited one, in request order (None: nothing awaited)."""
         self.max_head = listener.limits.max_head
@@ -154,17 +199,23 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
-        self.last = self.time()
-        self.listener.connections.add(self)
+        self.last = self.made = self.time()
+        listener = self.listener
+        listener.connections.add(self)
         CONNECTIONS.inc()
-        limits = self.listener.limits
-        if len(self.listener.connections) > limits.max_connections:
-            self.abort("over-capacity")
-            return
+        limits = listener.limits
         peercert = transport.get_extra_info("peercert")  # verified by the handshake when presented at all
         if limits.require_client_certificate and not peercert:
             self.anonymous = True
-        elif limits.client_names and not _names(peercert) & limits.client_names:
+            if not limits.open_paths:
+                self.abort("unauthenticated")
+                return
+            listener.admit_anonymous(self)
+            return
+        if len(listener.connections) - len(listener.anonymous) > limits.max_connections:
+            self.abort("over-capacity")
+            return
+        if limits.client_names and not _names(peercert) & limits.client_names:
             log.warning("webhook client certificate names no allowed client; connection closed")
             self.abort("unauthenticated")
 
@@ -208,6 +259,7 @@ class _Connection(asyncio.Protocol):
     # -- parser callbacks --------------------------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self.requests += 1
         self.release()
         self.url = b""
         self.body = []
@@ -277,11 +329,12 @@ class _Connection(asyncio.Protocol):
             return
         method = self.parser.get_method().decode("ascii", "replace")
         try:
-            answer = self.listener.respond(method, path, b"".join(self.body))
+            answer = self.listener.respond(method, path, b"".join(self.body), not self.anonymous)
         except Exception:
             log.exception("answering failed", extra={"path": path})
             answer = _INTERNAL
-        keep = self.parser.should_keep_alive() and not self.listener.stopping
+        # A caller without a certificate gets one answer per connection: it holds nothing between requests.
+        keep = self.parser.should_keep_alive() and not self.listener.stopping and not self.anonymous
         self.release()
         self.body = []
         self.head = 0
@@ -365,6 +418,16 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+class _Pending:
+    """An accepted connection whose handshake is in progress."""
+
+    def __init__(self, source: str, accepted: socket.socket) -> None:
+        self.source = source
+        self.socket = accepted
+        self.started = False
+        """The socket was handed to the loop (which closes it from then on)."""
+
+
 class Listener:
     """Serves ``respond`` on a TCP port, with TLS when given a context."""
 
@@ -372,15 +435,23 @@ class Listener:
         self.respond = respond
         self.limits = limits or Limits()
         self.connections: set[_Connection] = set()
+        """Every connection past its handshake."""
+        self.anonymous: dict[_Connection, None] = {}
+        """Connections without a client certificate (client authentication on), oldest first."""
+        self.handshakes: dict[asyncio.Task[None], _Pending] = {}
+        """Accepted connections in their TLS handshake, oldest first."""
         self.buffered = 0
         """Request body bytes held by all connections together."""
         self.date = _Date()
         self.stopping = False
         self.port = 0
         self._drained = asyncio.Event()
-        self._server: asyncio.Server | None = None
+        self._socket: socket.socket | None = None
+        self._ssl: ssl.SSLContext | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending_by_source: dict[str, dict[asyncio.Task[None], None]] = {}
+        self._anonymous_by_source: dict[str, dict[_Connection, None]] = {}
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -391,25 +462,139 @@ class Listener:
         """Listen on ``host:port`` (0: any free port, read back from :attr:`port`)."""
         self._loop = asyncio.get_running_loop()
         BUFFERED.set_function(lambda: float(self.buffered))
-        self._server = await self._loop.create_server(
-            lambda: _Connection(self),
-            host,
-            port,
-            ssl=ssl_context,
-            backlog=1024,
-            ssl_handshake_timeout=self.limits.handshake_timeout if ssl_context else None,
-        )
-        # uvloop's Server.sockets is a list where typeshed says tuple; compiled code checks declared types
-        sockets: Sequence[socket.socket] = cast(Any, self._server).sockets
-        self.port = sockets[0].getsockname()[1]
+        HANDSHAKES.set_function(lambda: float(len(self.handshakes)))
+        ANONYMOUS.set_function(lambda: float(len(self.anonymous)))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listening = socket.create_server((host, port), family=family, backlog=1024)
+        listening.setblocking(False)
+        self._socket = listening
+        self._ssl = ssl_context
+        self.port = listening.getsockname()[1]
+        self._loop.add_reader(listening.fileno(), self._accept)
         self._sweeper = asyncio.create_task(self._sweep(), name="webhook-connection-sweeper")
+
+    def _accept(self) -> None:
+        """Take what the kernel has queued: a task per connection for its handshake, within the limits."""
+        listening = self._socket
+        if listening is None:
+            return
+        for _ in range(128):  # then let the loop serve the connections it has
+            try:
+                accepted, address = listening.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as err:
+                if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors or memory: make room by the oldest handshake, retry in a moment.
+                    log.warning("cannot accept webhook connections", extra={"error": str(err)})
+                    self._evict_handshake(next(iter(self.handshakes), None))
+                    self.loop.remove_reader(listening.fileno())
+                    self.loop.call_later(0.1, self._resume_accepting)
+                    return
+                raise
+            accepted.setblocking(False)
+            with contextlib.suppress(OSError):
+                accepted.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            source = str(address[0])
+            mine = self._pending_by_source.setdefault(source, {})
+            if len(mine) >= self.limits.max_handshakes_per_source:
+                self._evict_handshake(next(iter(mine)))
+            if len(self.handshakes) >= self.limits.max_handshakes:
+                self._evict_handshake(next(iter(self.handshakes)))
+            pending = _Pending(source, accepted)
+            task = self.loop.create_task(self._handshake(pending))
+            self.handshakes[task] = pending
+            self._pending_by_source.setdefault(source, {})[task] = None
+
+    def _resume_accepting(self) -> None:
+        if self._socket is not None and not self.stopping:
+            self.loop.add_reader(self._socket.fileno(), self._accept)
+
+    def _evict_handshake(self, task: asyncio.Task[None] | None, reason: str = "evicted") -> None:
+        if task is None:
+            return
+        pending = self.handshakes.get(task)
+        if pending is None:
+            return
+        if reason:
+            CLOSED.labels(reason).inc()
+        task.cancel()  # connect_accepted_socket closes the transport when its wait is cancelled
+        if not pending.started:  # the socket never reached the loop: nobody else will close it
+            pending.socket.close()
+        self._handshake_done(task)
+
+    def _handshake_done(self, task: asyncio.Task[None]) -> None:
+        pending = self.handshakes.pop(task, None)
+        if pending is None:
+            return
+        mine = self._pending_by_source.get(pending.source)
+        if mine is not None:
+            mine.pop(task, None)
+            if not mine:
+                del self._pending_by_source[pending.source]
+
+    async def _handshake(self, pending: _Pending) -> None:
+        """Hand the connection to the loop's transport; a TLS handshake within ``handshake_timeout``."""
+        # Set in the same step that hands the socket over (connect_accepted_socket attaches it before it first
+        # waits), so an eviction knows whether the socket is still this listener's to close.
+        pending.started = True
+        task = asyncio.current_task()
+        source, accepted = pending.source, pending.socket
+        try:
+            if self._ssl is None:
+                await self.loop.connect_accepted_socket(lambda: _Connection(self, source), accepted)
+            else:
+                await self.loop.connect_accepted_socket(
+                    lambda: _Connection(self, source),
+                    accepted,
+                    ssl=self._ssl,
+                    ssl_handshake_timeout=self.limits.handshake_timeout,
+                )
+        except asyncio.CancelledError:
+            pass  # evicted (counted there) or the listener stopped
+        except (OSError, ssl.SSLError, TimeoutError) as err:  # a timeout is ConnectionAbortedError on both loops
+            CLOSED.labels("handshake").inc()
+            log.debug("webhook handshake failed", extra={"source": source, "error": str(err)})
+        finally:
+            if task is not None:
+                self._handshake_done(task)
+
+    def admit_anonymous(self, connection: _Connection) -> None:
+        """Count a connection without a certificate, dropping the oldest past the limits."""
+        limits = self.limits
+        mine = self._anonymous_by_source.setdefault(connection.source, {})
+        if len(mine) >= limits.max_anonymous_per_source:
+            self._evict_anonymous(next(iter(mine)))
+        if len(self.anonymous) >= limits.max_anonymous:
+            self._evict_anonymous(next(iter(self.anonymous)))
+        self.anonymous[connection] = None
+        self._anonymous_by_source.setdefault(connection.source, {})[connection] = None
+
+    def _evict_anonymous(self, connection: _Connection) -> None:
+        connection.abort("evicted")
+        self._unlist_anonymous(connection)
+
+    def _unlist_anonymous(self, connection: _Connection) -> None:
+        if connection not in self.anonymous:
+            return
+        del self.anonymous[connection]
+        mine = self._anonymous_by_source.get(connection.source)
+        if mine is not None:
+            mine.pop(connection, None)
+            if not mine:
+                del self._anonymous_by_source[connection.source]
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, close idle connections, give requests in progress ``grace`` seconds to finish."""
-        if self._server is None:
+        if self._socket is None:
             return
         self.stopping = True
-        self._server.close()
+        self.loop.remove_reader(self._socket.fileno())
+        self._socket.close()
+        for task in list(self.handshakes):
+            self._evict_handshake(task, reason="")
         for connection in list(self.connections):
             if connection.started is None and connection.queued is None:
                 connection.close("shutdown")
@@ -422,23 +607,37 @@ class Listener:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        self._server = None
+        self._socket = None
 
     def forget(self, connection: _Connection) -> None:
         self.connections.discard(connection)
+        self._unlist_anonymous(connection)
         if self.stopping and not self.connections:
             self._drained.set()
 
     async def _sweep(self) -> None:
-        """Close connections idle past ``idle_timeout`` and requests slower than ``request_timeout``."""
+        """Close connections past one of their time limits (see :class:`Limits`)."""
+        limits = self.limits
         while True:
-            await asyncio.sleep(self.limits.sweep_interval)
+            await asyncio.sleep(limits.sweep_interval)
             now = self.loop.time()
             for connection in list(self.connections):
-                if connection.started is not None:
-                    if now - connection.started > self.limits.request_timeout:
+                if connection.closing:
+                    continue
+                started = connection.started
+                if connection.anonymous and now - connection.made > limits.anonymous_timeout:
+                    connection.abort("anonymous-timeout")
+                elif started is not None:
+                    if now - started > limits.request_timeout:
                         connection.abort("slow-request")
-                elif now - connection.last > self.limits.idle_timeout:
+                    elif connection.head >= 0 and now - started > limits.header_timeout:
+                        connection.abort("slow-headers")
+                elif connection.queued is not None:
+                    continue  # an awaited answer is on its way
+                elif connection.requests == 0:
+                    if now - connection.made > limits.first_request_timeout:
+                        connection.abort("no-request")
+                elif now - connection.last > limits.idle_timeout:
                     connection.close("idle")
 
 

@@ -82,15 +82,23 @@ class AdmissionServer:
         self._listener: Listener | None = None
         self.port = 0
 
-    def answer(self, method: str, path: str, body: bytes) -> Answer | Awaitable[Answer]:
+    def answer(self, method: str, path: str, body: bytes, trusted: bool = True) -> Answer | Awaitable[Answer]:
         """The whole exchange for one request: never raises, and nothing but a decision is ever an allow.
 
         Decisions from memory are answered at once; a handler that must write (a quota reservation) returns
-        an awaitable, and so does this, which the listener writes when it completes (in request order)."""
+        an awaitable, and so does this, which the listener writes when it completes (in request order).
+
+        ``trusted`` is False for a caller the listener could not authenticate (client authentication on, no
+        certificate): it gets conversion and nothing else, so no forged review ever reaches a decision, a
+        ledger reservation or a deny Event. The listener refuses such requests before their body already; this
+        is the same rule where the writes are. With client authentication off every caller is trusted, and the
+        NetworkPolicy is what keeps strangers from the port (docs/architecture.md, "Who may call admission")."""
+        if path == conversion.PATH and path not in self.routes:
+            return conversion.answer(method, body)
+        if not trusted:
+            return _error(403, "a client certificate is required for this path; without one only /convert is served")
         handler = self.routes.get(path)
         if handler is None:
-            if path == conversion.PATH:
-                return conversion.answer(method, body)
             REQUESTS.labels(UNKNOWN_PATH).inc()
             DECISIONS.labels(UNKNOWN_PATH, "error").inc()
             served = ", ".join(sorted([*self.routes, conversion.PATH]))
