@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import orjson
 import pytest
 from admission_helpers import ALICE, decode_patch, make_state, namespace, review, tenant
 from aiohttp import ClientError, ClientSession, TCPConnector
@@ -23,6 +24,7 @@ from enclave_admission.listener import Limits
 from enclave_admission.server import AdmissionServer
 from enclave_admission.state import State
 from enclave_core.pki import CertificateAuthority
+from enclave_core.snapshots.replication import ReplicationSnapshot
 from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 
@@ -195,3 +197,120 @@ async def test_with_client_authentication_a_caller_without_a_certificate_gets_on
                     await refused_session.post(f"{url}/convert", json=conversion)
     finally:
         await server.stop()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _replication_subscriber(clock: _Clock) -> Any:
+    """A real subscriber (no stream: its messages are handed in) with a 4 s staleness bound."""
+    from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
+    from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
+    from enclave_core.snapshots.subscriber import SnapshotSubscriber
+
+    subscriber = SnapshotSubscriber(
+        "replication:9090",
+        replication_pb2_grpc.ReplicationServiceStub,
+        kinds=["Replication"],
+        on_snapshot=lambda _: None,
+        subscriber="test",
+        staleness=4.0,
+        clock=clock,
+    )
+    subscriber.receive(Snapshot(kind="Replication", revision=1, incarnation="r/1", payload=b"{}"))
+    subscriber.receive(Snapshot(kind="Replication", revision=1, incarnation="r/1", heartbeat=True))
+    return subscriber
+
+
+def _replication_update() -> dict[str, Any]:
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "solar-dev"}}
+    return review(
+        ALICE,
+        "UPDATE",
+        config_map,
+        config_map,
+        resource="configmaps",
+        kind="ConfigMap",
+        namespace="solar-dev",
+    )
+
+
+async def test_a_stale_replication_snapshot_stops_only_the_replication_hooks() -> None:
+    """Past the bound, ``/replication`` (fail closed) denies naming the snapshot and ``/replication/mutate``
+    (fail open) answers 503, while the namespace hooks decide as before."""
+    from enclave_admission.server import Freshness
+
+    clock = _Clock()
+    subscriber = _replication_subscriber(clock)
+    freshness = Freshness()
+    freshness.watch("Replication", lambda: subscriber.unavailable("Replication"))
+    state = make_state([tenant("solar", "alice")])
+    state.expect_replication = True
+    state.set_replication(ReplicationSnapshot())
+    server = AdmissionServer(state, freshness=freshness)
+    await server.start("127.0.0.1", 0, None)
+    try:
+        async with ClientSession(base_url=f"http://127.0.0.1:{server.port}") as session:
+            fresh = await (await session.post("/replication", json=_replication_update())).json()
+            assert fresh["response"]["allowed"] is True
+            clock.now += 10
+            stale = await (await session.post("/replication", json=_replication_update())).json()
+            assert stale["response"]["allowed"] is False
+            message = stale["response"]["status"]["message"]
+            assert "the Replication snapshot is stale: replication:9090 has not confirmed it for 10 s" in message
+            assert "fail closed" in message
+            assert stale["response"]["status"]["code"] == 403
+            assert metric("enclave_admission_decisions_total", path="/replication", result="denied") >= 1
+            mutate = await session.post("/replication/mutate", json=_replication_update())
+            assert mutate.status == 200, "the deprecated-settings mutation reads no snapshot"
+            created = await session.post("/namespaces/mutate", json=review(ALICE, "CREATE", namespace("dev")))
+            assert (await created.json())["response"]["allowed"] is True
+    finally:
+        await server.stop()
+
+
+async def test_a_replication_snapshot_not_arrived_yet_refuses_its_hook_and_nothing_else() -> None:
+    state = make_state([tenant("solar", "alice")])
+    state.expect_replication = True
+    server = AdmissionServer(state)
+    answer = server.answer("POST", "/replication", orjson.dumps(_replication_update()))
+    assert isinstance(answer, tuple)
+    decided = orjson.loads(answer[1])["response"]
+    assert decided["allowed"] is False
+    assert "no Replication snapshot yet" in decided["status"]["message"]
+    namespaces = server.answer("POST", "/namespaces/mutate", orjson.dumps(review(ALICE, "CREATE", namespace("d"))))
+    assert isinstance(namespaces, tuple)
+    assert orjson.loads(namespaces[1])["response"]["allowed"] is True
+
+
+def test_fail_open_paths_are_the_hooks_registered_with_failure_policy_ignore() -> None:
+    from enclave_admission.defaults import url_client, webhooks
+    from enclave_admission.routes import FAILS_OPEN, ROUTES, SNAPSHOTS
+
+    rendered = webhooks(
+        url_client("https://127.0.0.1:1"), nodes=True, quotas=True, pools=True, replication=True, globalquotas=True
+    ).to_k8s()
+    policies: dict[str, str] = {}
+    for configuration in (rendered["mutating"], rendered["validating"]):
+        for hook in configuration["webhooks"]:
+            policies[hook["path"]] = hook["failurePolicy"]
+    assert {path for path, policy in policies.items() if policy == "Ignore"} == FAILS_OPEN
+    assert set(SNAPSHOTS) <= set(ROUTES)
+
+
+async def test_an_unauthenticated_caller_reaches_no_decision_reservation_or_event() -> None:
+    """The listener refuses such a request before its body; the server refuses it again where the writes are."""
+    state = make_state([tenant("solar", "alice", namespace_quota=1)])
+    server = AdmissionServer(state)
+    before = metric("enclave_admission_requests_total", path="/namespaces")
+    answer = server.answer("POST", "/namespaces", orjson.dumps(review(ALICE, "CREATE", namespace("solar-x"))), False)
+    assert isinstance(answer, tuple)
+    assert answer[0] == 403
+    assert b"client certificate is required" in answer[1]
+    assert metric("enclave_admission_requests_total", path="/namespaces") == before
+    assert not state.reservations.pending(state.tenancy.tenants[0])

@@ -318,3 +318,21 @@ async def test_heartbeats_over_a_real_stream_keep_the_subscriber_ready() -> None
         await _until(lambda: subscriber.state.heartbeats >= 2)
         assert subscriber.state.heartbeats >= 2
         assert subscriber.ready
+
+
+def test_unavailable_says_which_snapshot_from_whom_and_for_how_long() -> None:
+    """What a hook that reads the snapshot tells a requester, and ``/readyz`` an operator."""
+    accepted: list[Snapshot] = []
+    clock = Clock()
+    subscriber = _subscriber(accepted, clock, staleness=4.0)
+    assert subscriber.unavailable(KIND) == f"no {KIND} snapshot from 127.0.0.1:1 yet"
+    assert REGISTRY.get_sample_value("enclave_snapshot_accepted", {"kind": KIND}) == 0.0
+    subscriber.receive(_snapshot(1, b'{"tenants": []}'))
+    subscriber.receive(_snapshot(1, heartbeat=True))
+    assert subscriber.unavailable(KIND) == ""
+    assert REGISTRY.get_sample_value("enclave_snapshot_accepted", {"kind": KIND}) == 1.0
+    clock.now += 9
+    assert subscriber.unavailable(KIND) == (
+        f"the {KIND} snapshot is stale: 127.0.0.1:1 has not confirmed it for 9 s (--snapshot-staleness 4 s)"
+    )
+    assert REGISTRY.get_sample_value("enclave_snapshot_stale", {"kind": KIND}) == 1.0, "read at scrape time"

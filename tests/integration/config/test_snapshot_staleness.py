@@ -2,8 +2,8 @@
 
 enclave-config (publisher of ConfigService) and enclave-tenants (its subscriber, with a 4 s staleness bound,
 so heartbeats every second) run as processes. Pausing enclave-config (SIGSTOP: its connections stay open, it
-just never speaks again) must close enclave-tenants' ``snapshot:ServiceConfiguration`` gate; resuming it
-reopens the gate without a restart.
+just never speaks again) must close enclave-tenants' ``snapshot:ServiceConfiguration`` gate (a core snapshot: ``/readyz`` says it is stale
+and since when); resuming it reopens the gate without a restart.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_a_paused_publisher_closes_the_subscribers_gate_until_it_resumes(
         _, body = poll(
             lambda: (r := _readyz(tenants))[0] == 503 and r, timeout=30, interval=0.5, what="the gate closing"
         )
-        assert "snapshot:ServiceConfiguration" in body
+        assert "snapshot:ServiceConfiguration (the ServiceConfiguration snapshot is stale" in body, body
     finally:
         popen.send_signal(signal.SIGCONT)
     poll(lambda: _readyz(tenants)[0] == 200, timeout=30, interval=0.5, what="the gate reopening")

@@ -1,8 +1,10 @@
 """Faults: the Tenancy publisher (enclave-tenants) unreachable for longer than admission's staleness bound.
 
 enclave-tenants is paused (SIGSTOP: its connections stay open, it never speaks again, the way a stuck or
-partitioned publisher looks). Past ``--snapshot-staleness`` admission's ``/readyz`` must report the
-``snapshot:Tenancy`` gate closed (the Service would drop the replica), while the reviews it still gets are
+partitioned publisher looks). Tenancy is a core snapshot (every hook reads it), so past ``--snapshot-staleness``
+admission's ``/readyz`` must report the ``snapshot:Tenancy`` gate closed, saying why (the Service would drop the
+replica; an optional publisher's outage leaves the replica ready instead, ``tests/security/test_readiness_cascade.py``),
+while the reviews it still gets are
 decided from the last good snapshot, as docs/architecture.md ("What admission decides meanwhile") says: an
 owner's namespace is admitted into its tenant and a stranger's claim on that tenant is refused; nothing fails
 open. Resumed, the publisher catches up: the gate reopens and the namespace admitted meanwhile is reported in
@@ -71,12 +73,13 @@ def test_admission_is_not_ready_past_the_bound_and_decides_from_the_last_good_sn
         assert popen is not None
         popen.send_signal(signal.SIGSTOP)
         # Every kind enclave-tenants publishes (Tenancy, Rules) goes stale; Tenancy is the one asserted on.
-        code, _ = poll(
+        code, body = poll(
             lambda: (r := _readyz(admission))[0] != 200 and "snapshot:Tenancy" in r[1] and r,
             timeout=STALENESS * 4 + 10,
             what="admission not ready (snapshot:Tenancy) past the staleness bound",
         )
         assert code == 503
+        assert "the Tenancy snapshot is stale" in body, body
 
         # Decisions meanwhile come from the last good snapshot: the owner is admitted, the stranger is not.
         created.append(f"{tenant}-during")

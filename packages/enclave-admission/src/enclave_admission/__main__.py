@@ -2,7 +2,10 @@
 
 Every replica is the same: it subscribes to the snapshot services (ConfigService, TenantService), loads its
 serving certificate, and answers AdmissionReviews from memory. There is no leader: any replica answers any
-request. Ready once every subscribed snapshot has arrived and a certificate is loaded.
+request. Ready once the core snapshots (configuration, Tenancy, Rules) arrived and are fresh and a certificate
+is loaded. The optional ones (Replication, QuotaTargets, Pools, GlobalQuotas) are reported in ``/readyz`` but
+never make the replica unready: while one is missing or stale only the hooks that read it stop deciding
+(docs/architecture.md, "Who an outage blocks").
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -24,7 +28,7 @@ from enclave_admission import server as server_module
 from enclave_admission.certificates import ServingCertificate
 from enclave_admission.events import DenyEvents
 from enclave_admission.limits import add_limit_flags, limits_from
-from enclave_admission.server import AdmissionServer
+from enclave_admission.server import AdmissionServer, Freshness
 from enclave_admission.state import State
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
@@ -46,7 +50,7 @@ from enclave_core.snapshots.pools import POOLS_KIND, PoolsSnapshot
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaTargets
 from enclave_core.snapshots.replication import REPLICATION_KIND, ReplicationSnapshot
 from enclave_core.snapshots.rules import RULES_KIND, RulesSnapshot
-from enclave_core.snapshots.subscriber import ItemsConsumer
+from enclave_core.snapshots.subscriber import ItemsConsumer, SnapshotSubscriber
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
 
 log = logging.getLogger(__name__)
@@ -145,6 +149,7 @@ async def body(process: component.Component) -> None:
     kube = Kube(process.api, field_manager="enclave-admission")
     events = DenyEvents(EventRecorder(kube, "enclave-admission"))
     certificate = ServingCertificate()
+    freshness = Freshness()
 
     def accept_config(snapshot: Snapshot) -> None:
         state.set_config(EffectiveConfiguration.model_validate_json(snapshot.payload))
@@ -185,17 +190,25 @@ async def body(process: component.Component) -> None:
 
     grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
     if args.replication_endpoint:
-        # Readiness waits for this snapshot only when the replication component is configured.
-        grpc.subscribe(
-            process,
-            args.replication_endpoint,
-            replication_pb2_grpc.ReplicationServiceStub,
-            REPLICATION_KIND,
-            accept_replication,
+        # Optional: while it is missing or stale only the replication hooks stop deciding (not readiness).
+        _optional(
+            freshness,
+            grpc.subscribe(
+                process,
+                args.replication_endpoint,
+                replication_pb2_grpc.ReplicationServiceStub,
+                REPLICATION_KIND,
+                accept_replication,
+                gate=False,
+            ),
         )
     if args.pools_endpoint:
-        # Readiness waits for this snapshot only when the pools component is configured.
-        grpc.subscribe(process, args.pools_endpoint, pools_pb2_grpc.PoolServiceStub, POOLS_KIND, accept_pools)
+        _optional(
+            freshness,
+            grpc.subscribe(
+                process, args.pools_endpoint, pools_pb2_grpc.PoolServiceStub, POOLS_KIND, accept_pools, gate=False
+            ),
+        )
 
     def accept_globalquotas(snapshot: Snapshot) -> None:
         quotas = GlobalQuotasSnapshot.model_validate_json(snapshot.payload)
@@ -204,12 +217,16 @@ async def body(process: component.Component) -> None:
         log.info("global quotas snapshot", extra={"revision": snapshot.revision, "quotas": len(quotas.quotas)})
 
     if args.globalquotas_endpoint:
-        grpc.subscribe(
-            process,
-            args.globalquotas_endpoint,
-            globalquotas_pb2_grpc.GlobalQuotaServiceStub,
-            GLOBALQUOTAS_KIND,
-            accept_globalquotas,
+        _optional(
+            freshness,
+            grpc.subscribe(
+                process,
+                args.globalquotas_endpoint,
+                globalquotas_pb2_grpc.GlobalQuotaServiceStub,
+                GLOBALQUOTAS_KIND,
+                accept_globalquotas,
+                gate=False,
+            ),
         )
     if args.tenants_endpoint:
         grpc.subscribe(
@@ -227,7 +244,7 @@ async def body(process: component.Component) -> None:
 
     tasks = [asyncio.create_task(events.run(), name="deny-events")]
     if args.quotas_endpoint:
-        tasks.append(asyncio.create_task(_follow_quotas(process, kube, state), name="quota-ledgers"))
+        tasks.append(asyncio.create_task(_follow_quotas(process, kube, state, freshness), name="quota-ledgers"))
     elif args.globalquotas_endpoint or args.tenants_endpoint:  # global quotas, tenant namespace quotas
         tasks.append(asyncio.create_task(_follow_ledgers(process, kube, state), name="quota-ledgers"))
     if args.tls_cert_file:
@@ -237,7 +254,7 @@ async def body(process: component.Component) -> None:
     tasks.append(asyncio.create_task(watch, name="serving-certificate"))
     if args.client_ca_file:
         certificate.require_clients(args.client_ca_file)
-    server = AdmissionServer(state, events)
+    server = AdmissionServer(state, events, freshness=freshness)
     try:
         await certificate.loaded.wait()
         address = HostPort.parse(args.webhook_address)
@@ -276,7 +293,13 @@ class _LedgerMetrics(Collector):
         )
 
 
-async def _follow_quotas(process: component.Component, kube: Kube, state: State) -> None:
+def _optional(freshness: Freshness, subscriber: SnapshotSubscriber) -> None:
+    """The hooks that read the subscriber's kinds ask it whether they may decide (see Freshness)."""
+    for kind in subscriber.kinds:
+        freshness.watch(kind, functools.partial(subscriber.unavailable, kind))
+
+
+async def _follow_quotas(process: component.Component, kube: Kube, state: State, freshness: Freshness) -> None:
     """Subscribe to QuotaTargets and keep the ledgers of Enclave's namespace in memory (a watch), so a
     reservation starts from a fresh copy and only a conflict costs a read."""
 
@@ -287,7 +310,17 @@ async def _follow_quotas(process: component.Component, kube: Kube, state: State)
         QUOTAS.set(len(targets.quotas))
         log.info("quota targets snapshot", extra={"revision": snapshot.revision, "quotas": len(targets.quotas)})
 
-    grpc.subscribe(process, process.args.quotas_endpoint, quotas_pb2_grpc.QuotaServiceStub, QUOTAS_KIND, accept_quotas)
+    _optional(
+        freshness,
+        grpc.subscribe(
+            process,
+            process.args.quotas_endpoint,
+            quotas_pb2_grpc.QuotaServiceStub,
+            QUOTAS_KIND,
+            accept_quotas,
+            gate=False,
+        ),
+    )
     await _follow_ledgers(process, kube, state)
 
 

@@ -27,6 +27,10 @@ from enclave_admission.rules import validation as rules_validation
 from enclave_admission.serviceaccounts import validation as serviceaccounts
 from enclave_admission.state import State
 from enclave_admission.tenants import validation as tenants
+from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
+from enclave_core.snapshots.pools import POOLS_KIND
+from enclave_core.snapshots.quotas import QUOTAS_KIND
+from enclave_core.snapshots.replication import REPLICATION_KIND
 
 Handler = Callable[[AdmissionRequest, State], Decision | Awaitable[Decision]]
 """A decision from memory, or an awaitable of one (quota reservations, which write a ledger; a request in a
@@ -73,3 +77,23 @@ ROUTES: Final[dict[str, Handler]] = {
 }
 """Path -> decision. ``/namespaces/mutate``, ``/resourcepoolclaims/mutate``, ``/replication/mutate`` and
 ``/resources/mutate`` mutate; every other path only validates."""
+
+SNAPSHOTS: Final[dict[str, tuple[str, ...]]] = {
+    REPLICATION: (REPLICATION_KIND,),
+    QUOTAS: (QUOTAS_KIND,),
+    RESOURCE_POOLS: (POOLS_KIND,),
+    RESOURCE_POOL_CLAIMS: (POOLS_KIND,),
+    RESOURCE_POOL_CLAIMS_MUTATE: (POOLS_KIND,),
+    GLOBAL_QUOTAS: (GLOBALQUOTAS_KIND,),
+    GLOBAL_RESOURCE_QUOTAS: (GLOBALQUOTAS_KIND,),
+}
+"""Path -> the optional snapshots its decision reads (besides the core ones, configuration, Tenancy and Rules,
+which every replica needs to be ready at all). While one of them is missing or stale, that path alone stops
+deciding: see :data:`FAILS_OPEN` for how (docs/architecture.md, "Who an outage blocks")."""
+
+FAILS_OPEN: Final = frozenset(
+    {SERVICE_CONFIGURATIONS, CUSTOM_QUOTAS, GLOBAL_QUOTAS, GLOBAL_RESOURCE_QUOTAS, REPLICATION_MUTATE, RULES}
+)
+"""Paths whose hooks are registered with ``failurePolicy: Ignore`` (``enclave_admission.defaults``; a unit test
+keeps the two in step). Without their snapshot they answer 503, so kube-apiserver does what it does when the
+hook is down: lets the request through. Every other path denies, naming the snapshot (fail closed)."""

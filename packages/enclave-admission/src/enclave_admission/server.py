@@ -6,8 +6,12 @@ is answered ``404`` with a body naming the served paths.
 kube-apiserver treats that as a failed call (the webhook's failurePolicy decides), so a misconfigured path can
 never turn into an allow.
 
-A request before the snapshots arrived is answered ``503`` for the same reason: no state, no decision.
-``/convert`` (CRD conversion, :mod:`enclave_admission.conversion`) is the exception: it needs no state.
+A request before the core snapshots (configuration, Tenancy, Rules) arrived is answered ``503`` for the same
+reason: no state, no decision. ``/convert`` (CRD conversion, :mod:`enclave_admission.conversion`) is the
+exception: it needs no state. An optional snapshot (Replication, QuotaTargets, Pools, GlobalQuotas) that is
+missing or past ``--snapshot-staleness`` stops only the paths that read it (:data:`routes.SNAPSHOTS`): a
+fail-closed hook denies with reason ``SnapshotStale`` naming the snapshot, a fail-open one answers ``503``
+(kube-apiserver then lets the request through, as when the hook is down). Everything else keeps deciding.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import orjson
@@ -25,10 +29,14 @@ from enclave_admission.events import DenyEvents
 from enclave_admission.listener import Answer, Limits, Listener
 from enclave_admission.quotas import namespaces as namespace_ledger
 from enclave_admission.review import AdmissionRequest, Decision, MalformedReviewError, response
-from enclave_admission.routes import ROUTES, Handler
+from enclave_admission.routes import FAILS_OPEN, ROUTES, SNAPSHOTS, Handler
 from enclave_admission.state import State
 from enclave_core.runtime.logs import HotLines
 from enclave_core.runtime.loopmetrics import CounterChild, LoopCounter, LoopHistogram
+from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
+from enclave_core.snapshots.pools import POOLS_KIND
+from enclave_core.snapshots.quotas import QUOTAS_KIND
+from enclave_core.snapshots.replication import REPLICATION_KIND
 
 log = logging.getLogger("enclave_admission.decisions")
 decisions = HotLines(log.name)
@@ -69,18 +77,75 @@ class _PathMetrics:
         child.inc()
 
 
+STALE_REASON: Final = "SnapshotStale"
+
+
+class Freshness:
+    """Why each optional snapshot cannot be relied on right now ('' when it can): the subscribers' view of
+    their publishers (never accepted, or past the staleness bound), asked once per review of a path that reads
+    the snapshot."""
+
+    def __init__(self) -> None:
+        self._why: dict[str, Callable[[], str]] = {}
+
+    def watch(self, kind: str, unavailable: Callable[[], str]) -> None:
+        self._why[kind] = unavailable
+
+    def unavailable(self, kind: str) -> str:
+        why = self._why.get(kind)
+        return why() if why is not None else ""
+
+
 class AdmissionServer:
     """Answers AdmissionReviews on the paths of ``routes`` from ``state``."""
 
     def __init__(
-        self, state: State, events: DenyEvents | None = None, routes: dict[str, Handler] | None = None
+        self,
+        state: State,
+        events: DenyEvents | None = None,
+        routes: dict[str, Handler] | None = None,
+        freshness: Freshness | None = None,
     ) -> None:
         self.state = state
         self.events = events
         self.routes = ROUTES if routes is None else routes
+        self.freshness = freshness or Freshness()
         self._metrics = {path: _PathMetrics(path) for path in self.routes}
         self._listener: Listener | None = None
         self.port = 0
+
+    def core_ready(self) -> bool:
+        """The snapshots every hook reads (configuration, Tenancy, Rules) arrived: decisions can be made."""
+        state = self.state
+        return (
+            state.config is not None
+            and (state.tenancy_received or not state.expect_tenancy)
+            and (state.rules_received or not state.expect_rules)
+        )
+
+    def _received(self, kind: str) -> bool:
+        """Whether ``kind`` is subscribed to and not in yet (False), or in or not subscribed to at all (True: the
+        hook then decides from the empty snapshot, as when its component is not installed)."""
+        state = self.state
+        if kind == REPLICATION_KIND:
+            return state.replication_received or not state.expect_replication
+        if kind == QUOTAS_KIND:
+            return state.quotas is not None or not state.expect_quotas
+        if kind == POOLS_KIND:
+            return state.pools_received or not state.expect_pools
+        if kind == GLOBALQUOTAS_KIND:
+            return state.globalquotas_received or not state.expect_globalquotas
+        return True
+
+    def unavailable(self, path: str) -> str:
+        """Why ``path`` cannot decide now (a snapshot it reads is missing or stale); empty when it can."""
+        for kind in SNAPSHOTS.get(path, ()):
+            if not self._received(kind):
+                return f"no {kind} snapshot yet"
+            why = self.freshness.unavailable(kind)
+            if why:
+                return why
+        return ""
 
     def answer(self, method: str, path: str, body: bytes, trusted: bool = True) -> Answer | Awaitable[Answer]:
         """The whole exchange for one request: never raises, and nothing but a decision is ever an allow.
@@ -110,15 +175,22 @@ class AdmissionServer:
         if method != "POST":
             metrics.decided("error")
             return _error(405, f"{path} accepts POST of an AdmissionReview, not {method}")
-        if not self.state.ready:
+        if not self.core_ready():
             metrics.decided("error")
             return _error(503, "the admission server has not received its configuration snapshot yet")
+        stale = self.unavailable(path)
+        if stale and path in FAILS_OPEN:
+            metrics.decided("error")
+            return _error(503, f"{stale}; {path} does not decide until it is fresh")
         try:
             request = AdmissionRequest.from_review(orjson.loads(body))
         except (ValueError, MalformedReviewError, AttributeError, TypeError) as err:
             # orjson.JSONDecodeError is a ValueError; the others: a field of the wrong JSON type
             metrics.decided("error")
             return _error(400, f"malformed AdmissionReview: {err}")
+        if stale:  # a fail-closed hook: refused, saying which snapshot, while every other hook decides on
+            message = f"{stale}; this webhook ({path}) refuses every request until it is fresh (fail closed)"
+            return self._finish(path, metrics, request, Decision.deny(STALE_REASON, message), started)
         try:
             decided = handler(request, self.state)
         except Exception:

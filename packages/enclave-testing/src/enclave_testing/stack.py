@@ -146,6 +146,7 @@ def start_tenancy(
     pools: bool = False,
     globalquotas: bool = False,
     quotas: bool = False,
+    replication: bool = False,
 ) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
@@ -154,7 +155,7 @@ def start_tenancy(
     metadata hook. ``extra_spec`` is merged into the ServiceConfiguration's spec (e.g. ``nodeMetadata``).
     ``pools`` also runs enclave-pools, admission subscribed to it, with the pool hooks registered;
     ``globalquotas`` likewise enclave-globalquotas and the GlobalResourceQuota hooks; ``quotas`` enclave-quotas
-    and the custom quota hooks.
+    and the custom quota hooks; ``replication`` enclave-replication and the replication hooks.
     """
     from enclave_admission.defaults import url_client, webhooks
 
@@ -187,6 +188,8 @@ def start_tenancy(
             endpoints["globalquotas"] = start("globalquotas", {"config": endpoints["config"]}).grpc_target
         if quotas:
             endpoints["quotas"] = start("quotas", {"config": endpoints["config"]}).grpc_target
+        if replication:
+            endpoints["replication"] = start("replication", {"config": endpoints["config"]}).grpc_target
         admission = start(
             "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]
         )
@@ -196,6 +199,7 @@ def start_tenancy(
             nodes=nodes,
             pools=pools,
             globalquotas=globalquotas,
+            replication=replication,
         )
         assert rendered.mutating is not None
         assert rendered.validating is not None

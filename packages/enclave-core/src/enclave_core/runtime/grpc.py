@@ -102,11 +102,14 @@ def subscribe(
     accept: Callable[[Snapshot], None],
     *,
     items: ItemsConsumer | None = None,
+    gate: bool = True,
 ) -> SnapshotSubscriber:
     """Subscribe to ``kind`` at ``endpoint`` for the life of the process; readiness gate ``snapshot:<kind>``
     stays closed until ``accept`` has taken a snapshot, and closes again when the publisher has not confirmed
     it for ``--snapshot-staleness`` (the last good one keeps serving decisions meanwhile). With ``items``, an
-    itemized kind arrives as items and deltas (``accept`` still takes whole payloads from older publishers)."""
+    itemized kind arrives as items and deltas (``accept`` still takes whole payloads from older publishers).
+    ``gate=False``: the check is reported in ``/readyz`` but never makes the process unready (the consumer
+    copes with the snapshot's absence itself, as admission's hooks do)."""
     args = process.args
     if args.grpc_ca_file and not (args.grpc_client_cert and args.grpc_client_key):
         raise ValueError(
@@ -126,7 +129,9 @@ def subscribe(
         staleness=parse_duration(args.snapshot_staleness or "0").total_seconds(),
         items=items,
     )
-    process.readiness.add_check(f"snapshot:{kind}", lambda: subscriber.ready)
+    process.readiness.add_check(
+        f"snapshot:{kind}", lambda: subscriber.ready, gating=gate, detail=lambda: subscriber.unavailable(kind)
+    )
     process.spawn(subscriber.run(), f"subscriber-{kind}")
     return subscriber
 

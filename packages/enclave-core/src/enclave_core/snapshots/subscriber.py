@@ -47,7 +47,12 @@ AGE = Gauge(
     "Seconds since the publisher produced or last confirmed (heartbeat) the snapshot in use, by its produced_at",
     ["kind"],
 )
-STALE = Gauge("enclave_snapshot_stale", "1 while the kind's snapshot is past the staleness bound (not ready)", ["kind"])
+STALE = Gauge(
+    "enclave_snapshot_stale",
+    "1 while the kind's snapshot is past the staleness bound (what that costs depends on the kind: see readiness)",
+    ["kind"],
+)
+ACCEPTED = Gauge("enclave_snapshot_accepted", "1 once a snapshot of the kind has been accepted", ["kind"])
 RECONNECTS = Counter("enclave_snapshot_reconnects_total", "Snapshot streams lost and reconnected", ["target"])
 
 CHANNEL_OPTIONS: list[tuple[str, str | int]] = [
@@ -155,6 +160,14 @@ class SnapshotSubscriber:
         self._accepted_parsed: dict[str, dict[str, Any]] = {}
         for kind in kinds:
             AGE.labels(kind).set_function(functools.partial(self.age, kind))
+            STALE.labels(kind).set_function(functools.partial(self._stale_value, kind))
+            ACCEPTED.labels(kind).set_function(functools.partial(self._accepted_value, kind))
+
+    def _stale_value(self, kind: str) -> float:
+        return 1.0 if self.stale(kind) else 0.0
+
+    def _accepted_value(self, kind: str) -> float:
+        return 1.0 if kind in self.state.latest else 0.0
 
     def age(self, kind: str) -> float:
         """Seconds since the publisher's produced_at of its last confirmation of ``kind`` (0 before any)."""
@@ -172,12 +185,21 @@ class SnapshotSubscriber:
     def ready(self) -> bool:
         """Every wanted kind has been accepted at least once and none is past the staleness bound; while the
         publisher is away the last good state still serves until the bound."""
-        ready = True
-        for kind in self.kinds:
-            stale = self.stale(kind)
-            STALE.labels(kind).set(1 if stale else 0)
-            ready = ready and kind in self.state.latest and not stale
-        return ready
+        return all(kind in self.state.latest and not self.stale(kind) for kind in self.kinds)
+
+    def unavailable(self, kind: str) -> str:
+        """Why decisions cannot rely on ``kind`` now (never accepted, or past the staleness bound); empty when
+        they can. Said to an operator in ``/readyz`` and to a requester in a hook's refusal, so it names the
+        snapshot, its publisher and the bound."""
+        if kind not in self.state.latest:
+            return f"no {kind} snapshot from {self.target} yet"
+        if self.stale(kind):
+            silent = self.clock() - self.state.confirmed_at[kind]
+            return (
+                f"the {kind} snapshot is stale: {self.target} has not confirmed it for {silent:.0f} s "
+                f"(--snapshot-staleness {self.staleness:g} s)"
+            )
+        return ""
 
     def _channel(self) -> grpc.aio.Channel:
         if not self.ca_file:
