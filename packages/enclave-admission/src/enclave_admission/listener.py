@@ -120,11 +120,12 @@ class Limits:
     max_connections: int = 1000
     """Open connections per replica (without those of :attr:`max_anonymous`); kube-apiserver needs about one per
     review in flight."""
-    max_anonymous: int = 64
+    max_anonymous: int = 256
     """Connections without a client certificate at once (client authentication on); past it the oldest is
     dropped. They never take a :attr:`max_connections` slot."""
-    max_anonymous_per_source: int = 8
-    """Of those, from one address; past it that address's oldest is dropped."""
+    max_anonymous_per_source: int = 32
+    """Of those, from one address; past it that address's oldest is dropped. kube-apiserver's conversion calls
+    are among them, each done within milliseconds, so the oldest is a stranger's."""
     anonymous_timeout: float = 5.0
     """A connection without a client certificate must have sent its one request whole within this of its
     handshake (kube-apiserver's conversion call sends it at once)."""
