@@ -12,6 +12,7 @@ which runs enclave-replication.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,9 +23,10 @@ from kubernetes.client.rest import ApiException
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.stack import TenancyStack, start_tenancy
+from enclave_testing.waiting import poll
 
 from .conftest import USERS, as_user, owned_namespace
-from .tenant_attacks import GROUP, TENANT_LABEL, VERSION, denied, granted, service_account_client
+from .tenant_attacks import GROUP, TENANT_LABEL, VERSION, denied, eventually_denied, granted, service_account_client
 
 FORBIDDEN_NODE_LABEL = "node-role.example.com/tenant-pool"
 """A node label the configuration forbids tenant users to set (their node selectors key on it)."""
@@ -36,18 +38,24 @@ NAMESPACE_RIGHTS = [
         "verbs": ["get", "list", "update", "patch"],
     },
     {"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "list", "update", "patch"]},
+    {"apiGroups": [GROUP], "resources": ["resourcepoolclaims"], "verbs": ["get", "create", "patch", "delete"]},
 ]
 """What Capsule's namespace advisories assume the attacker holds: patch and update on namespaces and their
-subresources, cluster-wide (and on nodes, for the node-metadata one)."""
+subresources, cluster-wide (and on nodes, for the node-metadata one); and claims, which the chart aggregates
+into ``admin``."""
 
 
 @pytest.fixture(scope="module")
 def stack(control_plane: ControlPlane, kube: Any, enclave_crds: list[str]) -> Iterator[TenancyStack]:
-    """config, tenants and admission with the node-metadata hook and a forbidden node label; tenant users (the
-    ``enclave.dev`` group) hold :data:`NAMESPACE_RIGHTS` for the module."""
+    """config, tenants, pools and admission with the node-metadata hook and a forbidden node label; tenant users
+    (the ``enclave.dev`` group) hold :data:`NAMESPACE_RIGHTS` for the module."""
     node_metadata = {"forbiddenLabels": {"denied": [FORBIDDEN_NODE_LABEL], "deniedRegex": r"^isolation\.example\.com/"}}
     running = start_tenancy(
-        control_plane, [{"kind": "Group", "name": USERS}], nodes=True, extra_spec={"nodeMetadata": node_metadata}
+        control_plane,
+        [{"kind": "Group", "name": USERS}],
+        nodes=True,
+        pools=True,
+        extra_spec={"nodeMetadata": node_metadata},
     )
     subjects = [{"kind": "Group", "name": USERS, "apiGroup": "rbac.authorization.k8s.io"}]
     try:
@@ -281,7 +289,7 @@ def test_webhook_configuration_names_every_namespace_subresource_in_the_plural(s
 # -- GHSA-gjw4-3v3v-rqxg: forbidden metadata -------------------------------------------------------------------
 
 
-FORBIDDEN = {
+FORBIDDEN: dict[str, dict[str, Any]] = {
     "forbiddenLabels": {"denied": ["pod-security.kubernetes.io/enforce"], "deniedRegex": r"^isolation\.example\.com/"},
     "forbiddenAnnotations": {"deniedRegex": r"^scheduler\.example\.com/"},
 }
@@ -409,6 +417,26 @@ def test_ghsa_gxjc_74v5_3vx3_configuration_update_to_an_invalid_forbidden_patter
     assert spec["nodeMetadata"]["forbiddenLabels"]["deniedRegex"] == r"^isolation\.example\.com/"
 
 
+def test_ghsa_gxjc_74v5_3vx3_tenant_update_to_an_invalid_forbidden_pattern_is_refused(
+    stack: TenancyStack, kube: Any, impersonate: Callable[..., Any]
+) -> None:
+    """The advisory itself: Capsule validated the *old* Tenant's forbidden-metadata regex on UPDATE, so a Tenant
+    could be updated to a pattern that does not compile. Here the update is refused naming the field, and the
+    valid pattern keeps refusing the owner's label (a pattern that cannot compile must never mean "forbid
+    nothing")."""
+    owner = unique("mallory")
+    tenant, namespace = owned_namespace(stack, impersonate, owner, namespaceOptions=FORBIDDEN)
+    custom = client.CustomObjectsApi(kube)
+    broken = {**FORBIDDEN["forbiddenLabels"], "deniedRegex": r"^isolation\.example\.com/("}
+    patch = {"spec": {"namespaceOptions": {"forbiddenLabels": broken}}}
+    denied(
+        lambda: custom.patch_cluster_custom_object(GROUP, VERSION, "tenants", tenant, patch),
+        "namespaceOptions.forbiddenLabels.deniedRegex",
+    )
+    api = core(impersonate, owner)
+    denied(lambda: api.patch_namespace(namespace, {"metadata": {"labels": {"isolation.example.com/net": "open"}}}))
+
+
 # -- Capsule's owner validation (0.13.6): owners the fence cannot see -------------------------------------------
 
 
@@ -472,3 +500,101 @@ def test_owner_cannot_create_a_namespace_in_a_tenant_it_does_not_own(
     with pytest.raises(ApiException) as missing:
         client.CoreV1Api(kube).read_namespace(name)
     assert missing.value.status == 404
+
+
+# -- Capsule 0.13.8 "add resourcepoolclaim validation", and the pool bypass reported as capsule#1662 ---------------
+
+
+@pytest.fixture
+def pool(kube: Any) -> Iterator[Callable[[str, dict[str, str]], str]]:
+    """``pool(tenant, hard)``: a ResourcePool selecting ``tenant``'s namespaces that gives nothing without a claim
+    (``defaultsZero``); the pools are deleted afterwards."""
+    custom = client.CustomObjectsApi(kube)
+    made: list[str] = []
+
+    def create(tenant: str, hard: dict[str, str]) -> str:
+        name = unique("sec-pool")
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourcePool",
+            "metadata": {"name": name},
+            "spec": {
+                "quota": {"hard": hard},
+                "config": {"defaultsZero": True},
+                "selectors": [{"matchLabels": {TENANT_LABEL: tenant}}],
+            },
+        }
+        custom.create_cluster_custom_object(GROUP, VERSION, "resourcepools", body)
+        made.append(name)
+        return name
+
+    yield create
+    for name in made:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, "resourcepools", name)
+
+
+def claim_body(name: str, amounts: dict[str, str], pool_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourcePoolClaim",
+        "metadata": {"name": name},
+        "spec": {"pool": pool_name, "claim": amounts},
+    }
+
+
+def test_owner_cannot_claim_from_a_pool_that_does_not_select_its_namespace(
+    stack: TenancyStack, impersonate: Callable[..., Any], pool: Callable[[str, dict[str, str]], str]
+) -> None:
+    """Capsule 0.13.8 added ResourcePoolClaim validation ("security measures"): a claim naming a pool meant for
+    another tenant drew that tenant's resources. Here admission refuses a claim on a pool that does not select
+    the claim's namespace, naming ``spec.pool``, once the pool is known to it."""
+    attacker = unique("mallory")
+    _, namespace = owned_namespace(stack, impersonate, attacker)
+    victim, _ = owned_namespace(stack, impersonate, unique("alice"))
+    theirs = pool(victim, {"services": "10"})
+    custom = client.CustomObjectsApi(as_user(impersonate, attacker))
+    body = claim_body("steal", {"services": "10"}, theirs)
+    eventually_denied(
+        lambda: custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "resourcepoolclaims", body),
+        "does not select",
+    )
+
+
+def test_pool_limits_bypass_by_deleting_or_shrinking_a_used_claim_is_refused(
+    stack: TenancyStack, kube: Any, impersonate: Callable[..., Any], pool: Callable[[str, dict[str, str]], str]
+) -> None:
+    """The pool bypass reported against Capsule (projectcapsule/capsule#1662): claim everything in namespace A,
+    start workloads, delete (or shrink) the claim, claim again in namespace B, and use the pool twice. Here a bound
+    claim can be neither deleted nor shrunk below what its namespace uses."""
+    owner = unique("alice")
+    tenant, namespace = owned_namespace(stack, impersonate, owner)
+    mine = pool(tenant, {"services": "2"})
+    custom = client.CustomObjectsApi(as_user(impersonate, owner))
+    body = claim_body("all", {"services": "2"}, mine)
+    poll(
+        lambda: custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "resourcepoolclaims", body),
+        timeout=20,
+        what="the claim admitted once admission knows the pool",
+    )
+    quotas = client.CoreV1Api(kube)
+
+    def used() -> dict[str, str]:
+        status = quotas.read_namespaced_resource_quota(f"enclave-pool-{mine}", namespace).status
+        return dict((status.used or {}) if status else {})
+
+    poll(
+        lambda: quotas.read_namespaced_resource_quota(f"enclave-pool-{mine}", namespace).spec.hard == {"services": "2"}
+    )
+    service = {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}], "selector": {"app": "web"}}}
+    poll(lambda: core(impersonate, owner).create_namespaced_service(namespace, service), what="a Service admitted")
+    poll(lambda: used().get("services") == "1", what="the quota counting the Service")
+    denied(
+        lambda: custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "resourcepoolclaims", "all"),
+        "still uses",
+    )
+    shrink = {"spec": {"claim": {"services": "0"}}}
+    denied(
+        lambda: custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "resourcepoolclaims", "all", shrink),
+        "cannot shrink",
+    )
