@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,41 @@ def test_doctor_on_a_healthy_stack(
     assert f"ok    admission at {probes[0].split('=', 1)[1]} /readyz: ok" in out
     assert "decides from Tenancy revision " in out
     assert "you may patch tenants (enclave cordon/uncordon)" in out
+    for component in ("globalquotas", "pools", "quotas", "tenants"):
+        if component in {p.spec.name for p in stack.processes} and component != "tenants":
+            assert f"enclave-{component} runs and its " in out
+
+
+def test_doctor_fails_when_a_running_component_has_no_hooks(
+    cluster: tuple[TenancyStack, Remote], control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A component that holds its Lease while its hooks are missing from the webhook configurations is a
+    silent hole (its kinds go unjudged): doctor names it. The stack runs no enclave-replication; a held,
+    fresh Lease of that name is what a replica running elsewhere leaves."""
+    stack, _ = cluster
+    coordination = client.CoordinationV1Api(stack.kube)
+    now = datetime.now(UTC)
+    lease = {
+        "metadata": {"name": "enclave-replication"},
+        "spec": {
+            "holderIdentity": "replica-elsewhere",
+            "leaseDurationSeconds": 15,
+            "renewTime": now,
+            "acquireTime": now,
+        },
+    }
+    coordination.create_namespaced_lease(stack.namespace, lease)
+    try:
+        argv = ["--config", stack.config_name]
+        code = main(
+            ["--enclave-namespace", stack.namespace, "doctor", "--kubeconfig", str(control_plane.kubeconfig), *argv]
+        )
+        out, _ = capsys.readouterr()
+        assert code == 1, out
+        assert "FAIL  enclave-replication runs but its hooks are not registered: " in out
+        assert "replication.enclave.dev" in out or "replication" in out.split("not registered: ", 1)[1]
+    finally:
+        coordination.delete_namespaced_lease("enclave-replication", stack.namespace)
 
 
 def test_doctor_reports_what_is_wrong(

@@ -557,6 +557,32 @@ def webhooks(
     )
 
 
+def hooks_by_component() -> dict[str, frozenset[str]]:
+    """The webhook names each component needs registered for its kinds to be judged, by component name.
+
+    Derived from :func:`webhooks` itself (the hooks one switch adds to the defaults), so ``enclave doctor``
+    and the tests that compare what runs with what is registered cannot drift from what the chart renders.
+    ``admission`` lists the hooks every install has; a component without hooks of its own is absent."""
+    probe = url_client("https://enclave.invalid")
+
+    def names(admission: Admission) -> frozenset[str]:
+        found: set[str] = set()
+        for side in (admission.mutating, admission.validating):
+            found.update(hook.name for hook in ((side.webhooks or []) if side is not None else []))
+        return frozenset(found)
+
+    base = names(webhooks(probe))
+    switches = {
+        "pools": webhooks(probe, pools=True),
+        "quotas": webhooks(probe, quotas=True),
+        "globalquotas": webhooks(probe, globalquotas=True),
+        "replication": webhooks(probe, replication=True),
+    }
+    found = {"admission": base}
+    found.update({component: names(admission) - base for component, admission in switches.items()})
+    return found
+
+
 def url_client(url: str, ca_bundle: str | None = None) -> WebhookClient:
     """A ``url`` client (local runs: ``https://127.0.0.1:<port>``); the config component injects its CA when
     ``ca_bundle`` is None and the TLS reconciler is on."""

@@ -306,6 +306,7 @@ def _doctor(args: argparse.Namespace) -> int:
             else:
                 report.fail(f"Secret {args.enclave_namespace}/{secret_name} has no {key}")
     registrations = client.AdmissionregistrationV1Api(api)
+    registered: set[str] = set()
     for side, name, read in (
         ("mutating", config.mutating_configuration_name, registrations.read_mutating_webhook_configuration),
         ("validating", config.validating_configuration_name, registrations.read_validating_webhook_configuration),
@@ -327,10 +328,45 @@ def _doctor(args: argparse.Namespace) -> int:
             pem = base64.b64decode(bundle)
             if ca_pem and ca_pem.strip() not in pem:
                 report.warn(f"{side} webhook configuration {name}: caBundle is not the CA in {secret_name}")
+        registered.update(h.name for h in hooks)
+    _component_hooks(report, api, args.enclave_namespace, registered, now)
     _grpc_checks(report, args)
     _access(report, api)
     print("\n".join(report.lines))
     return 1 if report.failed else 0
+
+
+def _component_hooks(report: Report, api: Any, namespace: str, registered: set[str], now: datetime) -> None:
+    """Every component that runs has the hooks that judge its kinds registered.
+
+    A component runs when its Lease (``enclave-<component>`` in Enclave's namespace) is held and was renewed
+    within twice its duration. A component whose hooks are missing is the silent failure: its controller
+    converges while nothing refuses what breaks its kinds (a GlobalResourceQuota over-admitted)."""
+    from kubernetes import client
+
+    from enclave_admission.defaults import hooks_by_component
+
+    leases = _call(f"Leases in {namespace}", client.CoordinationV1Api(api).list_namespaced_lease, namespace).items
+    running: list[str] = []
+    for lease in leases:
+        component = (lease.metadata.name or "").removeprefix("enclave-")
+        spec = lease.spec
+        if not lease.metadata.name.startswith("enclave-") or spec is None or not spec.holder_identity:
+            continue
+        renewed = spec.renew_time or spec.acquire_time
+        duration = timedelta(seconds=2 * (spec.lease_duration_seconds or 15))
+        if renewed is not None and now - renewed <= duration:
+            running.append(component)
+    needs = hooks_by_component()
+    for component in sorted(running):
+        wanted = needs.get(component)
+        if not wanted:
+            continue
+        missing = sorted(wanted - registered)
+        if missing:
+            report.fail(f"enclave-{component} runs but its hooks are not registered: {', '.join(missing)}")
+        else:
+            report.ok(f"enclave-{component} runs and its {len(wanted)} hook(s) are registered")
 
 
 def _grpc_checks(report: Report, args: argparse.Namespace) -> None:

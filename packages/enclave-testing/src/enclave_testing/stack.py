@@ -90,7 +90,8 @@ class TenancyStack:
 
 def remove_configuration(kube: Any, config_name: str) -> None:
     """Delete the ServiceConfiguration and everything enclave-config generated for it (the webhook
-    configurations, which would send later modules' requests to stopped servers, and the cluster-wide RBAC,
+    configurations, which would send later modules' requests to stopped servers, its native admission policies
+    (Tenant deletion protection), and the cluster-wide RBAC,
     whose provisioner binding has a fixed name), then wait until they are gone. enclave-config owns them by its
     anchor ClusterRole, not by the ServiceConfiguration, so nothing else removes them. Call it once
     enclave-config is stopped, or it writes them back."""
@@ -109,6 +110,14 @@ def remove_configuration(kube: Any, config_name: str) -> None:
         "mutating webhook configuration": (
             registrations.list_mutating_webhook_configuration,
             registrations.delete_mutating_webhook_configuration,
+        ),
+        "validating admission policy binding": (
+            registrations.list_validating_admission_policy_binding,
+            registrations.delete_validating_admission_policy_binding,
+        ),
+        "validating admission policy": (
+            registrations.list_validating_admission_policy,
+            registrations.delete_validating_admission_policy,
         ),
     }
     for list_them, delete in kinds.values():
@@ -200,6 +209,7 @@ def start_tenancy(
             pools=pools,
             globalquotas=globalquotas,
             replication=replication,
+            quotas=quotas,
         )
         assert rendered.mutating is not None
         assert rendered.validating is not None
