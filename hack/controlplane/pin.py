@@ -1,10 +1,12 @@
 """Pin one Kubernetes release for the test control plane: ``python hack/controlplane/pin.py 1.37.2 3.7.0``.
 
-``--only etcd`` (or ``--only kubernetes``) rewrites one of the two modules and leaves the other, and so its
-cached build, alone.
+``--only etcd`` (or ``--only kubernetes``, or ``--only kubectl``) rewrites one of the modules and leaves the
+others, and so their cached builds, alone.
 
 Writes ``hack/controlplane/<minor>/kubernetes`` (kube-apiserver, kube-controller-manager and kube-scheduler from
-``k8s.io/kubernetes``) and ``hack/controlplane/<minor>/etcd`` (the etcd server), each a Go module with its
+``k8s.io/kubernetes``), ``hack/controlplane/<minor>/kubectl`` (kubectl from the same release, a module of its
+own so that adding the client does not change the server's ``go.sum`` and with it the cache key of every
+control-plane build) and ``hack/controlplane/<minor>/etcd`` (the etcd server), each a Go module with its
 ``go.sum``, then lets ``go mod tidy`` resolve them through the module proxy. The etcd version is the one the
 release pairs with (kubeadm's ``DefaultEtcdVersion`` in ``cmd/kubeadm/app/constants/constants.go``; printed
 here so a bump does not need to look it up by hand).
@@ -32,6 +34,17 @@ package tools
 import (
 \t_ "k8s.io/kubernetes/cmd/kube-apiserver"
 \t_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+\t_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)
+"""
+
+KUBECTL_TOOLS = """//go:build tools
+
+// Package tools pins the command this module builds, so `go mod tidy` keeps its dependencies.
+package tools
+
+import (
+\t_ "k8s.io/kubernetes/cmd/kubectl"
 )
 """
 
@@ -74,25 +87,28 @@ def pin(kubernetes: str, etcd: str, only: str = "") -> None:
     )
     print(f"Kubernetes {kubernetes} pairs with etcd {paired.group(1) if paired else '?'} (kubeadm); pinning {etcd}")
 
-    kube_dir = HERE / minor / "kubernetes"
-    if only != "etcd":
-        _pin_kubernetes(kube_dir, minor, kubernetes, upstream, staging)
+    written = []
+    for name, tools in (("kubernetes", TOOLS), ("kubectl", KUBECTL_TOOLS)):
+        if only in ("", name):
+            written.append(_pin_kubernetes(HERE / minor / name, minor, kubernetes, upstream, staging, tools))
     etcd_dir = HERE / minor / "etcd"
-    if only != "kubernetes":
+    if only in ("", "etcd"):
         _pin_etcd(etcd_dir, minor, etcd)
-    print(f"pinned {kube_dir} and {etcd_dir}")
+        written.append(etcd_dir)
+    print("pinned " + ", ".join(str(path) for path in written))
 
 
-def _pin_kubernetes(kube_dir: Path, minor: str, kubernetes: str, upstream: str, staging: list[str]) -> None:
+def _pin_kubernetes(kube_dir: Path, minor: str, kubernetes: str, upstream: str, staging: list[str], tools: str) -> Path:
     kube_dir.mkdir(parents=True, exist_ok=True)
     staging_version = f"v0.{kubernetes.split('.', 1)[1]}"
     replaces = "\n".join(f"\t{name} => {name} {staging_version}" for name in staging)
     (kube_dir / "go.mod").write_text(
-        f"module enclave.dev/hack/controlplane/{minor}/kubernetes\n\ngo {_go_directive(upstream)}\n\n"
+        f"module enclave.dev/hack/controlplane/{minor}/{kube_dir.name}\n\ngo {_go_directive(upstream)}\n\n"
         f"require k8s.io/kubernetes v{kubernetes}\n\nreplace (\n{replaces}\n)\n"
     )
-    (kube_dir / "tools.go").write_text(TOOLS)
+    (kube_dir / "tools.go").write_text(tools)
     subprocess.run(["go", "mod", "tidy"], cwd=kube_dir, check=True)
+    return kube_dir
 
 
 def _pin_etcd(etcd_dir: Path, minor: str, etcd: str) -> None:
@@ -109,7 +125,7 @@ def _pin_etcd(etcd_dir: Path, minor: str, etcd: str) -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     only = ""
-    if len(args) == 4 and args[2] == "--only" and args[3] in ("etcd", "kubernetes"):
+    if len(args) == 4 and args[2] == "--only" and args[3] in ("etcd", "kubernetes", "kubectl"):
         only, args = args[3], args[:2]
     if len(args) != 2:
         raise SystemExit(__doc__)

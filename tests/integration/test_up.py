@@ -32,15 +32,28 @@ def test_up_serves_tenants_and_stops_cleanly(tmp_path: Path) -> None:
         text = log.read_text()
         for component in ("config", "tenants", "pools", "admission"):
             assert f"component {component}: ready" in text
+        _assert_every_running_component_has_its_hooks(tmp_path / "kubeconfig", text)
         assert "Tenant/solar" in text
         kubeconfig = tmp_path / "kubeconfig"
         assert yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"].startswith(
             "https://127.0.0.1:"
         )
 
-        # What the guide tells a user to try: alice (sample tenant solar) creates a namespace and owns it.
-        alice = client.CoreV1Api(api_client(kubeconfig, user="alice", groups=["enclave.dev"]))
-        alice.create_namespace({"metadata": {"name": "solar-dev"}})
+        # What the guide tells a user to try, pasted as printed into a shell that has no kubectl of its own:
+        # alice (sample tenant solar) creates a namespace, owns it and writes in it.
+        pasted = _guide_commands(text)
+        assert any("create namespace solar-dev" in line for line in pasted), text
+        shell = subprocess.run(
+            ["bash", "-euc", "\n".join(pasted)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+            check=False,
+        )
+        assert shell.returncode == 0, shell.stdout + shell.stderr
+        assert "solar-dev" in shell.stdout, shell.stdout
+        assert "hello" in shell.stdout, shell.stdout
         admin = client.CoreV1Api(api_client(kubeconfig))
         assert admin.read_namespace("solar-dev").metadata.labels["enclave.dev/tenant"] == "solar"
         # The sample GlobalTenantResource replicates its NetworkPolicy into the new namespace of the dev tenant.
@@ -77,3 +90,32 @@ def test_up_serves_tenants_and_stops_cleanly(tmp_path: Path) -> None:
         up.wait(60)
     assert up.returncode == 0, log.read_text()
     assert "[enclave-up] stopping" in log.read_text()
+
+
+def _assert_every_running_component_has_its_hooks(kubeconfig: Path, log: str) -> None:
+    """What `tox -e up` runs is wired whole: each running component's hooks are registered (the global quota
+    hooks were once left out, and a GlobalResourceQuota of 5 admitted 7), and `enclave doctor` says so."""
+    from enclave_admission.defaults import hooks_by_component
+    from enclave_cli.__main__ import main as enclave
+
+    running = {name for name in hooks_by_component() if f"component {name}: ready" in log}
+    assert {"admission", "globalquotas", "quotas", "pools", "replication"} <= running, log
+    registrations = client.AdmissionregistrationV1Api(api_client(kubeconfig))
+    registered = {
+        hook.name
+        for configuration in (
+            registrations.read_mutating_webhook_configuration("enclave-mutating-webhook-configuration"),
+            registrations.read_validating_webhook_configuration("enclave-validating-webhook-configuration"),
+        )
+        for hook in configuration.webhooks or []
+    }
+    for name in sorted(running):
+        assert hooks_by_component()[name] <= registered, (name, sorted(hooks_by_component()[name] - registered))
+    code = enclave(["--enclave-namespace", "enclave-system", "doctor", "--kubeconfig", str(kubeconfig)])
+    assert code == 0
+
+
+def _guide_commands(log: str) -> list[str]:
+    """The shell lines of the printed guide (``export ...`` and ``kubectl ...``), as a user would paste them."""
+    guide = log.split("Try it in another shell", 1)[1].split("# or from Python", 1)[0]
+    return [line.strip() for line in guide.splitlines() if line.strip().startswith(("export ", "kubectl "))]

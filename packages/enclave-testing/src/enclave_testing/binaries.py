@@ -100,6 +100,11 @@ BINARIES: dict[str, BinarySpec] = {
             "k8s.io/kubernetes",
             per_kubernetes_minor=True,
         ),
+        # The client a user of `tox -e up` types into: the same release as the control plane it talks to, from
+        # a module of its own (hack/controlplane/<minor>/kubectl) so the servers' cache key does not move.
+        BinarySpec(
+            "kubectl", "kubectl", "k8s.io/kubernetes/cmd/kubectl", "k8s.io/kubernetes", per_kubernetes_minor=True
+        ),
         BinarySpec("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok"),
         BinarySpec("helm", "helm", "helm.sh/helm/v3/cmd/helm", "helm.sh/helm/v3"),
         BinarySpec("helm4", "helm4", "helm.sh/helm/v4/cmd/helm", "helm.sh/helm/v4"),

@@ -22,6 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_core import API_GROUP
 from enclave_core.api import kind_info
+from enclave_testing.binaries import ensure
 from enclave_testing.components import COMPONENTS, RunningComponent, available, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.crds import crd_dir, install_crds
@@ -73,15 +74,22 @@ def configure_admission(
     pools: bool = False,
     quotas: bool = False,
     replication: bool = False,
+    globalquotas: bool = False,
 ) -> None:
     """Patch ServiceConfiguration ``name`` (created by the config component) with the TLS reconciler on and
     Enclave's default webhooks pointing at ``url`` (with the pool hooks when the pools component runs, the custom
-    quota hooks when enclave-quotas runs, the replication hooks when enclave-replication runs)."""
+    quota hooks when enclave-quotas runs, the replication hooks when enclave-replication runs, the global quota
+    hooks when enclave-globalquotas runs)."""
     from enclave_admission.defaults import url_client, webhooks
 
     custom = client.CustomObjectsApi(api)
     admission = webhooks(
-        url_client(url), namespace=ENCLAVE_NAMESPACE, pools=pools, quotas=quotas, replication=replication
+        url_client(url),
+        namespace=ENCLAVE_NAMESPACE,
+        pools=pools,
+        quotas=quotas,
+        replication=replication,
+        globalquotas=globalquotas,
     ).to_k8s()
     patch = {"spec": {"enableTLSReconciler": True, "admission": admission}}
     deadline = time.monotonic() + timeout
@@ -147,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                     pools="pools" in endpoints,
                     quotas="quotas" in endpoints,
                     replication="replication" in endpoints,
+                    globalquotas="globalquotas" in endpoints,
                 )
                 _say(f"ServiceConfiguration default: TLS reconciler on, webhooks at {component.webhook_url}")
                 component.wait_ready()
@@ -157,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"applied samples: {', '.join(samples) or 'none new'}")
         kubeconfig = args.workdir / "kubeconfig"
         shutil.copy(plane.kubeconfig, kubeconfig)
-        _print_guide(kubeconfig, running, args.workdir / "logs")
+        _print_guide(kubeconfig, _kubectl(args.workdir / "bin"), running, args.workdir / "logs")
         while not stop and not args.exit_when_ready:
             time.sleep(0.5)
             dead = [c.spec.name for c in running if not c.process.running]
@@ -174,12 +183,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _print_guide(kubeconfig: Path, running: list[RunningComponent], logs: Path) -> None:
+def _kubectl(bin_dir: Path) -> Path:
+    """kubectl of the control plane's own release (built from the pinned module like the servers, cached the
+    same way), linked into ``bin_dir`` so the guide's ``export PATH=...`` line finds it on a machine that has
+    none."""
+    built = ensure("kubectl")["kubectl"]
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    link = bin_dir / "kubectl"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(built)
+    return link
+
+
+def _print_guide(kubeconfig: Path, kubectl: Path, running: list[RunningComponent], logs: Path) -> None:
     names = [c.spec.name for c in running]
     tenancy = (
-        """  # act as alice, owner of the sample tenant "solar":
+        """  # act as alice, owner of the sample tenant "solar": her namespace joins her tenant, she is its admin
   kubectl --as alice --as-group enclave.dev create namespace solar-dev
-  kubectl --as alice --as-group enclave.dev get namespaces -l enclave.dev/tenant=solar
+  kubectl get namespaces -l enclave.dev/tenant=solar
+  kubectl --as alice --as-group enclave.dev -n solar-dev create configmap hello --from-literal=from=alice
+  kubectl --as alice --as-group enclave.dev -n solar-dev get configmaps,rolebindings
 """
         if "admission" in names
         else """  # the global configuration, its status (tenants, users) and what it generated:
@@ -192,12 +216,14 @@ def _print_guide(kubeconfig: Path, running: list[RunningComponent], logs: Path) 
 Enclave is up.
 
   kubeconfig (admin):  {kubeconfig}
+  kubectl:             {kubectl} ({kubectl.resolve().parent.name})
   components:          {", ".join(names) or "none yet"}
   component logs:      {logs}
 
-Try it (the admin may impersonate anyone, so --as acts as a tenant user):
+Try it in another shell (the admin may impersonate anyone, so --as acts as a tenant user):
 
   export KUBECONFIG={kubeconfig}
+  export PATH={kubectl.parent}:$PATH
   kubectl get tenants,tenantowners,serviceconfigurations
 {tenancy}
   # or from Python, as alice:
