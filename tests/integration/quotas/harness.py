@@ -91,7 +91,7 @@ class QuotaEnclave:
             kubeconfig=self.control_plane.kubeconfig,
             log_dir=self.control_plane.log_dir,
             namespace=self.namespace,
-            endpoints={},
+            endpoints={"config": self.config.grpc_target},
             args=QUOTAS_ARGS(self.config_name),
             identity=unique("quotas"),
             grpc_port=old.grpc_port,
@@ -247,7 +247,7 @@ def quota_enclave(
             kubeconfig=control_plane.kubeconfig,
             log_dir=control_plane.log_dir,
             namespace=namespace,
-            endpoints={},
+            endpoints={"config": config_process.grpc_target},
             args=QUOTAS_ARGS(config_name),
             identity=unique("quotas"),
         )

@@ -9,9 +9,10 @@ from typing import Any
 from kubernetes import client
 
 from enclave_core.quantity import Quantity
+from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
-from .harness import QuotaEnclave, ready_reason
+from .harness import GROUP, VERSION, QuotaEnclave, ready_reason
 
 BURST_ROUNDS = int(os.environ.get("ENCLAVE_QUOTA_BURST_ROUNDS", "1"))
 """The issue's proof repeats the burst five times (``tox -e quotas-slow``); once in the default suite."""
@@ -250,6 +251,29 @@ def test_bad_input_is_reported_and_the_last_good_count_kept(enclave: QuotaEnclav
         assert status["usage"]["used"] == "2"
     finally:
         enclave.delete_quota(namespace, "sizes")
+
+
+def test_global_quota_events_go_to_the_configured_events_namespace(enclave: QuotaEnclave, namespace: str) -> None:
+    """A GlobalCustomQuota is cluster-scoped: its Events land in ``ServiceConfiguration.spec.events.namespace``
+    (they once went to Enclave's own namespace whatever the configuration said)."""
+    core = client.CoreV1Api(enclave.kube)
+    elsewhere = unique("q-events")
+    core.create_namespace({"metadata": {"name": elsewhere}})
+    configurations = (GROUP, VERSION, "serviceconfigurations", enclave.config_name)
+    enclave.custom.patch_cluster_custom_object(*configurations, {"spec": {"events": {"namespace": elsewhere}}})
+    name = unique("gq-events")
+    try:
+        source = {"kind": "Gadget", "apiVersion": f"{elsewhere}.quota-test.dev", "op": "count"}
+        enclave.create_quota(None, name, {"limit": 1, "sources": [source]})
+        enclave.wait_status(None, name, lambda s: ready_reason(s) == "SourceNotFound")
+        poll(lambda: enclave.events(elsewhere, name, "SourceNotFound"), what=f"SourceNotFound event in {elsewhere}")
+        assert not enclave.events(enclave.namespace, name, "SourceNotFound")
+    finally:
+        enclave.delete_quota(None, name)
+        enclave.custom.patch_cluster_custom_object(
+            *configurations, {"spec": {"events": {"namespace": enclave.namespace}}}
+        )
+        core.delete_namespace(elsewhere)
 
 
 def test_a_kind_served_later_is_counted_once_its_crd_is_installed(enclave: QuotaEnclave, namespace: str) -> None:

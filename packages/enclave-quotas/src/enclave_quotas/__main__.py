@@ -1,7 +1,9 @@
 """``python -m enclave_quotas`` / ``enclave-quotas``: the custom quota component's process.
 
 Every replica watches, counts and serves ``QuotaService`` (kind ``QuotaTargets``); the Lease holder also
-writes: ledgers, quota status, Events, and the rules of the generic quota hook.
+writes: ledgers, quota status, Events, and the rules of the generic quota hook. From enclave-config's stream
+(``--config-endpoint``) it takes the events namespace for GlobalCustomQuotas (``spec.events.namespace``, default
+``default`` as the spec says) and, unless ``--webhook-configuration`` names one, the hook's configuration.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 from enclave_core.kube.events import EventRecorder
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
+from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, add_resync_flag, check_resync_flag, env_default, env_flag
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
@@ -66,17 +69,17 @@ async def body(process: component.Component) -> None:
     controller = QuotasController(kube, settings, hub, EventRecorder(kube, MANAGER))
     process.state["controller"] = controller
     process.started.set()
-    if args.config_endpoint and not args.webhook_configuration:
-        # the hook lives in the configuration the ServiceConfiguration names: follow it
-        grpc.subscribe(
-            process,
-            args.config_endpoint,
-            config_pb2_grpc.ConfigServiceStub,
-            CONFIG_KIND,
-            lambda snapshot: controller.set_webhook_configuration(
-                EffectiveConfiguration.model_validate_json(snapshot.payload).validating_configuration_name
-            ),
-        )
+    if args.config_endpoint:
+
+        def accept(snapshot: Snapshot) -> None:
+            config = EffectiveConfiguration.model_validate_json(snapshot.payload)
+            # A GlobalCustomQuota is cluster-scoped: its Events go where the ServiceConfiguration says.
+            controller.set_events_namespace(config.spec.events.namespace)
+            if not args.webhook_configuration:
+                # the hook lives in the configuration the ServiceConfiguration names: follow it
+                controller.set_webhook_configuration(config.validating_configuration_name)
+
+        grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept)
     register = quotas_pb2_grpc.add_QuotaServiceServicer_to_server
     gates = {"informers-synced": controller.synced, "reconciled": controller.reconciled}
     await grpc.run_controller(process, kube, hub, register, "QuotaService", controller, gates)

@@ -87,6 +87,8 @@ class QuotasController:
         self.settings = settings
         self.hub = hub
         self.events = events
+        self.events_namespace = "default"
+        """Where a GlobalCustomQuota's Events go: ``spec.events.namespace`` once enclave-config's stream says."""
         self.leading = False
         self.synced = asyncio.Event()
         self.reconciled = asyncio.Event()
@@ -142,6 +144,9 @@ class QuotasController:
         else:
             self.ledgers.observe(obj)
         self._trigger.set()
+
+    def set_events_namespace(self, namespace: str) -> None:
+        self.events_namespace = namespace or "default"
 
     def set_webhook_configuration(self, name: str) -> None:
         if name != self.webhook_configuration:
@@ -385,7 +390,7 @@ class QuotasController:
                 "Warning",
                 state[0],
                 state[1][:1024],
-                namespace=self.settings.namespace,  # a cluster-scoped quota's Events: Enclave's namespace
+                namespace=self.events_namespace,  # a cluster-scoped quota's: spec.events.namespace
             )
 
     async def _prune_ledgers(self, views: list[QuotaView]) -> None:
