@@ -109,6 +109,42 @@ def test_status_tenants_follow_tenants(start_config: Start, cluster: Cluster) ->
     poll(lambda: tenant not in (cluster.config(name)["status"].get("tenants") or []))
 
 
+def test_prevent_deletion_holds_for_cluster_admins_with_no_webhook(start_config: Start, cluster: Cluster) -> None:
+    """``preventDeletion`` is enforced for everyone, ``system:masters`` included, by a ValidatingAdmissionPolicy
+    that kube-apiserver evaluates itself: this configuration registers no webhook at all. Break-glass is the
+    refusal's own advice: clear the flag, then delete."""
+    name, tenant = unique("cfg"), unique("tnt")
+    start_config(name, unique("ns"))
+    poll(lambda: cluster.ready(name))
+    policy = f"enclave-{name}-tenant-deletion"
+    poll(lambda: cluster.admission.read_validating_admission_policy_binding(policy), what="the policy's binding")
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Tenant",
+        "metadata": {"name": tenant},
+        "spec": {"owners": [{"kind": "User", "name": "alice"}], "preventDeletion": True},
+    }
+    cluster.custom.create_cluster_custom_object(GROUP, VERSION, "tenants", body)
+
+    def refused(dry_run: str | None) -> str | None:
+        try:
+            cluster.custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant, dry_run=dry_run)
+        except ApiException as err:
+            return str(err.body) if err.status in (403, 422) else None
+        return None
+
+    # kube-apiserver honours a new binding within a moment: dry runs (admission runs for them, nothing is
+    # deleted) until it does, then the real delete.
+    poll(lambda: refused("All"), what="a dry-run deletion refused by the policy")
+    message = refused(None)
+    assert message is not None, "the admin deleted a tenant with spec.preventDeletion"
+    assert "spec.preventDeletion" in message
+    assert tenant in message
+    assert cluster.custom.get_cluster_custom_object(GROUP, VERSION, "tenants", tenant)["metadata"]["name"] == tenant
+    cluster.custom.patch_cluster_custom_object(GROUP, VERSION, "tenants", tenant, {"spec": {"preventDeletion": False}})
+    cluster.custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
+
+
 def test_deprecated_user_fields_are_converted(start_config: Start, cluster: Cluster) -> None:
     name = unique("cfg")
     cluster.create_config(

@@ -26,7 +26,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 from pydantic import ValidationError
 
-from enclave_config import crds, rbac, tls, webhooks
+from enclave_config import crds, policies, rbac, tls, webhooks
 from enclave_core import GROUP_VERSION
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.meta import Entity
@@ -110,7 +110,7 @@ class ConfigController:
         managed = f"{webhooks.MANAGED_BY}={webhooks.MANAGER},{OWNER_LABEL}={settings.name}"
         self.managed = {
             kind: Informer(kube, path, label_selector=managed, on_change=change, name=kind)
-            for kind, path in {**ADMISSION_PATHS, **RBAC_PATHS}.items()
+            for kind, path in {**ADMISSION_PATHS, **RBAC_PATHS, **policies.PATHS}.items()
         }
         self.promoted = Informer(
             kube,
@@ -234,6 +234,7 @@ class ConfigController:
                 self._owner = await self._anchor()
             ca_pem, next_tls = await self._reconcile_tls(config.spec)
             await self._apply_admission(current, ca_pem)
+            await self._apply_policies()
             await self._apply_conversion(config.spec, ca_pem)
             await self._apply_rbac(current)
         except ApplyError as err:
@@ -365,6 +366,19 @@ class ConfigController:
                 await self.kube.delete(f"{ADMISSION_PATHS[kind]}/{name}")
                 self.managed[kind].items.pop(name, None)
                 log.info("pruned webhook configuration", extra={"kind": kind, "name": name})
+
+    async def _apply_policies(self) -> None:
+        """The native admission policies (:mod:`enclave_config.policies`): kept whatever ``spec.admission``
+        says, since they guard against mistakes the webhooks deliberately let administrators make."""
+        desired = policies.render(self.settings.name)
+        wanted = {(body["kind"], body["metadata"]["name"]) for body in desired}
+        for body in desired:
+            kind, name = body["kind"], body["metadata"]["name"]
+            await self._apply_once(kind, f"{policies.PATHS[kind]}/{name}", self._own(body))
+        for kind, path in reversed(policies.PATHS.items()):  # bindings before the policies they name
+            for name in [n for n in self.managed[kind].items if (kind, n) not in wanted]:
+                await self.kube.delete(f"{path}/{name}")
+                self.managed[kind].items.pop(name, None)
 
     async def _apply_conversion(self, spec: ServiceConfigurationSpec, ca_pem: bytes | None) -> None:
         """Point every Enclave CRD's conversion webhook at the admission server, with its CA (the CRD bundle)."""

@@ -33,7 +33,16 @@ def main(argv: list[str] | None = None) -> int:
         ensure(*CONTROL_PLANE, minor=minor)
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "tests/integration", "tests/security", "-p", "no:cacheprovider", *args.pytest_args],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "tests/integration",
+                "tests/security",
+                "-p",
+                "no:cacheprovider",
+                *args.pytest_args,
+            ],
             cwd=repo_root(),
             env={**os.environ, "ENCLAVE_KUBERNETES_VERSION": minor},
             stdout=subprocess.PIPE,
