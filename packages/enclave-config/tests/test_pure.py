@@ -77,6 +77,49 @@ def test_match_condition_that_does_not_compile_is_a_problem() -> None:
     assert [p.field for p in found] == ["spec.admission.validating.webhooks[0].matchConditions[0].expression"]
 
 
+@pytest.mark.parametrize(
+    ("client", "extra", "where"),
+    [
+        (
+            {"url": "https://x.example.com"},
+            {"sideEffects": "Some"},
+            "spec.admission.validating.webhooks[0].sideEffects",
+        ),
+        (
+            {"url": "https://x.example.com"},
+            {"sideEffects": "Unknown"},
+            "spec.admission.validating.webhooks[0].sideEffects",
+        ),
+        (
+            {"url": "https://x.example.com"},
+            {"admissionReviewVersions": ["v2"]},
+            "spec.admission.validating.webhooks[0].admissionReviewVersions",
+        ),
+        ({"url": "https://enclave.enclave-system.svc/hook"}, {}, "spec.admission.validating.client.url"),
+        ({"url": "https://enclave.enclave-system.svc.cluster.local:8443"}, {}, "spec.admission.validating.client.url"),
+    ],
+)
+def test_webhook_entries_kube_apiserver_would_refuse_are_problems(
+    client: dict[str, str], extra: dict[str, object], where: str
+) -> None:
+    """Refused up front (admission and enclave-config share these rules), naming the field, instead of being
+    applied half and leaving the configuration Ready=False after kube-apiserver refuses it."""
+    hook = _hook(failurePolicy="Ignore", **extra)
+    found = problems(spec(admission={"validating": {"client": client, "webhooks": [hook]}}))
+    assert [p.field for p in found] == [where]
+
+
+def test_webhook_entries_kube_apiserver_accepts_are_not_problems() -> None:
+    for url in (
+        "https://10.0.0.1:8443/x",
+        "https://webhook.example.com",
+        "https://127.0.0.1:9443",
+        "https://svc.example",
+    ):
+        hook = _hook(failurePolicy="Ignore", admissionReviewVersions=["v1beta1", "v1"], sideEffects="NoneOnDryRun")
+        assert problems(spec(admission={"validating": {"client": {"url": url}, "webhooks": [hook]}})) == [], url
+
+
 def test_render_service_client_and_opts() -> None:
     hook = _hook(failurePolicy="Ignore", opts={"administrators": True, "serviceUsers": False})
     config = effective(

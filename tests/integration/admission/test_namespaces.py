@@ -6,6 +6,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -124,6 +125,30 @@ def test_invalid_service_configuration_is_refused_naming_the_field(enclave: Encl
         ),
         "spec.protectedNamespaceRegex",
     )
+
+
+def test_webhook_entries_kube_apiserver_would_refuse_are_refused_naming_the_field(enclave: Enclave) -> None:
+    """sideEffects Some, no supported review version, a client URL naming an in-cluster Service: refused at
+    admission, never applied half and left Ready=False by kube-apiserver's later refusal."""
+    custom = client.CustomObjectsApi(enclave.kube)
+    live = custom.get_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", enclave.config_name)
+    admission = live["spec"]["admission"]
+    hooks = admission["validating"]["webhooks"]
+
+    def patched(side: dict[str, object]) -> Callable[[], object]:
+        spec = {"admission": {**admission, "validating": {**admission["validating"], **side}}}
+        return lambda: custom.patch_cluster_custom_object(
+            GROUP, VERSION, "serviceconfigurations", enclave.config_name, {"spec": spec}
+        )
+
+    some = [{**hooks[0], "sideEffects": "Some"}, *hooks[1:]]
+    refused(patched({"webhooks": some}), "spec.admission.validating.webhooks[0].sideEffects")
+    v2 = [{**hooks[0], "admissionReviewVersions": ["v2"]}, *hooks[1:]]
+    refused(patched({"webhooks": v2}), "spec.admission.validating.webhooks[0].admissionReviewVersions")
+    in_cluster = {"client": {"url": "https://enclave-admission.enclave-system.svc:443"}}
+    refused(patched(in_cluster), "spec.admission.validating.client.url")
+    after = custom.get_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", enclave.config_name)
+    assert after["spec"]["admission"] == admission
 
 
 def test_promotion_only_by_owners_and_not_by_promoted_accounts(enclave: Enclave) -> None:

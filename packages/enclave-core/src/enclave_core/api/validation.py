@@ -11,6 +11,7 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from typing import Final
+from urllib.parse import urlsplit
 
 from enclave_core import cel, patterns
 from enclave_core.api.configuration import MutatingAdmission, ServiceConfigurationSpec, ValidatingAdmission
@@ -83,14 +84,51 @@ def tenant_problems(spec: TenantSpec) -> list[Problem]:
     )
 
 
+REVIEW_VERSIONS: Final = ("v1", "v1beta1")
+"""AdmissionReview versions kube-apiserver speaks; a webhook must name at least one."""
+
+
+def _in_cluster_host(url: str) -> str | None:
+    """The host of ``url`` when it names an in-cluster Service (``<name>.<namespace>.svc[.<domain>]``)."""
+    host = urlsplit(url).hostname or ""
+    labels = host.rstrip(".").split(".")
+    return host if len(labels) >= 3 and "svc" in labels[2:] else None
+
+
 def _admission_problems(path: str, side: MutatingAdmission | ValidatingAdmission) -> list[Problem]:
+    """What kube-apiserver would refuse (or accept and then fail on) when the configuration is applied, refused
+    up front with the field named, so nothing is half-applied and the configuration never goes Ready=False."""
     found: list[Problem] = []
+    url = side.client.url
+    if url is not None and _in_cluster_host(url) is not None:
+        found.append(
+            Problem(
+                field=f"{path}.client.url",
+                message=f"host {_in_cluster_host(url)} is an in-cluster Service: use client.service "
+                "(name, namespace, port) so kube-apiserver reaches it through the Service, not DNS",
+            )
+        )
     seen: set[str] = set()
     for index, webhook in enumerate(side.webhooks or []):
         where = f"{path}.webhooks[{index}]"
         if webhook.name in seen:
             found.append(Problem(field=f"{where}.name", message=f"duplicate webhook name {webhook.name!r}"))
         seen.add(webhook.name)
+        if not set(webhook.admission_review_versions) & set(REVIEW_VERSIONS):
+            found.append(
+                Problem(
+                    field=f"{where}.admissionReviewVersions",
+                    message=f"names no version kube-apiserver supports ({', '.join(REVIEW_VERSIONS)})",
+                )
+            )
+        if webhook.side_effects in ("Some", "Unknown"):
+            found.append(
+                Problem(
+                    field=f"{where}.sideEffects",
+                    message=f"{webhook.side_effects} is allowed only for webhooks created through "
+                    "admissionregistration v1beta1; use None or NoneOnDryRun",
+                )
+            )
         for position, condition in enumerate(webhook.match_conditions or []):
             if "authorizer" in condition.expression:
                 # kube-apiserver's authorizer library is not modelled by our CEL environment; the API server
