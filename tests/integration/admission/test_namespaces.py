@@ -135,7 +135,7 @@ def test_webhook_entries_kube_apiserver_would_refuse_are_refused_naming_the_fiel
     admission = live["spec"]["admission"]
     hooks = admission["validating"]["webhooks"]
 
-    def patched(side: dict[str, object]) -> Callable[[], object]:
+    def patched(side: dict[str, Any]) -> Callable[[], object]:
         spec = {"admission": {**admission, "validating": {**admission["validating"], **side}}}
         return lambda: custom.patch_cluster_custom_object(
             GROUP, VERSION, "serviceconfigurations", enclave.config_name, {"spec": spec}
