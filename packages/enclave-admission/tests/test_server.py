@@ -314,3 +314,26 @@ async def test_an_unauthenticated_caller_reaches_no_decision_reservation_or_even
     assert b"client certificate is required" in answer[1]
     assert metric("enclave_admission_requests_total", path="/namespaces") == before
     assert not state.reservations.pending(state.tenancy.tenants[0])
+
+
+def test_a_stale_replication_snapshot_still_lets_enclaves_own_components_through() -> None:
+    """The protection hook passes Enclave's service accounts whatever the snapshot says, so staleness must not
+    stop enclave-tenants removing a RoleBinding (a removed owner would keep admin until the publisher is back)."""
+    from enclave_admission.server import Freshness
+
+    clock = _Clock()
+    subscriber = _replication_subscriber(clock)
+    freshness = Freshness()
+    freshness.watch("Replication", lambda: subscriber.unavailable("Replication"))
+    state = make_state([tenant("solar", "alice")])
+    state.namespace = "enclave-system"
+    state.expect_replication = True
+    state.set_replication(ReplicationSnapshot())
+    server = AdmissionServer(state, freshness=freshness)
+    clock.now += 10
+    component = _replication_update()
+    component["request"]["userInfo"] = {"username": "system:serviceaccount:enclave-system:enclave-tenants"}
+    for body, allowed in ((component, True), (_replication_update(), False)):
+        answer = server.answer("POST", "/replication", orjson.dumps(body))
+        assert isinstance(answer, tuple)
+        assert orjson.loads(answer[1])["response"]["allowed"] is allowed

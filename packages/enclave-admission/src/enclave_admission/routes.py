@@ -91,6 +91,10 @@ SNAPSHOTS: Final[dict[str, tuple[str, ...]]] = {
 which every replica needs to be ready at all). While one of them is missing or stale, that path alone stops
 deciding: see :data:`FAILS_OPEN` for how (docs/architecture.md, "Who an outage blocks")."""
 
+SPARES_COMPONENTS: Final = frozenset({REPLICATION})
+"""Paths whose decision lets Enclave's own service accounts and ignored users through without reading their
+snapshot (replication protection): those requests are decided even while the snapshot is stale."""
+
 FAILS_OPEN: Final = frozenset(
     {SERVICE_CONFIGURATIONS, CUSTOM_QUOTAS, GLOBAL_QUOTAS, GLOBAL_RESOURCE_QUOTAS, REPLICATION_MUTATE, RULES}
 )

@@ -29,14 +29,15 @@ from enclave_admission.events import DenyEvents
 from enclave_admission.listener import Answer, Limits, Listener
 from enclave_admission.quotas import namespaces as namespace_ledger
 from enclave_admission.review import AdmissionRequest, Decision, MalformedReviewError, response
-from enclave_admission.routes import FAILS_OPEN, ROUTES, SNAPSHOTS, Handler
-from enclave_admission.state import State
+from enclave_admission.routes import FAILS_OPEN, ROUTES, SNAPSHOTS, SPARES_COMPONENTS, Handler
+from enclave_admission.state import Role, State
 from enclave_core.runtime.logs import HotLines
 from enclave_core.runtime.loopmetrics import CounterChild, LoopCounter, LoopHistogram
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
 from enclave_core.snapshots.pools import POOLS_KIND
 from enclave_core.snapshots.quotas import QUOTAS_KIND
 from enclave_core.snapshots.replication import REPLICATION_KIND
+from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 
 log = logging.getLogger("enclave_admission.decisions")
 decisions = HotLines(log.name)
@@ -188,7 +189,8 @@ class AdmissionServer:
             # orjson.JSONDecodeError is a ValueError; the others: a field of the wrong JSON type
             metrics.decided("error")
             return _error(400, f"malformed AdmissionReview: {err}")
-        if stale:  # a fail-closed hook: refused, saying which snapshot, while every other hook decides on
+        if stale and not self._spared(path, request):
+            # a fail-closed hook: refused, saying which snapshot, while every other hook decides on
             message = f"{stale}; this webhook ({path}) refuses every request until it is fresh (fail closed)"
             return self._finish(path, metrics, request, Decision.deny(STALE_REASON, message), started)
         try:
@@ -204,6 +206,17 @@ class AdmissionServer:
                     return self._later(path, metrics, request, held, started)
             return self._finish(path, metrics, request, decided, started)
         return self._later(path, metrics, request, decided, started)
+
+    def _spared(self, path: str, request: AdmissionRequest) -> bool:
+        """Whether ``path`` decides ``request`` without its snapshot anyway: the replication hook lets Enclave's
+        own components (the service accounts of its namespace) and ignored users through whatever the snapshot
+        says, so a stale Replication snapshot must not stop enclave-tenants' or enclave-replication's writes."""
+        if path not in SPARES_COMPONENTS:
+            return False
+        state = self.state
+        if state.namespace and request.username.startswith(f"{SERVICE_ACCOUNT_PREFIX}{state.namespace}:"):
+            return True
+        return state.subject(request.username, request.groups).role is Role.IGNORED
 
     async def _later(
         self, path: str, metrics: _PathMetrics, request: AdmissionRequest, pending: Awaitable[Decision], started: float
