@@ -351,6 +351,20 @@ def test_ghsa_gjw4_3v3v_rqxg_forbidden_namespace_label_is_refused_through_the_st
     assert "pod-security.kubernetes.io/enforce" not in labels_of(kube, namespace)
 
 
+def test_ghsa_gjw4_3v3v_rqxg_tenant_service_account_cannot_set_a_forbidden_namespace_label(
+    stack: TenancyStack, kube: Any, impersonate: Callable[..., Any]
+) -> None:
+    """The forbidden lists hold for the tenant's service accounts too: a robot of the tenant namespace with
+    get/patch on namespaces (CVE-2022-46167's setup) once set a label the Tenant forbids, since the check ran
+    only for tenant users."""
+    _, namespace = owned_namespace(stack, impersonate, unique("mallory"), namespaceOptions=FORBIDDEN)
+    account = _patching_service_account(kube, namespace)
+    robot = client.CoreV1Api(service_account_client(impersonate, namespace, account))
+    patch = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}
+    denied(lambda: robot.patch_namespace(namespace, patch), "pod-security.kubernetes.io/enforce")
+    assert "pod-security.kubernetes.io/enforce" not in labels_of(kube, namespace)
+
+
 @pytest.fixture
 def node(kube: Any) -> Iterator[str]:
     """A Node object (no kubelet: only its metadata matters to the hook)."""

@@ -123,7 +123,8 @@ def _update(request: AdmissionRequest, state: State, subject: Subject) -> Decisi
     refused = _finalizers(request, tenant_name)
     if refused is not None:
         return refused
-    if subject.role is Role.TENANT_USER and tenant is not None:
+    # The tenant's service accounts too: a robot with patch on its namespace is the tenant acting.
+    if subject.role in (Role.TENANT_USER, Role.TENANT_SERVICE_ACCOUNT) and tenant is not None:
         refused = _forbidden_metadata(request, state, tenant, created=False)
         if refused is not None:
             return refused
