@@ -120,7 +120,9 @@ def test_a_claim_queued_behind_another_tenants_claim_does_not_learn_its_names(
     kube = shared.kube
     custom = client.CustomObjectsApi(kube)
     token = unique("pool")
-    theirs_ns, mine_ns = unique("target"), unique("home")
+    # claims are served by creationTimestamp (one-second resolution), then namespace: mine sorts after theirs,
+    # so a tie in the second still puts mine behind their waiting claim
+    theirs_ns, mine_ns = unique("a-target"), unique("z-home")
     theirs, _ = _tenant_with_namespace(shared, impersonate, theirs_ns)
     _tenant_with_namespace(shared, impersonate, mine_ns)
     for name in (theirs_ns, mine_ns):
@@ -167,7 +169,7 @@ def test_a_claim_queued_behind_another_tenants_claim_does_not_learn_its_names(
         claim(theirs_ns, "secret-project", "2")  # does not fit: holds the queue for requests.cpu
         poll(lambda: condition(theirs_ns, "secret-project", "PoolExhausted"), what="their claim exhausted")
         claim(mine_ns, "mine", "1")
-        found = poll(lambda: condition(mine_ns, "mine", "QueueExhausted"), what="my claim queued")
+        found = poll(lambda: condition(mine_ns, "mine", "QueueExhausted"), timeout=60, what="my claim queued")
         message = found["message"]
         assert "queued behind 1 claim outside your tenant" in message, message
         for name in (theirs_ns, "secret-project", theirs):
