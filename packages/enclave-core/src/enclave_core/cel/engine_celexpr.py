@@ -13,6 +13,7 @@ before the runtime converts them; that conversion is what dominates a single eva
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -21,8 +22,8 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
+from enclave_core.cel import cost, limits
 from enclave_core.cel import k8s_library as lib
-from enclave_core.cel import limits
 from enclave_core.cel.environment import Environment, VarType
 from enclave_core.cel.errors import CelCompileError, CelIssue, ErrorKind, EvalError
 from enclave_core.cel.fastpath import UNANSWERED, Fast, build
@@ -296,7 +297,7 @@ _BOOL_TYPE: Final = cel.Type.BOOL
 class _Compiled:
     """One checked expression plus what is needed to project its input."""
 
-    __slots__ = ("_engine_env", "_expr", "_facts", "_fast", "_projectors", "_static_type", "_text")
+    __slots__ = ("_bound", "_engine_env", "_expr", "_facts", "_fast", "_projectors", "_static_type", "_text")
 
     def __init__(self, text: str, expr: Any, facts: ExprFacts, engine_env: Any, fast: Fast | None = None) -> None:
         self._text = text
@@ -309,6 +310,15 @@ class _Compiled:
             (name, compile_projector(trie)) for name, trie in facts.paths.items()
         )
         self._engine_env = engine_env
+        bound = facts.cost
+        self._bound = None if bound is None or bound.unbounded else bound
+        """The cost bound when some input could take the expression over the budget (then every evaluation
+        measures its projected input first, :func:`enclave_core.cel.cost.over_budget`), else None."""
+
+    @property
+    def guarded(self) -> bool:
+        """Whether evaluations measure their input against the cost budget (never in a shared activation)."""
+        return self._bound is not None
 
     @property
     def text(self) -> str:
@@ -335,6 +345,11 @@ class _Compiled:
             if value is not UNANSWERED:
                 return _ok(value)
         data = {name: proj(variables[name]) for name, proj in self._projectors if name in variables}
+        bound = self._bound
+        if bound is not None:
+            why = cost.over_budget(bound, data)
+            if why:
+                return Failed(EvalError(ErrorKind.LIMIT, why, self._text))
         try:
             return self._result(self._expr.eval(data=data))
         except Exception as exc:  # conversion of unsupported input values
@@ -403,6 +418,7 @@ class CelExprEngine:
             raise CelCompileError(
                 expression, [CelIssue(expression, f"expression nested deeper than {limits.MAX_AST_DEPTH} levels")]
             ) from None
+        facts = dataclasses.replace(facts, cost=cost.estimate(tree, env.names))
         fast = build(tree, env.names, expression) if self.fast_path else None
         return _Compiled(expression, expr, facts, engine_env, fast)
 
@@ -422,13 +438,15 @@ class CelExprEngine:
         rest = [c for c, result in zip(expressions, answered, strict=True) if result is None]
         if not rest:
             return answered  # every one answered by its fast path
-        if len(rest) == 1:
-            computed = iter([rest[0].evaluate(variables)])
-        else:
+        # An expression whose input is measured against the cost budget is evaluated on its own projection.
+        shared = [c for c in rest if not c.guarded]
+        by_id: dict[int, EvalResult[Any]] = {}
+        if len(shared) > 1:
             try:
-                activation = self.shared_activation(rest, variables)
+                activation = self.shared_activation(shared, variables)
             except Exception as exc:  # conversion of unsupported input values
-                computed = iter([Failed(EvalError(ErrorKind.INVALID_ARGUMENT, str(exc), c.text)) for c in rest])
+                by_id = {id(c): Failed(EvalError(ErrorKind.INVALID_ARGUMENT, str(exc), c.text)) for c in shared}
             else:
-                computed = iter([c.evaluate_in(activation) for c in rest])
+                by_id = {id(c): c.evaluate_in(activation) for c in shared}
+        computed = iter([by_id[id(c)] if id(c) in by_id else c.evaluate(variables) for c in rest])
         return [result if result is not None else next(computed) for result in answered]

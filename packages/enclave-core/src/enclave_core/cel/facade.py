@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Generic, TypeVar
 
-from enclave_core.cel import limits
+from enclave_core.cel import cost, limits
 from enclave_core.cel.engine import CompiledExpression, Engine
 from enclave_core.cel.environment import Environment, ResultType
 from enclave_core.cel.errors import CelCompileError, CelIssue, ErrorKind, EvalError
@@ -345,6 +345,10 @@ def _guard(compiled: CompiledExpression) -> list[CelIssue]:
         )
     for name in sorted(facts.functions & limits.FORBIDDEN_FUNCTIONS):
         issues.append(CelIssue(text, f"function {name} is not allowed"))
+    if facts.cost is not None:
+        why = cost.compile_problem(facts.cost)
+        if why:
+            issues.append(CelIssue(text, why))
     for name in sorted(facts.messages & _OPAQUE_MESSAGES):
         issues.append(CelIssue(text, f"{name} values can only be built with their conversion function"))
     return issues

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message, message_factory
+
+if TYPE_CHECKING:
+    from enclave_core.cel.cost import CostBound
 
 __all__ = ["ELEM", "WHOLE", "ExprFacts", "PathTrie", "analyse_checked", "analyse_tree", "decode_checked"]
 
@@ -134,6 +137,8 @@ class ExprFacts:
     """Observed part of each variable that the expression references; absent means unused."""
     messages: frozenset[str]
     """Message types built with a literal (``T{...}``); the facade refuses its own opaque types."""
+    cost: CostBound | None = None
+    """The cost budget's bound (:func:`enclave_core.cel.cost.estimate`), added by the engine adapter."""
 
 
 def _kind(expr: Any) -> str | None:
