@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from enclave_testing.names import unique
-from enclave_testing.stack import TenancyStack
+from enclave_testing.stack import TenancyStack, create_namespace
 from enclave_testing.waiting import poll
 
 from .conftest import as_user, owned_namespace
@@ -43,7 +43,8 @@ def _ingress(name: str, *hosts: str) -> dict[str, Any]:
     }
 
 
-def _rules_compiled(stack: TenancyStack, namespace: str, size: int) -> None:
+def rules_compiled(stack: TenancyStack, namespace: str, size: int) -> None:
+    """Until the namespace's RuleStatus shows ``size`` rules (the Rules snapshot is published before)."""
     custom = client.CustomObjectsApi(stack.kube)
 
     def compiled() -> bool:
@@ -73,7 +74,7 @@ def test_backtracking_hostname_pattern_on_a_long_ingress_host_is_refused(
     owner = unique("rex")
     rule = {"enforce": {"action": "allow", "ingress": {"hostnames": [{"exp": PATHOLOGICAL}]}}}
     _, namespace = owned_namespace(fence, impersonate, owner, rules=[rule])
-    _rules_compiled(fence, namespace, 1)
+    rules_compiled(fence, namespace, 1)
     networking = client.NetworkingV1Api(as_user(impersonate, owner))
     # The rule is in force: a matching host passes, another domain is refused.
     networking.create_namespaced_ingress(namespace, _ingress("fine", "team-a-web.example.com"))
@@ -83,20 +84,6 @@ def test_backtracking_hostname_pattern_on_a_long_ingress_host_is_refused(
 
     bystander = unique("byst")
     fence.tenant(bystander, [{"kind": "User", "name": bystander}])
-    bystander_api = client.CoreV1Api(as_user(impersonate, bystander))
-
-    def bystander_create() -> None:
-        # The bystander's tenant may still be on its way to the Tenancy snapshot: retry only that answer.
-        def attempt() -> bool:
-            try:
-                bystander_api.create_namespace({"metadata": {"name": f"{bystander}-a"}})
-            except ApiException as err:
-                if "not ready" in str(err.body) or "no tenant" in str(err.body):
-                    return False
-                raise
-            return True
-
-        poll(attempt, timeout=30, what=f"{bystander}'s namespace created")
 
     hosts = (NEAR_MISS, "b" * 60 + ".example.org", "c-" * 30 + "x.example.org")
     attack: dict[str, tuple[float, Exception | None]] = {}
@@ -106,7 +93,7 @@ def test_backtracking_hostname_pattern_on_a_long_ingress_host_is_refused(
         )
     )
     thread.start()
-    bystander_create()
+    create_namespace(as_user(impersonate, bystander), f"{bystander}-a")  # retries only "no tenant yet"
     thread.join(timeout=30)
     assert not thread.is_alive(), "the Ingress create never returned"
     elapsed, error = attack["result"]
