@@ -66,6 +66,17 @@ does not know would crash-loop it behind fail-closed hooks. */}}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if eq $name "replication" }}
+{{- with $v.render }}
+- --render-cpu-seconds={{ .cpuSeconds }}
+- --render-wall-seconds={{ .wallSeconds }}
+- --render-memory-mib={{ int .memoryMiB }}
+- --render-workers={{ int .workers }}
+{{- end }}
+{{- with $v.adoptFieldManagers }}
+- --adopt-field-managers={{ join "," . }}
+{{- end }}
+{{- end }}
 {{- if and (eq $name "tenants") (not $v.managedMetadata.enabled) }}
 - --no-managed-metadata
 {{- end }}
