@@ -189,10 +189,16 @@ class Enclave:
             return
         assert self.publisher is not None
         core = client.CoreV1Api(self.kube)
+        custom = client.CustomObjectsApi(self.kube)
         views = []
         for view in self.views.values():
-            listed = core.list_namespace(label_selector=f"{TENANT_LABEL}={view.name}").items
-            views.append(view.model_copy(update={"namespaces": sorted(ns.metadata.name for ns in listed)}))
+            listed = sorted(
+                ns.metadata.name for ns in core.list_namespace(label_selector=f"{TENANT_LABEL}={view.name}").items
+            )
+            views.append(view.model_copy(update={"namespaces": listed}))
+            # what the controller also writes: enclave-config binds promoted accounts of the namespaces it lists
+            status = {"status": {"namespaces": listed, "size": len(listed)}}
+            custom.patch_cluster_custom_object_status(GROUP, VERSION, "tenants", view.name, status)
         revision = self.publisher.publish(TenancySnapshot(tenants=views))
 
         def arrived() -> bool:
