@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from enclave_core.api.tenancy import AdditionalRoleBinding
 from enclave_tenants.bindings import (
+    Grant,
     additional_binding_name,
+    binding_templates,
     desired_bindings,
     drifted,
     owner_binding_name,
@@ -115,3 +118,26 @@ def test_drift_compares_what_the_apiserver_stores() -> None:
     assert drifted({**stored, "subjects": []}, desired)
     assert drifted({**stored, "roleRef": {**stored["roleRef"], "name": "view"}}, desired)
     assert drifted({**stored, "metadata": {**stored["metadata"], "labels": {}}}, desired)
+
+
+def test_grants_bind_enclave_accounts_in_every_tenant_namespace() -> None:
+    """A component's namespace grant is one RoleBinding per granted role, to its account of the release namespace,
+    next to the owners' bindings and named apart from them."""
+    grants = [
+        Grant.parse("enclave-tenants-managed-metadata=enclave-tenants", "enclave-system"),
+        Grant.parse("enclave-replication-impersonate=enclave-replication", "enclave-system"),
+    ]
+    templates = binding_templates([owner("User", "alice", "admin")], grants=grants)
+    assert templates["enclave-component-enclave-replication-impersonate"] == (
+        "enclave-replication-impersonate",
+        [{"kind": "ServiceAccount", "name": "enclave-replication", "namespace": "enclave-system"}],
+    )
+    assert templates["enclave-component-enclave-tenants-managed-metadata"][0] == "enclave-tenants-managed-metadata"
+    assert "enclave-user-alice-admin" in templates
+    assert len(templates) == 3
+
+
+@pytest.mark.parametrize("text", ["", "role", "=account", "role=", "role=other/account", "role=system:x"])
+def test_a_grant_names_a_role_and_an_account_of_the_release_namespace(text: str) -> None:
+    with pytest.raises(ValueError, match="expected <clusterrole>=<service account"):
+        Grant.parse(text, "enclave-system")

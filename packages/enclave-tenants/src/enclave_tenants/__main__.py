@@ -18,7 +18,7 @@ from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, env_default, env_flag
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
-from enclave_tenants.bindings import MANAGER
+from enclave_tenants.bindings import MANAGER, Grant
 from enclave_tenants.controller import Settings, TenantsController
 
 TENANTS_GC_THRESHOLDS = "20000,10,100"
@@ -55,7 +55,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="reconcile rules' managed labels and annotations onto existing objects; needs list and patch on every "
         "namespaced resource, which --no-managed-metadata makes unnecessary (env ENCLAVE_MANAGED_METADATA)",
     )
+    parser.add_argument(
+        "--namespace-grant",
+        action="append",
+        default=[],
+        metavar="CLUSTERROLE=SERVICEACCOUNT",
+        help="bind CLUSTERROLE in every tenant namespace to SERVICEACCOUNT of --namespace (repeatable): what an "
+        "Enclave component needs only in tenant namespaces, e.g. its list/patch for managed metadata or "
+        "enclave-replication's impersonation of tenant service accounts, is granted there and nowhere else",
+    )
     args = parser.parse_args(argv)
+    try:
+        args.grants = tuple(Grant.parse(text, args.namespace) for text in args.namespace_grant)
+    except ValueError as err:
+        parser.error(f"--namespace-grant: {err}")
     try:
         parse_duration(args.resync)
     except ValueError as err:
@@ -78,6 +91,7 @@ async def body(process: component.Component) -> None:
         batch_size=args.batch_size,
         namespace=args.namespace,
         managed_metadata=args.managed_metadata,
+        grants=args.grants,
     )
     controller = TenantsController(
         kube, settings, hub, EventRecorder(kube, MANAGER), wait_for_configuration=bool(args.config_endpoint)

@@ -2,7 +2,8 @@
 
 Names are deterministic, so every replica and every restart computes the same ones and a binding is found
 again by name, and readable, so ``kubectl get rolebindings`` tells who has which role:
-``enclave-<kind>-<owner>-<clusterrole>``. Anything that would make the name lossy (characters RBAC names
+``enclave-<kind>-<owner>-<clusterrole>``. Enclave's own components get theirs as ``enclave-component-<clusterrole>``
+(:class:`Grant`). Anything that would make the name lossy (characters RBAC names
 allow but we keep out for readability, upper case, length beyond 253) adds a short hash of the exact owner
 and role, so two owners never share a binding.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from enclave_core.api.meta import Entity
@@ -65,6 +67,36 @@ def additional_binding_name(cluster_role: str) -> str:
     return _named(f"enclave-additional-{role}", role != cluster_role, "additional", cluster_role)
 
 
+@dataclass(frozen=True)
+class Grant:
+    """A cluster role bound, in every tenant namespace, to one of Enclave's own service accounts.
+
+    What a component needs only inside tenant namespaces is granted there and nowhere else: a RoleBinding to a
+    ClusterRole holds only in its namespace, so enclave-tenants' ``list``/``patch`` on every resource (managed
+    metadata) never reaches the release namespace's Secrets, and enclave-replication may impersonate the service
+    accounts of tenant namespaces only, never kube-system's. The chart names the grants (``--namespace-grant``)
+    and allows this controller to ``bind`` exactly those roles.
+    """
+
+    cluster_role: str
+    namespace: str
+    service_account: str
+
+    @classmethod
+    def parse(cls, text: str, namespace: str) -> Grant:
+        """``<clusterrole>=<service account>``, the account in ``namespace`` (the release namespace)."""
+        role, sep, account = text.partition("=")
+        if not sep or not role or not account or "/" in account or ":" in account:
+            raise ValueError(f"{text!r}: expected <clusterrole>=<service account of namespace {namespace}>")
+        return cls(role, namespace, account)
+
+
+def grant_binding_name(cluster_role: str) -> str:
+    """``enclave-component-<clusterrole>``: one binding per granted cluster role."""
+    role = _sanitize(cluster_role)
+    return _named(f"enclave-component-{role}", role != cluster_role, "component", cluster_role)
+
+
 def role_binding(namespace: str, name: str, tenant: str, cluster_role: str, subjects: Sequence[JSON]) -> JSON:
     """The full body we apply; labels let the controller find (and prune) only bindings it made."""
     return {
@@ -106,12 +138,14 @@ def binding_templates(
     additional: Iterable[AdditionalRoleBinding] = (),
     administrators: Iterable[Entity] = (),
     administration_roles: Sequence[str] = (),
+    grants: Iterable[Grant] = (),
 ) -> BindingTemplates:
     """The RoleBindings of one tenant's namespaces, computed once per tenant (not once per namespace: at
     10,000 namespaces naming and normalising them per namespace was most of a plan's time).
 
     One per (owner, cluster role), one per (administrator, administration role), and one per distinct
-    cluster role of ``additionalRoleBindings`` holding the union of its subjects. If two different
+    cluster role of ``additionalRoleBindings`` holding the union of its subjects, and one per :class:`Grant`
+    to Enclave's own service account. If two different
     (subject, role) pairs ever render the same readable name (``a-b``+``c`` versus ``a``+``b-c``), both take
     hashed names instead of one silently overwriting the other.
     """
@@ -136,6 +170,9 @@ def binding_templates(
                 subjects.append(body)
     for role, subjects in extra.items():
         result[additional_binding_name(role)] = (role, subjects)
+    for grant in grants:
+        account = {"kind": "ServiceAccount", "name": grant.service_account, "namespace": grant.namespace}
+        result[grant_binding_name(grant.cluster_role)] = (grant.cluster_role, [account])
     return result
 
 

@@ -79,6 +79,8 @@ class Settings:
     managed_metadata: bool = True
     """Reconcile rules' managed values onto existing objects (off: admission alone sets them, on writes, and the
     controller needs no list/patch grant on every namespaced resource)."""
+    grants: tuple[rb.Grant, ...] = ()
+    """Cluster roles bound in every tenant namespace to Enclave's own service accounts (``--namespace-grant``)."""
 
 
 @dataclass
@@ -418,6 +420,7 @@ class TenantsController:
             ),
             writes=writes,
             parsed=self._parsed,
+            grants=self.settings.grants,
         )
         self._views = {name: p.view for name, p in plan.tenants.items() if p.view is not None}
         return plan

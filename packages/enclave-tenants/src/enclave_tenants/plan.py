@@ -8,7 +8,7 @@ and makes "level-based" literal: the plan depends on nothing but the current obj
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -203,6 +203,7 @@ def build_plan(
     ledgers: Mapping[str, str] | None = None,
     writes: bool = True,
     parsed: dict[str, tuple[JSON, Tenant]] | None = None,
+    grants: Sequence[rb.Grant] = (),
 ) -> Plan:
     """Compile the observed objects into a :class:`Plan`.
 
@@ -215,7 +216,8 @@ def build_plan(
     ``parsed`` (tenant name -> the cached object and its model), kept by the caller between plans, spares
     parsing a Tenant whose cached object is the very same one, and lets the write loop's plan and the
     snapshot loop's share one model per tenant instead of each holding its own; a view equal to the previous
-    one is that same object, so its JSON is not encoded again.
+    one is that same object, so its JSON is not encoded again. ``grants`` are bound in every tenant namespace to
+    Enclave's own service accounts (:class:`~enclave_tenants.bindings.Grant`).
     """
     plan = Plan()
     valid_owners, plan.owners = _parse_owners(tenant_owners)
@@ -281,7 +283,7 @@ def build_plan(
             plan.frozen.update(tenant_plan.namespaces)
             continue
         if writes:
-            _plan_namespaces(plan, tenant_plan, tenant, uid, live_namespaces, policy)
+            _plan_namespaces(plan, tenant_plan, tenant, uid, live_namespaces, policy, grants)
     plan.snapshot = TenancySnapshot(tenants=views)
     if parsed is not None:
         for gone in set(parsed) - set(tenant_raws):
@@ -290,7 +292,13 @@ def build_plan(
 
 
 def _plan_namespaces(
-    plan: Plan, tenant_plan: TenantPlan, tenant: Tenant, uid: str, live: Mapping[str, JSON], policy: Policy
+    plan: Plan,
+    tenant_plan: TenantPlan,
+    tenant: Tenant,
+    uid: str,
+    live: Mapping[str, JSON],
+    policy: Policy,
+    grants: Sequence[rb.Grant],
 ) -> None:
     # The metadata problems depend on the spec alone: report them even when no namespace is written.
     labels, annotations, metadata_problems = ns.namespace_metadata(tenant_plan.name, tenant.spec)
@@ -299,6 +307,7 @@ def _plan_namespaces(
         tenant.spec.additional_role_bindings or (),
         policy.administrators,
         policy.administration_cluster_roles,
+        grants,
     )
     for namespace in tenant_plan.namespaces:
         item = live[namespace]
