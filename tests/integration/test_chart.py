@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import secrets
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,18 @@ CONTROLLERS = [name for name in ALL_COMPONENTS if name != "admission"]
 
 Manifest = dict[str, Any]
 
+OFFLINE_VALUES: dict[str, Any] = {"networkPolicy": {"apiServerCIDRs": ["192.0.2.10/32"]}}
+"""What `helm template` needs besides the defaults: with no cluster to read kube-apiserver's addresses from, the
+default NetworkPolicy asks for them (a test address, TEST-NET-1). Given first, so a test's own values win."""
+
+
+def offline_values() -> Path:
+    """:data:`OFFLINE_VALUES` as a values file (one per process, written once)."""
+    path = Path(tempfile.gettempdir()) / f"enclave-chart-offline-{os.getpid()}.yaml"
+    if not path.exists():
+        path.write_text(yaml.safe_dump(OFFLINE_VALUES))
+    return path
+
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
@@ -67,7 +81,7 @@ def _values_file(tmp_path: Path, values: dict[str, Any], name: str = "values.yam
 def render(helm: Path, namespace: str, *values_files: Path, sets: tuple[str, ...] = ()) -> list[Manifest]:
     """`helm template` the chart into ``namespace``; the rendered objects (CRDs excluded: helm skips crds/)."""
     args = ["template", "enclave", str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION]
-    for path in values_files:
+    for path in (offline_values(), *values_files):
         args += ["--values", str(path)]
     for assignment in sets:
         args += ["--set", assignment]
@@ -79,6 +93,7 @@ def render(helm: Path, namespace: str, *values_files: Path, sets: tuple[str, ...
 def render_error(helm: Path, *sets: str, values: Path | None = None) -> str:
     """Render with values that must be refused; the error text helm prints."""
     args = ["template", "enclave", str(CHART), "--namespace", "enclave-system", "--kube-version", KUBE_VERSION]
+    args += ["--values", str(offline_values())]
     if values is not None:
         args += ["--values", str(values)]
     for assignment in sets:
@@ -134,7 +149,11 @@ def all_components_values() -> dict[str, Any]:
         "caConfigMap": "apiserver-webhook-client-ca",
         "allowedNames": ["kube-apiserver-webhook-client", "apiserver.example.com"],
     }
-    values["admission"]["networkPolicy"] = {"enabled": True, "apiServerCIDRs": ["10.0.0.0/28", "fd00::/64"]}
+    values["networkPolicy"] = {
+        "enabled": True,
+        "apiServerCIDRs": ["10.0.0.0/28", "fd00::/64"],
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+    }
     values["admission"]["limits"] = {"maxConnections": 300, "maxBufferedBytes": 32 * 1024 * 1024}
     values["metrics"] = {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}
     values["global"] = {"image": {"tag": "v9.9.9"}, "priorityClassName": "system-cluster-critical"}
@@ -228,7 +247,21 @@ def test_defaults_render_the_built_components(helm: Path) -> None:
                 assert [item["key"] for item in volume["secret"].get("items", [])] != [], deployment["metadata"]
                 assert "ca.key" not in json.dumps(volume), deployment["metadata"]["name"]
     assert "--client-ca-file" not in " ".join(args), "no client CA configured: no client authentication"
-    assert not by_kind(manifests, "NetworkPolicy")
+    # A NetworkPolicy per component, on by default: webhooks from kube-apiserver only, gRPC from Enclave's pods,
+    # metrics from nobody (probes come from the node).
+    policies = by_kind(manifests, "NetworkPolicy")
+    assert sorted(policies) == sorted(deployments)
+    assert policies["enclave-admission"]["spec"]["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": "192.0.2.10/32"}}], "ports": [{"port": "https", "protocol": "TCP"}]}
+    ]
+    enclave_pods = {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "enclave", "app.kubernetes.io/instance": "enclave"}}
+    }
+    for name in ("enclave-config", "enclave-tenants"):
+        assert policies[name]["spec"]["ingress"] == [
+            {"from": [enclave_pods], "ports": [{"port": "grpc", "protocol": "TCP"}]}
+        ]
+        assert policies[name]["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == name[8:]
 
     services = by_kind(manifests, "Service")
     webhook = services["enclave-webhook-service"]
@@ -460,11 +493,17 @@ def test_every_component_renders(helm: Path, tmp_path: Path) -> None:
     assert f"--max-buffered-bytes={32 * 1024 * 1024}" in args
     mounts = {mount["name"]: mount["mountPath"] for mount in container(admission)["volumeMounts"]}
     assert mounts["client-ca"] == "/etc/enclave/client-ca"
-    (policy,) = by_kind(manifests, "NetworkPolicy").values()
-    webhook_rule, probe_rule = policy["spec"]["ingress"]
+    policies = by_kind(manifests, "NetworkPolicy")
+    assert sorted(policies) == sorted(deployments)
+    webhook_rule, metrics_rule = policies["enclave-admission"]["spec"]["ingress"]
     assert webhook_rule["from"] == [{"ipBlock": {"cidr": "10.0.0.0/28"}}, {"ipBlock": {"cidr": "fd00::/64"}}]
     assert webhook_rule["ports"] == [{"port": "https", "protocol": "TCP"}]
-    assert probe_rule == {"ports": [{"port": "metrics", "protocol": "TCP"}]}
+    prometheus = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    assert metrics_rule == {"from": prometheus, "ports": [{"port": "metrics", "protocol": "TCP"}]}
+    for name in CONTROLLERS:
+        grpc_rule, metrics_rule = policies[f"enclave-{name}"]["spec"]["ingress"]
+        assert grpc_rule["ports"] == [{"port": "grpc", "protocol": "TCP"}]
+        assert metrics_rule["from"] == prometheus
     (hpa,) = by_kind(manifests, "HorizontalPodAutoscaler").values()
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 9)
     assert by_kind(manifests, "PodDisruptionBudget")["enclave-admission"]["spec"]["minAvailable"] == "50%"
@@ -483,6 +522,8 @@ def test_every_component_renders(helm: Path, tmp_path: Path) -> None:
                 "enclave-namespace-provisioner",
                 "edit",
                 "view",
+                "enclave-tenants-managed-metadata",
+                "enclave-replication-impersonate",
             ],
             "verbs": ["bind"],
         }
@@ -731,19 +772,29 @@ def test_rendered_arguments_are_accepted_by_each_component(helm: Path, tmp_path:
 
 
 def test_tenants_managed_metadata_switch_drops_the_broad_grant(helm: Path) -> None:
-    """``tenants.managedMetadata.enabled`` is the only reason for list/patch on every namespaced resource: off,
-    the ClusterRole loses that rule and the controller is told not to reconcile (and parses the flag)."""
+    """``tenants.managedMetadata.enabled`` is the only reason for list/patch on every namespaced resource, and that
+    grant is never cluster-wide: on, the role ``enclave-tenants-managed-metadata`` exists, bound by nobody, and the
+    controller is told to bind it in tenant namespaces (``--namespace-grant``); off, neither, and the controller
+    is told not to reconcile (and parses the flags)."""
     from enclave_tenants.__main__ import parse_args
 
     everything = {"apiGroups": ["*"], "resources": ["*"], "verbs": ["list", "patch"]}
     for enabled in (True, False):
         manifests = render(helm, "enclave-system", sets=(f"tenants.managedMetadata.enabled={str(enabled).lower()}",))
-        rules = by_kind(manifests, "ClusterRole")["enclave-tenants"]["rules"]
-        assert (everything in rules) is enabled
-        assert not any("*" in rule.get("resources", []) for rule in rules if rule != everything)
+        roles = by_kind(manifests, "ClusterRole")
+        assert not any("*" in rule.get("resources", []) for rule in roles["enclave-tenants"]["rules"])
+        assert ("enclave-tenants-managed-metadata" in roles) is enabled
+        if enabled:
+            assert roles["enclave-tenants-managed-metadata"]["rules"] == [everything]
+        bound = [doc["roleRef"]["name"] for doc in manifests if doc["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+        assert "enclave-tenants-managed-metadata" not in bound
         args = container(by_kind(manifests, "Deployment")["enclave-tenants"])["args"]
         assert ("--no-managed-metadata" in args) is not enabled
-        assert parse_args(args).managed_metadata is enabled
+        grant = "--namespace-grant=enclave-tenants-managed-metadata=enclave-tenants"
+        assert (grant in args) is enabled
+        parsed = parse_args(args)
+        assert parsed.managed_metadata is enabled
+        assert [g.cluster_role for g in parsed.grants] == (["enclave-tenants-managed-metadata"] if enabled else [])
 
 
 # -- the real components under the chart's RBAC ------------------------------------------------------------
@@ -788,12 +839,17 @@ def test_controllers_run_with_exactly_the_charts_rbac(
     helm: Path, kube: Any, control_plane: ControlPlane, enclave_crds: list[str], tmp_path: Path
 ) -> None:
     """enclave-config and enclave-tenants, authenticated as the chart's service accounts, do their whole job:
-    the default ServiceConfiguration created and Ready, roles and binding applied, tenant RoleBindings bound."""
+    the default ServiceConfiguration created and Ready, roles and binding applied, tenant RoleBindings bound
+    (the owner's and the namespace grant of its own managed-metadata role)."""
     namespace = f"enclave-rbac-{secrets.token_hex(3)}"
     core = client.CoreV1Api(kube)
     core.create_namespace({"metadata": {"name": namespace}})
     kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-    manifests = [doc for doc in render(helm, namespace) if doc["kind"] in kinds]
+    rendered = render(helm, namespace)
+    manifests = [doc for doc in rendered if doc["kind"] in kinds]
+    tenants_args = container(by_kind(rendered, "Deployment")["enclave-tenants"])["args"]
+    grants = [arg for arg in tenants_args if arg.startswith("--namespace-grant=")]
+    assert grants == ["--namespace-grant=enclave-tenants-managed-metadata=enclave-tenants"]
     created: list[tuple[Any, Manifest]] = []
     running: list[Any] = []
     custom = client.CustomObjectsApi(kube)
@@ -833,7 +889,7 @@ def test_controllers_run_with_exactly_the_charts_rbac(
         binding = client.RbacAuthorizationV1Api(kube).read_cluster_role_binding("enclave-namespace-provisioner")
         assert [(s.kind, s.name) for s in binding.subjects] == [("Group", "enclave.dev")]
 
-        start("tenants", {"config": config.grpc_target}, [])
+        start("tenants", {"config": config.grpc_target}, grants)
         custom.create_cluster_custom_object(
             "enclave.dev",
             "v1beta2",
@@ -851,7 +907,8 @@ def test_controllers_run_with_exactly_the_charts_rbac(
             items = client.RbacAuthorizationV1Api(kube).list_namespaced_role_binding(f"{tenant}-dev").items
             return {rb.role_ref.name for rb in items}
 
-        _poll(lambda: {"admin", "enclave-namespace-deleter"} <= bound())
+        # The owner's bindings, and the namespace grant it binds to itself (which it may: `bind` on that name).
+        _poll(lambda: {"admin", "enclave-namespace-deleter", "enclave-tenants-managed-metadata"} <= bound())
         _poll(
             lambda: (
                 (custom.get_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant).get("status") or {}).get(
@@ -1109,6 +1166,9 @@ def _release_values(tmp_path: Path, token: str, values: dict[str, Any], name: st
     object it does not own. The components' own ClusterRoles (enclave-<component>) are fixed names that only
     this file's RBAC tests create, and they delete them."""
     merged = json.loads(json.dumps(values))
+    # The test kube-apiserver advertises no address (loopback, --endpoint-reconciler-type=none), so the default
+    # NetworkPolicy cannot read it from the `kubernetes` EndpointSlice: name it, as such a cluster's admin would.
+    merged.setdefault("networkPolicy", {}).setdefault("apiServerCIDRs", ["127.0.0.1/32"])
     configuration = merged.setdefault("serviceConfiguration", {})
     configuration["name"] = f"helm-{token}"
     provisioner, deleter = f"helm-{token}-provisioner", f"helm-{token}-deleter"

@@ -183,8 +183,18 @@ def test_live_upgrade_from_the_previous_chart_then_uninstall(
         poll(lambda: len(creator.created) >= 3, what="namespaces created before the upgrade")
 
         # -- the upgrade -------------------------------------------------------------------------------------
+        # 0.2.0 fences its pods with NetworkPolicies; the test kube-apiserver advertises no address to read.
+        fence = ("--set", "networkPolicy.apiServerCIDRs={127.0.0.1/32}")
         helm(
-            "upgrade", release, str(CHART), "--namespace", namespace, "--values", str(values), *UPGRADE_ARGS[helm_name]
+            "upgrade",
+            release,
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--values",
+            str(values),
+            *fence,
+            *UPGRADE_ARGS[helm_name],
         )
         listed = helm("list", "--namespace", namespace, "--output", "yaml")
         assert yaml.safe_load(listed)[0]["chart"] == "enclave-0.2.0"
@@ -200,6 +210,9 @@ def test_live_upgrade_from_the_previous_chart_then_uninstall(
             str(values),
             "--kube-version",
             kube_version,
+            # No cluster to read kube-apiserver's addresses from (the default NetworkPolicy's); any will do here.
+            "--set",
+            "networkPolicy.apiServerCIDRs={192.0.2.10/32}",
         )
         deployment = next(
             doc

@@ -68,6 +68,8 @@ def _values(path: Path, admission_replicas: int) -> Path:
     values["admission"]["replicas"] = admission_replicas
     values["admission"]["podDisruptionBudget"] = {"enabled": True, "minAvailable": 1}
     values["metrics"] = {"serviceMonitor": {"enabled": False}}
+    # The control plane advertises no kube-apiserver address (loopback) for the default NetworkPolicy to read.
+    values["networkPolicy"] = {"apiServerCIDRs": ["127.0.0.1/32"]}
     path.write_text(yaml.safe_dump(values))
     return path
 

@@ -80,6 +80,11 @@ does not know would crash-loop it behind fail-closed hooks. */}}
 {{- if and (eq $name "tenants") (not $v.managedMetadata.enabled) }}
 - --no-managed-metadata
 {{- end }}
+{{- if eq $name "tenants" }}
+{{- range include "enclave.namespaceGrants" $root | fromYamlArray }}
+- --namespace-grant={{ .clusterRole }}={{ .serviceAccount }}
+{{- end }}
+{{- end }}
 {{- with $v.extraArgs }}
 {{ toYaml . }}
 {{- end }}
@@ -227,8 +232,9 @@ spec:
             secretName: {{ $root.Values.tls.secretName }}
             optional: true
             defaultMode: 0440
-            # The CA's private key (ca.key) stays in the Secret, read only by the config component through the
-            # API: no pod can sign a certificate the others would trust.
+            # The CA's private key (ca.key) stays in the Secret: no pod mounts it, so a pod's files cannot sign a
+            # certificate the others would trust. Through the API, the config component reads it, and so can
+            # enclave-replication when enabled (it reads every resource; README "RBAC").
             items:
               - key: tls.crt
                 path: tls.crt

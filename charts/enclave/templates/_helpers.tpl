@@ -114,6 +114,24 @@ app.kubernetes.io/component: {{ .name }}
 {{/* Where admission mounts the CA of kube-apiserver's webhook client certificate. */}}
 {{- define "enclave.clientCADir" -}}/etc/enclave/client-ca{{- end -}}
 
+{{/*
+The cluster roles enclave-tenants binds in every tenant namespace to Enclave's own service accounts (its
+`--namespace-grant` flags and its `bind` rule), as a YAML list of {clusterRole, serviceAccount}: what a component
+needs only inside tenant namespaces is granted there, not cluster-wide (README "RBAC").
+*/}}
+{{- define "enclave.namespaceGrants" -}}
+{{- $grants := list -}}
+{{- if .Values.tenants.enabled -}}
+{{- if .Values.tenants.managedMetadata.enabled -}}
+{{- $grants = append $grants (dict "clusterRole" "enclave-tenants-managed-metadata" "serviceAccount" "enclave-tenants") -}}
+{{- end -}}
+{{- if .Values.replication.enabled -}}
+{{- $grants = append $grants (dict "clusterRole" "enclave-replication-impersonate" "serviceAccount" "enclave-replication") -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $grants -}}
+{{- end -}}
+
 {{/* The cluster role names of serviceConfiguration.spec.rbac, with the CRD defaults filled in. */}}
 {{- define "enclave.rbacSpec" -}}
 {{- $rbac := .Values.serviceConfiguration.spec.rbac | default dict -}}

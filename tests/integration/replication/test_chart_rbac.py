@@ -29,6 +29,7 @@ def chart_rbac(namespace: str) -> list[dict[str, Any]]:
     helm = binaries.ensure("helm")["helm"]
     args = [str(helm), "template", "enclave", str(repo_root() / "charts" / "enclave"), "--namespace", namespace]
     args += ["--kube-version", "1.35.4", "--set", "replication.enabled=true"]
+    args += ["--set", "networkPolicy.apiServerCIDRs={192.0.2.10/32}"]  # no cluster to read kube-apiserver's from
     rendered = subprocess.run(args, capture_output=True, text=True, check=True, timeout=120).stdout
     return [
         doc
@@ -79,6 +80,20 @@ def test_replication_runs_with_exactly_the_charts_rbac(
         )
         tenant = f"trbac-{secrets.token_hex(3)}"
         home, other = cluster.tenant(tenant, {"rbac": tenant}, namespaces=2)
+        # The impersonation grant enclave-tenants keeps in every tenant namespace (`--namespace-grant`); the
+        # account acted as lives in `home`, and only there may the controller impersonate.
+        grant = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "enclave-component-enclave-replication-impersonate", "namespace": home},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "enclave-replication-impersonate",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "enclave-replication", "namespace": namespace}],
+        }
+        client.RbacAuthorizationV1Api(kube).create_namespaced_role_binding(home, grant)
         rules = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]
         cluster.service_account(home, "writer", rules, [home, other])
         config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}
