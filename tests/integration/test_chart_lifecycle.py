@@ -184,36 +184,20 @@ def test_live_upgrade_from_the_previous_chart_then_uninstall(
 
         # -- the upgrade -------------------------------------------------------------------------------------
         # 0.2.0 fences its pods with NetworkPolicies; the test kube-apiserver advertises no address to read.
-        fence = ("--set", "networkPolicy.apiServerCIDRs={127.0.0.1/32}")
-        helm(
-            "upgrade",
-            release,
-            str(CHART),
+        current = (
             "--namespace",
             namespace,
             "--values",
             str(values),
-            *fence,
-            *UPGRADE_ARGS[helm_name],
+            "--set",
+            "networkPolicy.apiServerCIDRs={127.0.0.1/32}",
         )
+        helm("upgrade", release, str(CHART), *current, *UPGRADE_ARGS[helm_name])
         listed = helm("list", "--namespace", namespace, "--output", "yaml")
         assert yaml.safe_load(listed)[0]["chart"] == "enclave-0.2.0"
         # The rollout of the config Deployment: the new pod runs as the chart says, with the chart's RBAC.
         kube_version = binaries.pinned_version(binaries.BINARIES["kube-apiserver"]).lstrip("v")
-        rendered = helm(
-            "template",
-            release,
-            str(CHART),
-            "--namespace",
-            namespace,
-            "--values",
-            str(values),
-            "--kube-version",
-            kube_version,
-            # No cluster to read kube-apiserver's addresses from (the default NetworkPolicy's); any will do here.
-            "--set",
-            "networkPolicy.apiServerCIDRs={192.0.2.10/32}",
-        )
+        rendered = helm("template", release, str(CHART), *current, "--kube-version", kube_version)
         deployment = next(
             doc
             for doc in yaml.safe_load_all(rendered)
