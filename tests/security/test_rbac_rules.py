@@ -69,6 +69,8 @@ PLURALS = sorted(name.split(".")[0] for name in CRDS)
 WEBHOOK_CONFIGURATIONS = ["enclave-mutating-webhook-configuration", "enclave-validating-webhook-configuration"]
 PROVISIONER, DELETER = "enclave-namespace-provisioner", "enclave-namespace-deleter"
 ADMISSION_HOOKS = ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
+ADMISSION_POLICIES = ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
+TENANT_DELETION = "enclave-default-tenant-deletion"
 
 
 def _own_namespace() -> Rule:
@@ -96,6 +98,8 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
         _rule(["enclave.dev"], ["tenants", "tenantowners"], READ),
         _rule(["admissionregistration.k8s.io"], ADMISSION_HOOKS, [*READ, "create"]),
         _rule(["admissionregistration.k8s.io"], ADMISSION_HOOKS, ["update", "patch", "delete"], WEBHOOK_CONFIGURATIONS),
+        _rule(["admissionregistration.k8s.io"], ADMISSION_POLICIES, [*READ, "create"]),
+        _rule(["admissionregistration.k8s.io"], ADMISSION_POLICIES, ["update", "patch", "delete"], [TENANT_DELETION]),
         _rule(["rbac.authorization.k8s.io"], ["clusterroles"], READ),
         _rule(["rbac.authorization.k8s.io"], ["clusterroles"], ["update", "patch", "escalate"], [PROVISIONER, DELETER]),
         _rule(["rbac.authorization.k8s.io"], ["clusterroles"], ["bind"], [PROVISIONER]),
@@ -204,6 +208,12 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
     ("Role", RELEASE_NAMESPACE, "enclave-replication"): _lease("replication"),
     # Bound by enclave-tenants in tenant namespaces, by the chart in `impersonationNamespaces`, nowhere else.
     ("ClusterRole", "", "enclave-replication-impersonate"): {_rule([""], ["serviceaccounts"], ["impersonate"])},
+    # -- what tenant owners get through the built-in admin/edit/view (aggregated; templates/tenant-roles.yaml).
+    ("ClusterRole", "", "enclave-tenantresources-edit"): {
+        _rule(["enclave.dev"], ["tenantresources"], [*READ, "create", "update", "patch", "delete"])
+    },
+    ("ClusterRole", "", "enclave-tenantresources-view"): {_rule(["enclave.dev"], ["tenantresources"], READ)},
+    ("ClusterRole", "", "enclave-tenant-view"): {_rule(["enclave.dev"], ["rulestatuses", "customquotas"], READ)},
     # -- the roles Enclave hands out (bound by enclave-config and enclave-tenants to tenant users).
     ("ClusterRole", "", PROVISIONER): {_rule([""], ["namespaces"], ["create"])},
     ("ClusterRole", "", DELETER): {_rule([""], ["namespaces"], ["delete"])},
