@@ -7,7 +7,10 @@ writes the RoleBindings that let an owner use the namespace it just created. Use
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -223,3 +226,54 @@ def test_tenant_users_cannot_set_forbidden_node_metadata(stack: Stack) -> None:
         rbac.delete_cluster_role_binding(role)
         rbac.delete_cluster_role(role)
         core.delete_node(node)
+
+
+def test_namespace_created_right_after_its_tenant_is_never_refused(stack: Stack) -> None:
+    """Issue 30: a script creates a Tenant, then at once (no retry, no wait) a namespace as its new owner, in
+    30 rounds, ten scripts at a time. The Tenant is stored by kube-apiserver before the tenants controller
+    publishes it to admission; admission waits, bounded, for the snapshot that shows it rather than refusing
+    "you own no tenant". Every other round names the tenant in the label (the "not your tenant" refusal had
+    the same race)."""
+    rounds = [(unique("race"), unique("racer")) for _ in range(30)]
+    apis = {owner: stack.as_user(owner, ["enclave.dev"]) for _, owner in rounds}
+
+    def script(index: int) -> str:
+        tenant, owner = rounds[index]
+        labels = {TENANT_LABEL: tenant} if index % 2 else {}
+        api = apis[owner]
+        stack.tenant(tenant, [{"kind": "User", "name": owner}])
+        try:
+            api.create_namespace({"metadata": {"name": f"{tenant}-ns", "labels": labels}})
+        except ApiException as err:
+            return f"round {index}: {err.status} {err.body}"
+        return ""
+
+    with ThreadPoolExecutor(10) as pool:
+        refusals = [found for found in pool.map(script, range(len(rounds))) if found]
+    assert not refusals, "\n".join(refusals)
+    for tenant, _ in rounds:
+        assert stack.namespace_tenant(f"{tenant}-ns") == tenant
+
+
+def test_namespace_is_admitted_when_the_tenant_reaches_admission_late(stack: Stack) -> None:
+    """The same race, made certain: enclave-tenants is paused (SIGSTOP: connections open, silent, as a publisher
+    lagging under load) while the Tenant is stored, and resumes half a second after the owner's namespace
+    request has gone out. Admission, which has not seen the Tenant when the request reaches it, waits for the
+    snapshot that shows it and admits the namespace into it (on main it refused "you own no tenant")."""
+    tenants = next(running for running in stack.running.processes if running.spec.name == "tenants")
+    popen = tenants.process.popen
+    assert popen is not None
+    for labelled in (False, True):
+        tenant, owner = unique("late"), unique("lateowner")
+        api = stack.as_user(owner, ["enclave.dev"])
+        labels = {TENANT_LABEL: tenant} if labelled else {}
+        popen.send_signal(signal.SIGSTOP)
+        resume = threading.Timer(0.5, popen.send_signal, (signal.SIGCONT,))
+        try:
+            stack.tenant(tenant, [{"kind": "User", "name": owner}])
+            resume.start()
+            api.create_namespace({"metadata": {"name": f"{tenant}-ns", "labels": labels}})
+        finally:
+            resume.cancel()
+            popen.send_signal(signal.SIGCONT)
+        assert stack.namespace_tenant(f"{tenant}-ns") == tenant

@@ -34,7 +34,8 @@ from enclave_core.snapshots.replication import REPLICATION_KIND
 
 Handler = Callable[[AdmissionRequest, State], Decision | Awaitable[Decision]]
 """A decision from memory, or an awaitable of one (quota reservations, which write a ledger; a request in a
-tenant namespace whose rules are not published yet, which waits for them)."""
+tenant namespace whose rules are not published yet, and a namespace request naming a tenant admission has not
+seen yet, which wait for them)."""
 
 NAMESPACES_MUTATE: Final = "/namespaces/mutate"
 NAMESPACES: Final = "/namespaces"
@@ -56,8 +57,8 @@ RESOURCES_MUTATE: Final = "/resources/mutate"
 RESOURCES: Final = "/resources"
 
 ROUTES: Final[dict[str, Handler]] = {
-    NAMESPACES_MUTATE: namespace_mutation.mutate,
-    NAMESPACES: namespace_validation.validate,
+    NAMESPACES_MUTATE: namespace_mutation.answer,
+    NAMESPACES: namespace_validation.answer,
     SERVICE_ACCOUNTS: serviceaccounts.validate,
     NODES: nodes.validate,
     TENANTS: tenants.validate,

@@ -12,7 +12,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import lru_cache
@@ -51,6 +51,44 @@ RULES_WAIT = 2.0
 before it is refused: a namespace's rules are published milliseconds after it is created, and an
 administrator's objects created right behind it should be judged, not refused. Well under the hooks' 5 s
 timeout, with the mutating hook's own wait before the validating hook's."""
+
+
+TENANCY_WAIT = RULES_WAIT
+"""Seconds a namespace request that names no tenant the requester owns, or a tenant the Tenancy snapshot lacks,
+waits for a newer Tenancy snapshot before it is refused: a Tenant is published milliseconds after
+kube-apiserver stores it, and a script that creates a tenant and then its namespaces must not fail at random."""
+
+
+class Arrivals:
+    """Waits, bounded, for snapshots of one kind until a condition holds (a name they show, a decision they
+    change). Every waiter shares one future, resolved by the next snapshot: a thousand waiting requests cost
+    one future, not a thousand polls."""
+
+    def __init__(self) -> None:
+        self._next: asyncio.Future[None] | None = None
+
+    def arrived(self) -> None:
+        """A snapshot of this kind replaced the previous one: wake every waiter to look again."""
+        waiting = self._next
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+    async def until(self, settled: Callable[[], bool], bound: float) -> bool:
+        """Wait at most ``bound`` seconds for ``settled()``, looking again after each snapshot; its last value."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound
+        while not settled():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            waiting = self._next
+            if waiting is None or waiting.done():
+                waiting = self._next = loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(waiting), left)
+            except TimeoutError:
+                return settled()
+        return True
 
 
 class Role(enum.Enum):
@@ -214,11 +252,14 @@ class State:
         self.rules = RulesSnapshot()
         self.rules_received = False
         self._rule_sets: dict[str, NamespaceSet] = {}
-        self._rules_arrival: asyncio.Future[None] | None = None
+        self._rules_arrivals = Arrivals()
         self.rules_wait = RULES_WAIT
         self.config: EffectiveConfiguration | None = None
         self.tenancy = TenancySnapshot()
         self.tenancy_received = False
+        self._tenancy_arrivals = Arrivals()
+        self.tenancy_wait = TENANCY_WAIT
+        """0 offline (``enclave explain``), where no newer snapshot can come: a miss is decided at once."""
         self.globalquotas = GlobalQuotasSnapshot()
         """Shared quotas (enclave-globalquotas); empty without ``--globalquotas-endpoint``."""
         self.expect_globalquotas = expect_globalquotas
@@ -266,6 +307,13 @@ class State:
         self.reservations.forget_seen(tenancy)
         self._subjects = {}
         self._tenant_keys = {}
+        self._tenancy_arrivals.arrived()
+
+    async def wait_for_tenancy(self, settled: Callable[[], bool]) -> bool:
+        """Wait at most :attr:`tenancy_wait` seconds for a Tenancy snapshot after which ``settled()`` holds;
+        whether it came. For a namespace request refused only because this replica has not seen a Tenant yet
+        (a tenant created milliseconds before its first namespace)."""
+        return await self._tenancy_arrivals.until(settled, self.tenancy_wait)
 
     def set_pools(self, pools: PoolsSnapshot) -> None:
         self.pools = pools
@@ -279,9 +327,7 @@ class State:
         self.rules = rules
         self.rules_received = True
         self._rule_sets = {}
-        arrival = self._rules_arrival
-        if arrival is not None and not arrival.done():
-            arrival.set_result(None)
+        self._rules_arrivals.arrived()
 
     def knows_rules(self, namespace: str) -> bool:
         """Whether the Rules snapshot names this tenant namespace (with rules or without). A tenant namespace
@@ -297,20 +343,7 @@ class State:
         For the moments between a namespace's creation and its rules' publication (normally milliseconds):
         an administrator's ``kubectl create namespace`` followed at once by its objects is decided, not refused.
         Every waiting request waits on one shared future, resolved by the next snapshot."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.rules_wait
-        while not self.knows_rules(namespace):
-            left = deadline - loop.time()
-            if left <= 0:
-                return False
-            arrival = self._rules_arrival
-            if arrival is None or arrival.done():
-                arrival = self._rules_arrival = loop.create_future()
-            try:
-                await asyncio.wait_for(asyncio.shield(arrival), left)
-            except TimeoutError:
-                return self.knows_rules(namespace)
-        return True
+        return await self._rules_arrivals.until(lambda: self.knows_rules(namespace), self.rules_wait)
 
     def rule_set(self, namespace: str) -> NamespaceSet:
         """The namespace's rules, compiled on first use after each Rules snapshot (CEL programs, matchers,

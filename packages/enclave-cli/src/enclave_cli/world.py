@@ -180,6 +180,7 @@ class Compiled:
             expect_globalquotas=True,
             expect_quotas=True,
         )
+        state.tenancy_wait = 0.0  # offline: no newer Tenancy snapshot can come, a miss is decided at once
         state.set_config(self.config)
         state.set_tenancy(self.plan.snapshot)
         state.set_rules(self.rules)

@@ -12,11 +12,19 @@ The validating webhook re-checks the final object, so this hook being skipped ca
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from enclave_admission.metadata import is_tenant_reference, owner_references, tenant_reference
-from enclave_admission.namespaces.assignment import Refusal, choose_tenant
+from enclave_admission.namespaces.assignment import Refusal, choose_tenant, once_tenancy_shows
 from enclave_admission.review import JSON, AdmissionRequest, Decision, pointer
 from enclave_admission.state import Role, State
 from enclave_core.snapshots.tenancy import TENANT_LABEL, TenantView
+
+
+def answer(request: AdmissionRequest, state: State) -> Decision | Awaitable[Decision]:
+    """The route: :func:`mutate`, except that a refusal for want of a tenant this replica has not seen yet is
+    decided again once a newer Tenancy snapshot arrives (at most :attr:`State.tenancy_wait` later)."""
+    return once_tenancy_shows(mutate, request, state)
 
 
 def mutate(request: AdmissionRequest, state: State) -> Decision:

@@ -17,11 +17,19 @@ every one of them can rewrite labels and owner references. Who is asking decides
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from enclave_admission.metadata import changed_keys, owner_references, references_tenant, tenant_references
-from enclave_admission.namespaces.assignment import Refusal, choose_tenant
+from enclave_admission.namespaces.assignment import Refusal, choose_tenant, once_tenancy_shows
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import NO_KEYS, Role, State, Subject
 from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, SERVICE_ACCOUNT_PREFIX, TENANT_LABEL, TenantView
+
+
+def answer(request: AdmissionRequest, state: State) -> Decision | Awaitable[Decision]:
+    """The route: :func:`validate`, except that a refusal for want of a tenant this replica has not seen yet is
+    decided again once a newer Tenancy snapshot arrives (at most :attr:`State.tenancy_wait` later)."""
+    return once_tenancy_shows(validate, request, state)
 
 
 def validate(request: AdmissionRequest, state: State) -> Decision:
