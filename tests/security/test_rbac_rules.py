@@ -171,7 +171,7 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
     ("ClusterRole", "", "enclave-globalquotas"): {
         _rule(["enclave.dev"], ["globalresourcequotas"], [*READ, "create", "update", "patch", "delete"]),
         _rule(["enclave.dev"], ["globalresourcequotas/status"], ["get", "update", "patch"]),
-        _rule(["enclave.dev"], ["tenants"], READ),
+        _rule(["enclave.dev"], ["tenants", "rulestatuses"], READ),
         _rule([""], ["resourcequotas"], [*READ, "create", "update", "patch", "delete"]),
         _rule([""], ["namespaces"], READ),
         EVENTS,

@@ -7,6 +7,7 @@ from typing import Any
 
 from enclave_globalquotas import naming
 from enclave_globalquotas.ledger import IN_FLIGHT, Deferrals, in_flight, ledger_body, newer, object_path
+from enclave_globalquotas.naming import NAMESPACE_LABEL, rule_quota_name, rule_status_quota_name
 from enclave_globalquotas.plan import build_plan, drift_patch
 from enclave_globalquotas.rules import build_rule_plan, drifted
 from enclave_globalquotas.status import quota_status, replacing_patch
@@ -151,6 +152,40 @@ def test_rule_quotas_select_the_rules_tenant_namespaces() -> None:
     live = {**body, "spec": {**body["spec"], "quota": {"hard": {"pods": "3"}}}}
     assert not drifted(live, body)
     assert drifted({**body, "spec": {**body["spec"], "quota": {"hard": {"pods": 4}}}}, body)
+
+
+def test_rule_status_quotas_select_their_namespace_and_belong_to_its_tenant() -> None:
+    tenant = {"metadata": {"name": "acme", "uid": "t-1"}, "spec": {}}
+    status = {
+        "metadata": {"name": "default", "namespace": "acme-dev"},
+        "spec": [{}, {"quota": [{"name": "c", "hard": {"pods": 3}}]}],
+    }
+    stray = {"metadata": {"name": "default", "namespace": "loose"}, "spec": [{"quota": [{"name": "c", "hard": {}}]}]}
+    old = {"metadata": {"labels": {}, "ownerReferences": [{"kind": "Tenant", "name": "acme"}]}}
+    plan = build_rule_plan([tenant], {"old": old}, [status, stray], {"acme-dev": "acme"})
+    name = rule_status_quota_name("acme-dev", 1, "c")
+    assert list(plan.desired) == [name]  # the stray namespace is no tenant's: nothing for it
+    body = plan.desired[name]
+    assert body["spec"]["namespaceSelectors"] == [
+        {
+            "matchExpressions": [
+                {"key": "enclave.dev/tenant", "operator": "In", "values": ["acme"]},
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["acme-dev"]},
+            ]
+        }
+    ]
+    assert body["metadata"]["ownerReferences"][0]["name"] == "acme"
+    assert plan.stale == ["old"]
+    # a spec that does not parse keeps what the namespace had
+    kept = {**old, "metadata": {**old["metadata"], "labels": {NAMESPACE_LABEL: "acme-dev"}}}
+    broken = {**status, "spec": [{"quota": "many"}]}
+    assert build_rule_plan([tenant], {name: kept}, [broken], {"acme-dev": "acme"}).stale == []
+
+
+def test_rule_status_quota_names_never_meet_tenant_rule_quota_names() -> None:
+    assert rule_status_quota_name("a", 0, "rule0-x") != rule_quota_name("rulestatus.a.rule0", 0, "x")
+    assert rule_status_quota_name("n" * 63, 15, "e" * 63).startswith("rulestatus.")
+    assert len(rule_status_quota_name("n" * 63, 15, "e" * 63 + "x" * 190)) <= 253
 
 
 def test_replacing_patch_nulls_what_left() -> None:

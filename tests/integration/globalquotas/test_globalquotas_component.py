@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 import pytest
+from enclave_globalquotas.naming import rule_status_quota_name
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -239,3 +240,46 @@ def test_invalid_spec_is_reported_not_applied(shared: Shared) -> None:
     assert "spec.quota.hard[gpus]" in condition["message"]
     with pytest.raises(ApiException):
         shared.rq(a, name)
+
+
+def test_rule_status_quota_becomes_a_global_quota_for_its_namespace(shared: Shared) -> None:
+    """Issue 30: ``RuleStatus.spec[].quota`` (a namespace's own rules) provisions a quota as a tenant rule's
+    does, for that namespace alone; it used to be copied into status and enforced nowhere."""
+    tenant = f"rsq-{shared.token}"
+    label = {"enclave.dev/tenant": tenant}
+    dev = shared.namespace("rsdev", selected=False, labels=label)
+    other = shared.namespace("rsother", selected=False, labels=label)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Tenant",
+        "metadata": {"name": tenant},
+        "spec": {"owners": [{"kind": "User", "name": "alice"}]},
+    }
+    shared.custom.create_cluster_custom_object(GROUP, VERSION, "tenants", body)
+    rule = {"quota": [{"name": "objects", "hard": {"configmaps": 3}}]}
+    status = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RuleStatus", "metadata": {"name": "default"}}
+    shared.custom.create_namespaced_custom_object(GROUP, VERSION, dev, "rulestatuses", {**status, "spec": [rule]})
+    generated = rule_status_quota_name(dev, 0, "objects")
+    try:
+        shared.wait_hard(generated, {dev: {"configmaps": "3"}})
+        quota = shared.wait_ready(generated)
+        assert quota["status"]["namespaces"] == [dev]
+        owner = quota["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"]) == ("Tenant", tenant)
+        with pytest.raises(ApiException):
+            shared.rq(other, generated)
+        # kube-apiserver enforces it: kube-root-ca.crt is one, two more fit, the fourth is refused
+        core = shared.core
+        poll(lambda: core.read_namespaced_config_map("kube-root-ca.crt", dev), what="kube-root-ca.crt")
+        for index in range(2):
+            core.create_namespaced_config_map(dev, {"metadata": {"name": f"cm{index}"}})
+        with pytest.raises(ApiException) as refused:
+            core.create_namespaced_config_map(dev, {"metadata": {"name": "cm-over"}})
+        assert refused.value.status == 403, refused.value.body
+
+        # Dropping the entry from the RuleStatus deletes the quota and its ResourceQuota.
+        shared.custom.patch_namespaced_custom_object(GROUP, VERSION, dev, "rulestatuses", "default", {"spec": []})
+        shared.wait_gone(lambda: shared.get(generated), "the generated quota")
+        shared.wait_gone(lambda: shared.rq(dev, generated), "its ResourceQuota")
+    finally:
+        shared.custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)

@@ -32,6 +32,7 @@ from enclave_core.runtime.loops import ControllerLoops
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
 from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_globalquotas import naming
 from enclave_globalquotas import status as st
 from enclave_globalquotas.ledger import Deferrals, in_flight, ledger_body, ledger_name, newer, object_path
@@ -53,6 +54,7 @@ RECONCILE_SECONDS = Histogram("enclave_globalquotas_reconcile_seconds", "Duratio
 
 QUOTAS_PATH = f"/apis/{GROUP_VERSION}/globalresourcequotas"
 TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
+RULE_STATUSES_PATH = f"/apis/{GROUP_VERSION}/rulestatuses"
 MANAGED = f"{naming.MANAGED_BY}={naming.MANAGER}"
 
 
@@ -118,6 +120,8 @@ class GlobalQuotasController:
             kube, self._ledgers_path, label_selector=MANAGED, on_change=change, name="quantityledgers"
         )
         self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants")
+        self.rule_statuses = Informer(kube, RULE_STATUSES_PATH, on_change=change, name="rulestatuses")
+        """Namespaces' own rules: their ``spec[].quota`` entries are quotas as a tenant rule's are."""
         self.loops = ControllerLoops(
             "globalquotas",
             informers=self.informers(),
@@ -132,7 +136,7 @@ class GlobalQuotasController:
         self.synced, self.reconciled = self.loops.synced, self.loops.reconciled
 
     def informers(self) -> list[Informer]:
-        return [self.quotas, self.namespaces, self.resource_quotas, self.ledgers, self.tenants]
+        return [self.quotas, self.namespaces, self.resource_quotas, self.ledgers, self.tenants, self.rule_statuses]
 
     def _changed(self, _key: str = "") -> None:
         self.loops.changed()
@@ -407,7 +411,12 @@ class GlobalQuotasController:
             if (obj.get("metadata", {}).get("labels") or {}).get(naming.RULE_LABEL)
             and (obj.get("metadata", {}).get("labels") or {}).get(naming.MANAGED_BY) == naming.MANAGER
         }
-        rule_plan = build_rule_plan(self.tenants.values(), generated)
+        namespace_tenant = {
+            str(item["metadata"]["name"]): tenant
+            for item in self.namespaces.values()
+            if (tenant := (item["metadata"].get("labels") or {}).get(TENANT_LABEL))
+        }
+        rule_plan = build_rule_plan(self.tenants.values(), generated, self.rule_statuses.values(), namespace_tenant)
         for name, body in rule_plan.desired.items():
             if not rule_drifted(self.quotas.get(name), body):
                 continue

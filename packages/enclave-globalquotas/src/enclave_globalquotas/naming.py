@@ -20,6 +20,8 @@ QUOTA_ANNOTATION: Final = "enclave.dev/globalresourcequota"
 """The GlobalResourceQuota's full name, for people reading a provisioned ResourceQuota."""
 RULE_LABEL: Final = "enclave.dev/rule-quota"
 """On GlobalResourceQuotas made from a tenant rule: the entry name."""
+NAMESPACE_LABEL: Final = "enclave.dev/rule-quota-namespace"
+"""On GlobalResourceQuotas made from a namespace's RuleStatus: that namespace."""
 MAX_NAME: Final = 253
 MAX_LABEL: Final = 63
 
@@ -43,6 +45,14 @@ def resource_quota_name(quota: str) -> str:
 def label_value(quota: str) -> str:
     """``quota`` as a label value (names may be 253 characters, label values 63)."""
     return _bounded(quota, MAX_LABEL, quota)
+
+
+def rule_status_quota_name(namespace: str, rule: int, entry: str) -> str:
+    """The GlobalResourceQuota of entry ``entry`` of ``spec[rule]`` of namespace ``namespace``'s RuleStatus.
+    It ends in ``.<hash>`` (a tenant rule quota's name never does: entries hold no dot), so the two kinds of name
+    never collide whatever the tenant and namespace are called."""
+    identity = f"{namespace}\x00{rule}\x00{entry}"
+    return _bounded(f"rulestatus.{namespace}.rule{rule}.{entry}", MAX_NAME - 11, identity) + "." + _digest(identity)
 
 
 def rule_quota_name(tenant: str, rule: int, entry: str) -> str:

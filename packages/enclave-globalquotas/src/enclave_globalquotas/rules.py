@@ -6,6 +6,13 @@ rule selects: the tenant's namespaces (label ``enclave.dev/tenant=<tenant>``) th
 ``namespaceSelector``. The rule's ``audience`` limits who a rule applies to at admission, but usage counts
 whoever creates the object, so it plays no part here. A Tenant that fails to parse changes nothing: its
 generated quotas stay as they are until it is fixed.
+
+A namespace's own rules (``RuleStatus/default`` ``spec[i].quota[]``) are quotas the same way, for that one
+namespace: the GlobalResourceQuota ``rulestatus.<namespace>.rule<i>.<entry>.<hash>`` selects the namespace by
+name, and only while it carries its tenant's label. It is owned by the namespace's Tenant (a cluster-scoped
+object cannot be owned by a namespaced RuleStatus) and removed when the entry, the RuleStatus or the namespace
+goes. A RuleStatus ``spec`` that does not parse contributes nothing (enclave-tenants reports it on the
+RuleStatus); its generated quotas stay until it is fixed.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from enclave_core import GROUP_VERSION
-from enclave_core.api.rules import RuleQuota
+from enclave_core.api.rules import RuleBody, RuleQuota
 from enclave_core.api.tenancy import Tenant
 from enclave_core.quantity import Quantity
 from enclave_core.snapshots.tenancy import TENANT_LABEL
@@ -34,6 +41,8 @@ class RulePlan:
     """Generated GlobalResourceQuotas no rule wants any more."""
     keep_tenants: set[str] = field(default_factory=set)
     """Tenants that failed to parse or are being deleted: their generated quotas are left alone."""
+    keep_namespaces: set[str] = field(default_factory=set)
+    """Namespaces whose RuleStatus ``spec`` does not parse: their generated quotas are left alone."""
 
 
 def _selector(tenant: str, rule_selector: JSON | None) -> JSON:
@@ -47,9 +56,24 @@ def _selector(tenant: str, rule_selector: JSON | None) -> JSON:
     return selector
 
 
-def quota_body(tenant: JSON, index: int, entry: RuleQuota, rule_selector: JSON | None) -> JSON:
+NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by kube-apiserver on every namespace to its name: how a RuleStatus quota selects its one namespace."""
+
+
+def quota_body(
+    tenant: JSON, index: int, entry: RuleQuota, rule_selector: JSON | None, namespace: str | None = None
+) -> JSON:
+    """The GlobalResourceQuota for one quota entry: of the tenant's ``spec.rules[index]``, or, given
+    ``namespace``, of ``spec[index]`` of that namespace's RuleStatus (``rule_selector`` then unused)."""
     meta = tenant["metadata"]
-    name = naming.rule_quota_name(meta["name"], index, entry.name)
+    if namespace is None:
+        name = naming.rule_quota_name(meta["name"], index, entry.name)
+        selector = _selector(meta["name"], rule_selector)
+    else:
+        name = naming.rule_status_quota_name(namespace, index, entry.name)
+        selector = _selector(
+            meta["name"], {"matchExpressions": [{"key": NAME_LABEL, "operator": "In", "values": [namespace]}]}
+        )
     quota: JSON = {"hard": {key: Quantity.parse(value).to_json() for key, value in sorted(entry.hard.items())}}
     if entry.scopes:
         quota["scopes"] = list(entry.scopes)
@@ -76,13 +100,21 @@ def quota_body(tenant: JSON, index: int, entry: RuleQuota, rule_selector: JSON |
                 }
             ],
         },
-        "spec": {"quota": quota, "namespaceSelectors": [_selector(meta["name"], rule_selector)]},
+        "spec": {"quota": quota, "namespaceSelectors": [selector]},
     }
 
 
-def build_rule_plan(tenants: Iterable[JSON], generated: Mapping[str, JSON]) -> RulePlan:
-    """What GlobalResourceQuotas the tenants' rules want; ``generated`` are the ones this component made."""
+def build_rule_plan(
+    tenants: Iterable[JSON],
+    generated: Mapping[str, JSON],
+    rule_statuses: Iterable[JSON] = (),
+    namespace_tenant: Mapping[str, str] | None = None,
+) -> RulePlan:
+    """What GlobalResourceQuotas the tenants' rules and the namespaces' RuleStatuses want; ``generated`` are the
+    ones this component made; ``namespace_tenant`` maps each tenant namespace to its tenant (from its label)."""
     plan = RulePlan()
+    tenants = list(tenants)
+    by_name = {raw.get("metadata", {}).get("name"): raw for raw in tenants}
     for raw in tenants:
         meta = raw.get("metadata", {})
         if meta.get("deletionTimestamp"):
@@ -99,13 +131,41 @@ def build_rule_plan(tenants: Iterable[JSON], generated: Mapping[str, JSON]) -> R
             for entry in rule.quota or []:
                 body = quota_body(raw, index, entry, selector)
                 plan.desired[body["metadata"]["name"]] = body
+    for status in rule_statuses:
+        _rule_status_quotas(plan, status, by_name, namespace_tenant or {})
     for name, obj in generated.items():
         owners = [o for o in obj.get("metadata", {}).get("ownerReferences") or [] if o.get("kind") == "Tenant"]
         if name in plan.desired or any(o.get("name") in plan.keep_tenants for o in owners):
             continue
+        if (obj.get("metadata", {}).get("labels") or {}).get(naming.NAMESPACE_LABEL) in plan.keep_namespaces:
+            continue
         plan.stale.append(name)
     plan.stale.sort()
     return plan
+
+
+def _rule_status_quotas(plan: RulePlan, status: JSON, tenants: Mapping[str, JSON], owner_of: Mapping[str, str]) -> None:
+    """The quotas of one RuleStatus' ``spec[]``: for its namespace, owned by the namespace's tenant."""
+    meta = status.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    tenant_name = owner_of.get(namespace)
+    tenant = tenants.get(tenant_name) if tenant_name else None
+    if tenant is None or tenant_name in plan.keep_tenants:
+        return  # not a tenant namespace (any more), or its tenant is being deleted or does not parse
+    raw_rules = status.get("spec") or []
+    if not isinstance(raw_rules, list):
+        return
+    try:
+        rules = [RuleBody.model_validate(item) for item in raw_rules]
+    except ValidationError:
+        # enclave-tenants reports it on the RuleStatus; what this namespace had stays until it is fixed
+        plan.keep_namespaces.add(namespace)
+        return
+    for index, rule in enumerate(rules):
+        for entry in rule.quota or []:
+            body = quota_body(tenant, index, entry, None, namespace=namespace)
+            body["metadata"]["labels"][naming.NAMESPACE_LABEL] = namespace
+            plan.desired[body["metadata"]["name"]] = body
 
 
 def drifted(live: JSON | None, desired: JSON) -> bool:
