@@ -32,7 +32,7 @@ AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
 def _cluster_roles(*sets: str) -> dict[str, dict[str, Any]]:
     """The ClusterRoles `helm template` renders with pools and replication on (and ``sets``)."""
     helm = binaries.ensure("helm")["helm"]
-    args = [str(helm), "template", "enclave", str(CHART), "--namespace", "enclave-system"]
+    args = [str(helm), "template", "enclave", str(CHART), "--namespace", "enclave-system", "--kube-version", "1.35.4"]
     for assignment in ("pools.enabled=true", "replication.enabled=true", *sets):
         args += ["--set", assignment]
     result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
