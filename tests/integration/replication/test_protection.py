@@ -180,3 +180,46 @@ def _as_owner(cluster: Cluster, impersonate: Callable[..., Any], namespace: str)
     with contextlib.suppress(ApiException):
         grant_edit(cluster, namespace, user)
     return client.CoreV1Api(impersonate(user, groups)).patch_namespaced_config_map("c", namespace, {"data": {"a": "x"}})
+
+
+BAD_FIELDS: list[tuple[dict[str, Any], str]] = [
+    ({"resyncPeriod": "0s"}, "spec.resyncPeriod"),
+    ({"resyncPeriod": "9999h"}, "spec.resyncPeriod"),
+    (
+        {"resources": [{"rawItems": [config_map("c")], "policy": {"condition": "object.metadata.name =="}}]},
+        "spec.resources[0].policy.condition",
+    ),
+    (
+        {"resources": [{}, {"generators": [{"template": "{% if tenant %}unclosed"}]}]},
+        "spec.resources[1].generators[0].template",
+    ),
+]
+
+
+@pytest.mark.parametrize(("plural", "scope"), [("globaltenantresources", "cluster"), ("tenantresources", "tenant")])
+def test_a_replication_object_that_cannot_work_is_refused_naming_the_field(
+    cluster: Cluster, admission: RunningComponent, plural: str, scope: str
+) -> None:
+    """A bad resyncPeriod, a condition that does not compile, a template that does not parse: refused at
+    admission with the field named, and nothing stored (before, each showed only later in status)."""
+    namespace = cluster.tenant(unique("tbad"), namespaces=1)[0] if scope == "tenant" else ""
+    kind = "GlobalTenantResource" if scope == "cluster" else "TenantResource"
+
+    def create(name: str, spec: dict[str, Any], dry_run: str | None = None) -> Any:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, "spec": spec}
+        if scope == "cluster":
+            return cluster.custom.create_cluster_custom_object(GROUP, VERSION, plural, body, dry_run=dry_run)
+        return cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body, dry_run=dry_run)
+
+    base: dict[str, Any] = {"resources": [{"rawItems": [config_map("c")]}]}
+    # the hook fails open: wait until admission decides before asserting refusals
+    poll(lambda: _refuses(lambda: create(unique("probe"), {**base, "resyncPeriod": "0s"}, "All")), what="hook live")
+    for fields, field in BAD_FIELDS:
+        name = unique("bad")
+        denied(lambda: create(name, {**base, **fields}), kind, field)  # noqa: B023  # called at once
+        with pytest.raises(ApiException) as missing:
+            cluster.get(plural, name, namespace)
+        assert missing.value.status == 404
+    good = unique("good")
+    create(good, {**base, "resyncPeriod": "5m", "resources": [{"generators": [{"template": "{{ tenant }}"}]}]})
+    cluster.objects.append((plural, namespace, good))

@@ -122,7 +122,7 @@ _NAMESPACE_RESOURCES = ["namespaces", "namespaces/status", "namespaces/finalize"
 
 
 def _rule(
-    group: str, resources: list[str], operations: list[Operation], scope: Literal["Cluster", "Namespaced"]
+    group: str, resources: list[str], operations: list[Operation], scope: Literal["Cluster", "Namespaced", "*"]
 ) -> WebhookRule:
     versions = [API_VERSION] if group == API_GROUP else ["*"]
     return WebhookRule(
@@ -201,15 +201,7 @@ def _quota_hooks() -> list[ValidatingWebhook]:
             path=routes.CUSTOM_QUOTAS,
             failure_policy="Ignore",
             timeout_seconds=5,
-            rules=[
-                WebhookRule(
-                    api_groups=[API_GROUP],
-                    api_versions=[API_VERSION],
-                    operations=["CREATE", "UPDATE"],
-                    resources=["customquotas", "globalcustomquotas"],
-                    scope="*",
-                )
-            ],
+            rules=[_rule(API_GROUP, ["customquotas", "globalcustomquotas"], ["CREATE", "UPDATE"], "*")],
             admission_review_versions=["v1"],
             side_effects="None",
             match_policy="Equivalent",
@@ -261,21 +253,29 @@ def _replication_settings_hook(namespace: str) -> MutatingWebhook:
         failure_policy="Ignore",
         timeout_seconds=5,
         reinvocation_policy="Never",
-        rules=[
-            WebhookRule(
-                api_groups=[API_GROUP],
-                api_versions=[API_VERSION],
-                operations=["CREATE", "UPDATE"],
-                resources=["globaltenantresources", "tenantresources"],
-                scope="*",
-            )
-        ],
+        rules=[_rule(API_GROUP, ["globaltenantresources", "tenantresources"], ["CREATE", "UPDATE"], "*")],
         admission_review_versions=["v1"],
         side_effects="None",
         match_policy="Equivalent",
     )
     _exclude_system_namespaces(hook, namespace)
     return hook
+
+
+def _replication_spec_hook() -> ValidatingWebhook:
+    """GlobalTenantResource/TenantResource fields that cannot work (enclave_admission.replication.spec).
+    Ignore: the controller checks the same and reports in status; 10s since a template parse may take a while
+    on a loaded replica."""
+    return ValidatingWebhook(
+        name="replication.spec.enclave.dev",
+        path=routes.REPLICATION_SPEC,
+        failure_policy="Ignore",
+        timeout_seconds=10,
+        rules=[_rule(API_GROUP, ["globaltenantresources", "tenantresources"], ["CREATE", "UPDATE"], "*")],
+        admission_review_versions=["v1"],
+        side_effects="None",
+        match_policy="Equivalent",
+    )
 
 
 CLUSTER_CONTROLLERS = MatchCondition(
@@ -504,6 +504,7 @@ def webhooks(
     if replication:
         mutating.append(_replication_settings_hook(namespace))
         validating.append(_replication_protection_hook())
+        validating.append(_replication_spec_hook())
     for webhook in validating:  # every hook but those that skip the control plane by user instead
         if skip not in (webhook.match_conditions or []):
             _exclude_system_namespaces(webhook, namespace)

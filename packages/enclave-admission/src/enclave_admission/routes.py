@@ -20,6 +20,7 @@ from enclave_admission.pools import mutation as pool_mutation
 from enclave_admission.pools import validation as pools
 from enclave_admission.quotas import validation as quotas
 from enclave_admission.replication import mutation as replication_mutation
+from enclave_admission.replication import spec as replication_spec
 from enclave_admission.replication import validation as replication
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.rules import mutation as rules_mutation
@@ -48,6 +49,7 @@ QUOTAS: Final = "/quotas"
 CUSTOM_QUOTAS: Final = "/customquotas"
 REPLICATION: Final = "/replication"
 REPLICATION_MUTATE: Final = "/replication/mutate"
+REPLICATION_SPEC: Final = "/replication/spec"
 RESOURCE_POOLS: Final = "/resourcepools"
 GLOBAL_QUOTAS: Final = "/globalquotas"
 GLOBAL_RESOURCE_QUOTAS: Final = "/globalresourcequotas"
@@ -68,6 +70,7 @@ ROUTES: Final[dict[str, Handler]] = {
     CUSTOM_QUOTAS: quotas.validate_quota,
     REPLICATION: replication.validate,
     REPLICATION_MUTATE: replication_mutation.mutate,
+    REPLICATION_SPEC: replication_spec.validate,
     RESOURCE_POOLS: pools.validate_pool,
     GLOBAL_QUOTAS: globalquotas.validate,
     GLOBAL_RESOURCE_QUOTAS: globalquotas.validate_quota,
@@ -97,7 +100,15 @@ SPARES_COMPONENTS: Final = frozenset({REPLICATION})
 snapshot (replication protection): those requests are decided even while the snapshot is stale."""
 
 FAILS_OPEN: Final = frozenset(
-    {SERVICE_CONFIGURATIONS, CUSTOM_QUOTAS, GLOBAL_QUOTAS, GLOBAL_RESOURCE_QUOTAS, REPLICATION_MUTATE, RULES}
+    {
+        SERVICE_CONFIGURATIONS,
+        CUSTOM_QUOTAS,
+        GLOBAL_QUOTAS,
+        GLOBAL_RESOURCE_QUOTAS,
+        REPLICATION_MUTATE,
+        REPLICATION_SPEC,
+        RULES,
+    }
 )
 """Paths whose hooks are registered with ``failurePolicy: Ignore`` (``enclave_admission.defaults``; a unit test
 keeps the two in step). Without their snapshot they answer 503, so kube-apiserver does what it does when the

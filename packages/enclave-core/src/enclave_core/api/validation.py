@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from enclave_core import cel, patterns
 from enclave_core.api.configuration import MutatingAdmission, ServiceConfigurationSpec, ValidatingAdmission
 from enclave_core.api.meta import ApiModel, ValueMatcher
+from enclave_core.api.replication import TenantResourceSpec
 from enclave_core.api.rules import RuleBody, Toleration, WorkloadMutation, WorkloadsPolicy
 from enclave_core.api.tenancy import ForbiddenList, TenantSpec
 from enclave_core.durations import parse_duration
@@ -82,6 +83,32 @@ def tenant_problems(spec: TenantSpec) -> list[Problem]:
     return forbidden_problems("spec.namespaceOptions.forbiddenLabels", options.forbidden_labels) + forbidden_problems(
         "spec.namespaceOptions.forbiddenAnnotations", options.forbidden_annotations
     )
+
+
+RESYNC_RANGE: Final = (1, 24 * 3600)
+"""Seconds a replication object's ``resyncPeriod`` may span: below 1s the controller would spin; past a day a
+drift it exists to repair would outlive the configuration's own cache invalidation."""
+
+
+def replication_problems(spec: TenantResourceSpec) -> list[Problem]:
+    """Everything the schema cannot check in a GlobalTenantResource's or TenantResource's spec, except templates
+    (their parse needs Jinja2, which the admission hook does itself): ``resyncPeriod`` out of
+    :data:`RESYNC_RANGE` and ``policy.condition`` CEL that does not compile. What can only fail at reconcile
+    time (a condition's evaluation, a render) stays in status."""
+    found: list[Problem] = []
+    low, high = RESYNC_RANGE
+    try:
+        seconds = parse_duration(spec.resync_period).total_seconds()
+    except (ValueError, OverflowError) as err:
+        found.append(Problem(field="spec.resyncPeriod", message=str(err)))
+    else:
+        if not low <= seconds <= high:
+            found.append(Problem(field="spec.resyncPeriod", message="must be between 1s and 24h"))
+    for index, block in enumerate(spec.resources):
+        if block.policy is not None and block.policy.condition:
+            for issue in cel.check(block.policy.condition, cel.POLICY_CONDITION_ENV):
+                found.append(Problem(field=f"spec.resources[{index}].policy.condition", message=str(issue)))
+    return found
 
 
 REVIEW_VERSIONS: Final = ("v1", "v1beta1")
