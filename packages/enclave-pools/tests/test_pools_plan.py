@@ -7,7 +7,7 @@ from typing import Any
 
 from enclave_core.quantity import Quantity
 from enclave_pools import plan as p
-from enclave_pools.status import claim_status, pool_status
+from enclave_pools.status import claim_current, claim_patch, claim_status, pool_status
 
 JSON = dict[str, Any]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -274,3 +274,72 @@ def test_terminating_namespaces_get_no_quota() -> None:
     gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     plan = p.build_plan([pool("p", {"requests.cpu": "4"})], [], [ns("n1"), gone])
     assert sorted(plan.pools["p"].quotas) == ["n1"]
+
+
+def provisioned(namespace: str, pool_name: str, used: dict[str, Any]) -> JSON:
+    """The pool's ResourceQuota in ``namespace`` as the informer holds it, counted by kube-controller-manager."""
+    return {
+        "metadata": {
+            "name": p.quota_name(pool_name),
+            "namespace": namespace,
+            "ownerReferences": [{"kind": "ResourcePool", "uid": f"uid-{pool_name}"}],
+        },
+        "status": {"used": used},
+    }
+
+
+def test_claim_usage_charges_defaults_first_then_claims_oldest_first_each_up_to_what_it_holds() -> None:
+    q = Quantity.parse
+    usage = p.claim_usage(
+        {"count/configmaps": q("1")},
+        {"count/configmaps": "6", "requests.cpu": "500m"},
+        [("old", {"count/configmaps": q("3")}), ("new", {"count/configmaps": q("4"), "limits.cpu": q("1")})],
+    )
+    # 6 used - 1 from the defaults = 5: the older claim is full (3), the newer one holds the rest (2); limits.cpu is
+    # not reported by the quota, so it is left out rather than guessed as 0.
+    assert usage == {"old": {"count/configmaps": q("3")}, "new": {"count/configmaps": q("2")}}
+
+
+def test_claim_usage_never_exceeds_the_claim_nor_goes_negative() -> None:
+    q = Quantity.parse
+    over = p.claim_usage({}, {"pods": "9"}, [("a", {"pods": q("2")})])
+    assert over == {"a": {"pods": q("2")}}
+    under_defaults = p.claim_usage({"pods": q("5")}, {"pods": "3"}, [("a", {"pods": q("2")})])
+    assert under_defaults == {"a": {"pods": q("0")}}
+    assert p.claim_usage({}, {"pods": "not a quantity"}, [("a", {"pods": q("2")})]) == {"a": {}}
+
+
+def test_a_bound_claim_status_says_used_and_available_from_the_provisioned_quota() -> None:
+    c = claim("n1", "c", {"count/configmaps": "4"})
+    pools = [pool("p", {"count/configmaps": "10"}, claims=[record(c)], defaults={"count/configmaps": "1"})]
+    plan = p.build_plan(pools, [c], NAMESPACES, quotas=[provisioned("n1", "p", {"count/configmaps": "3"})])
+    verdict = plan.verdicts["n1/c"]
+    status = claim_status(c, verdict, now=NOW)
+    assert status["allocation"] == {
+        "hard": {"count/configmaps": "4"},
+        "used": {"count/configmaps": "2"},
+        "available": {"count/configmaps": "2"},
+    }
+    stored = {**c, "status": status}
+    assert claim_current(stored, verdict)
+    # Usage moves: the stored status is no longer current, and the new one says the new amounts.
+    moved = p.build_plan(pools, [stored], NAMESPACES, quotas=[provisioned("n1", "p", {"count/configmaps": "9"})])
+    assert not claim_current(stored, moved.verdicts["n1/c"])
+    assert claim_status(stored, moved.verdicts["n1/c"], now=NOW)["allocation"]["available"] == {"count/configmaps": "0"}
+
+
+def test_a_quota_not_counted_yet_or_owned_by_another_pool_gives_no_used() -> None:
+    c = claim("n1", "c", {"pods": "2"})
+    pools = [pool("p", {"pods": "5"}, claims=[record(c)])]
+    for quotas in ([], [provisioned("n1", "p", {})], [provisioned("n1", "elsewhere", {"pods": "1"})]):
+        verdict = p.build_plan(pools, [c], NAMESPACES, quotas=quotas).verdicts["n1/c"]
+        assert claim_status(c, verdict, now=NOW)["allocation"] == {"hard": {"pods": "2"}}
+
+
+def test_the_claim_patch_nulls_what_the_stored_allocation_no_longer_says() -> None:
+    stored = {"status": {"allocation": {"hard": {"pods": "2", "services": "1"}, "used": {"pods": "1"}}}}
+    status = {"allocation": {"hard": {"pods": "2"}}, "pool": None}
+    assert claim_patch(stored, status) == {
+        "allocation": {"hard": {"pods": "2", "services": None}, "used": None},
+        "pool": None,
+    }

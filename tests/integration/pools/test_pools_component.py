@@ -347,3 +347,35 @@ def test_a_pool_admission_never_saw_is_reported_not_crashed_on(pools: Pools) -> 
     pools.pool(good, token, {"requests.cpu": "2"})
     pools.claim(ns, "binds", {"requests.cpu": "1"}, pool=good)
     pools.wait_reason(ns, "binds", "Bound")
+
+
+def test_a_claim_shows_its_namespaces_use_of_what_it_holds(pools: Pools) -> None:
+    """allocation.used/available follow the provisioned quota's count: the defaults absorb usage first, then the
+    older claim, then the newer one; deleting objects gives it back."""
+    token, (ns,) = pools.namespaces(1)
+    pool = unique("usage")
+    pools.pool(pool, token, {"count/secrets": "10"}, defaults={"count/secrets": "1"})
+    pools.claim(ns, "a-older", {"count/secrets": "3"}, pool=pool)
+    assert pools.bound(ns, "a-older")["reason"] == "Bound"
+    pools.claim(ns, "b-newer", {"count/secrets": "4"}, pool=pool)
+    assert pools.bound(ns, "b-newer")["reason"] == "Bound"
+    core = client.CoreV1Api(pools.kube)
+
+    def allocations(want: dict[str, tuple[str, str]]) -> bool:
+        for name, (used, available) in want.items():
+            allocation = (pools.get_claim(ns, name).get("status") or {}).get("allocation") or {}
+            if allocation.get("used") != {"count/secrets": used}:
+                return False
+            if allocation.get("available") != {"count/secrets": available}:
+                return False
+        return True
+
+    poll(lambda: allocations({"a-older": ("0", "3"), "b-newer": ("0", "4")}), timeout=30, what="nothing used")
+    for i in range(5):
+        core.create_namespaced_secret(ns, {"metadata": {"name": f"s{i}"}, "stringData": {"k": "v"}})
+    # 5 secrets: 1 on the defaults, 3 on the older claim (full), 1 on the newer one.
+    poll(lambda: allocations({"a-older": ("3", "0"), "b-newer": ("1", "3")}), timeout=30, what="five used")
+    assert pools.get_claim(ns, "b-newer")["status"]["allocation"]["hard"] == {"count/secrets": "4"}
+    for i in range(3):
+        core.delete_namespaced_secret(f"s{i}", ns)
+    poll(lambda: allocations({"a-older": ("1", "2"), "b-newer": ("0", "4")}), timeout=60, what="two used")

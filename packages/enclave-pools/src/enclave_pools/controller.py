@@ -121,7 +121,10 @@ class PoolsController:
     # -- plan and snapshot ---------------------------------------------------------------------------------
 
     def plan(self, *, bind: bool = True) -> pl.Plan:
-        return pl.build_plan(self.pools.values(), self.claims.values(), self.namespaces.values(), bind=bind)
+        quotas = self.quotas.values() if bind else ()
+        return pl.build_plan(
+            self.pools.values(), self.claims.values(), self.namespaces.values(), bind=bind, quotas=quotas
+        )
 
     def publish(self) -> pl.Plan:
         plan = self.plan(bind=False)
@@ -284,7 +287,8 @@ class PoolsController:
             return
         path = resource_path(GROUP_VERSION, "resourcepoolclaims", namespace=claim.namespace, name=claim.name)
         try:
-            stored = await self.kube.merge_patch(f"{path}/status", {"metadata": {"uid": claim.uid}, "status": status})
+            body = {"metadata": {"uid": claim.uid}, "status": st.claim_patch(claim.raw, status)}
+            stored = await self.kube.merge_patch(f"{path}/status", body)
         except KubeError as err:
             # 409: the uid precondition failed (the claim was deleted and created again); the watch says so.
             if not _ignorable(err) and not err.conflict:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -161,6 +161,9 @@ class Verdict:
     pool_uid: str = ""
     allocation: Amounts | None = None
     """The amounts bound; None when the claim is not bound."""
+    used: Amounts | None = None
+    """The part of ``allocation`` the namespace uses (see :func:`claim_usage`); None when not bound or not yet
+    counted by kube-controller-manager."""
 
     @property
     def bound(self) -> bool:
@@ -279,9 +282,17 @@ def _previous_reason(claim: Claim) -> str:
     return ""
 
 
-def build_plan(pools: Iterable[JSON], claims: Iterable[JSON], namespaces: Iterable[JSON], *, bind: bool = True) -> Plan:
+def build_plan(
+    pools: Iterable[JSON],
+    claims: Iterable[JSON],
+    namespaces: Iterable[JSON],
+    *,
+    bind: bool = True,
+    quotas: Iterable[JSON] = (),
+) -> Plan:
     """Bindings, verdicts and wanted quotas for every pool and claim; with ``bind=False`` only what the
-    snapshot needs (committed bindings and selected namespaces), for the publish loop."""
+    snapshot needs (committed bindings and selected namespaces), for the publish loop. ``quotas`` (the
+    provisioned ResourceQuotas, from the informer) give bound claims their ``used``."""
     namespace_list = list(namespaces)
     by_key = {c.key: c for c in map(Claim.read, claims)}
     by_uid = {c.uid: c for c in by_key.values()}
@@ -344,9 +355,11 @@ def build_plan(pools: Iterable[JSON], claims: Iterable[JSON], namespaces: Iterab
         str(ns["metadata"]["name"]): str(((ns.get("metadata") or {}).get("labels") or {}).get(TENANT_LABEL, ""))
         for ns in namespace_list
     }
+    live = {f"{(q.get('metadata') or {}).get('namespace')}/{(q.get('metadata') or {}).get('name')}": q for q in quotas}
     for pool in plans.values():
         _bind(pool, by_uid, waiting.get(pool.name, []), verdicts, tenant_of)
         _quotas(pool, terminating)
+        _usage(pool, by_uid, verdicts, live)
     return Plan(pools=plans, verdicts=verdicts, claims=by_key)
 
 
@@ -446,6 +459,53 @@ def _bound_verdicts(pool: PoolPlan, by_uid: Mapping[str, Claim], verdicts: dict[
                 pool_uid=pool.uid,
                 allocation=record.claims,
             )
+
+
+def claim_usage(base: Amounts, used: Mapping[str, Any], claims: Iterable[tuple[str, Amounts]]) -> dict[str, Amounts]:
+    """Who uses what in one namespace: ``used`` (the provisioned ResourceQuota's ``status.used``) is charged to
+    the pool's per-namespace ``base`` (defaults) first, then to the namespace's bound claims in the order given
+    (oldest first), each up to what it holds; so the claims' ``used`` add up to the namespace's usage beyond
+    its defaults and none exceeds its allocation. Resources the quota does not report yet are left out (not
+    guessed as 0). Returns claim uid -> used."""
+    try:
+        reported = parse_map(used)
+    except ValueError:
+        reported = {}
+    left = max0(sub_maps(reported, {k: v for k, v in base.items() if k in reported}))
+    out: dict[str, Amounts] = {}
+    for uid, held in claims:
+        mine: Amounts = {}
+        for key, amount in held.items():
+            if key not in left:
+                continue
+            take = min(max(amount, Quantity(0)), left[key])
+            mine[key] = take
+            left[key] = left[key] - take
+        out[uid] = mine
+    return out
+
+
+def _usage(pool: PoolPlan, by_uid: Mapping[str, Claim], verdicts: dict[str, Verdict], live: Mapping[str, JSON]) -> None:
+    """Give each bound claim of ``pool`` its ``used``, from the pool's ResourceQuota in the claim's namespace
+    as the informer holds it (no API call). A quota that another owner holds, or that is not counted yet,
+    gives no ``used``."""
+    per_namespace: dict[str, list[Record]] = {}
+    for record in pool.records.values():
+        per_namespace.setdefault(record.namespace, []).append(record)
+    for namespace, records in per_namespace.items():
+        quota = live.get(f"{namespace}/{quota_name(pool.name)}")
+        if quota is None or owning_pool_uid(quota) != pool.uid:
+            continue
+        reported = (quota.get("status") or {}).get("used") or {}
+        if not reported:
+            continue
+        base = namespace_hard(pool, namespace, []) if pool.spec is not None else {}
+        records.sort(key=lambda r: by_uid[r.uid].order)
+        for uid, used in claim_usage(base, reported, [(r.uid, r.claims) for r in records]).items():
+            key = by_uid[uid].key
+            verdict = verdicts.get(key)
+            if verdict is not None and verdict.bound and verdict.pool == pool.name:
+                verdicts[key] = replace(verdict, used=used)
 
 
 def namespace_hard(pool: PoolPlan, namespace: str, records: Iterable[Record] | None = None) -> Amounts:

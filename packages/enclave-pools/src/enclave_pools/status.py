@@ -86,7 +86,7 @@ def pool_status(pool: PoolPlan, *, problems: list[str], now: datetime) -> JSON:
 
 def claim_status(raw: JSON, verdict: Verdict, *, now: datetime) -> JSON:
     """The claim's ``status``: Bound and Ready, the deprecated ``condition`` mirroring Bound, the pool it is
-    bound to and the amounts bound (``allocation.hard``)."""
+    bound to and its ``allocation``."""
     generation = _generation(raw)
     bound = new_condition(
         "Bound",
@@ -112,7 +112,7 @@ def claim_status(raw: JSON, verdict: Verdict, *, now: datetime) -> JSON:
         condition=mirrored,
         observed_generation=generation,
         pool=PoolRef(name=verdict.pool, uid=verdict.pool_uid) if verdict.bound else None,
-        allocation=QuotaTotals(hard=fmt(verdict.allocation)) if verdict.allocation is not None else None,
+        allocation=claim_allocation(verdict),
     )
     out = status.to_k8s()
     # Explicit nulls: the status is written by merge patch, and an unbound claim must lose its old binding.
@@ -121,21 +121,55 @@ def claim_status(raw: JSON, verdict: Verdict, *, now: datetime) -> JSON:
     return out
 
 
+def claim_allocation(verdict: Verdict) -> QuotaTotals | None:
+    """``hard`` (the amounts bound), ``used`` (the part of them the namespace uses, see
+    :func:`enclave_pools.plan.claim_usage`) and ``available`` (``hard - used``, never negative, for the
+    resources ``used`` reports); None while not bound."""
+    if verdict.allocation is None:
+        return None
+    if verdict.used is None:
+        return QuotaTotals(hard=fmt(verdict.allocation))
+    hard = {k: v for k, v in verdict.allocation.items() if k in verdict.used}
+    return QuotaTotals(
+        hard=fmt(verdict.allocation),
+        used=fmt(verdict.used),
+        available=fmt(max0(sub_maps(hard, verdict.used))),
+    )
+
+
 def claim_current(raw: JSON, verdict: Verdict) -> bool:
     """Whether the claim's stored status already says what ``verdict`` says: a cheap test that spares building
     the status (pydantic models, conditions) for every claim on every pass."""
     status = raw.get("status") or {}
     condition = status.get("condition") or {}
-    allocation = (status.get("allocation") or {}).get("hard")
+    allocation = claim_allocation(verdict)
     return (
         status.get("observedGeneration") == _generation(raw)
         and condition.get("reason") == verdict.reason
         and condition.get("message") == verdict.message[:MESSAGE_LIMIT]
         and condition.get("status") == ("True" if verdict.bound else "False")
         and ((status.get("pool") or {}).get("name") or "") == (verdict.pool if verdict.bound else "")
-        and allocation == (fmt(verdict.allocation) if verdict.allocation is not None else None)
+        and (status.get("allocation") or None) == (allocation.to_k8s() if allocation is not None else None)
         and len(status.get("conditions") or []) == 2
     )
+
+
+def claim_patch(raw: JSON, status: JSON) -> JSON:
+    """The merge patch that makes the stored claim status ``status``: a merge patch merges nested objects, so
+    every resource the stored ``allocation`` lists and ``status`` no longer does (a claim that dropped a
+    resource, a ``used`` the quota stopped reporting) is sent as an explicit null."""
+    old = (raw.get("status") or {}).get("allocation")
+    new = status.get("allocation")
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return status
+    allocation: JSON = {}
+    for part in sorted(old.keys() | new.keys()):
+        before, after = old.get(part), new.get(part)
+        if isinstance(before, dict) and isinstance(after, dict):
+            allocation[part] = {**{key: None for key in before if key not in after}, **after}
+        else:
+            allocation[part] = after
+    return {**status, "allocation": allocation}
 
 
 def changed(raw: JSON, status: JSON, *, whole: bool = False) -> bool:

@@ -158,7 +158,12 @@ class ResourcePoolClaimStatus(StatusModel):
     refused: `PoolNotFound`, `NamespaceNotSelected`, `ResourceNotOffered`, `InvalidSpec`, `PoolInvalid`,
     `PoolDeleting`; released: `PoolDeleted`."""
     allocation: Allocation | None = None
-    """`hard`: the amounts bound to this claim (absent while not bound)."""
+    """Absent while not bound. `hard`: the amounts bound to this claim. `used`: the part of them the namespace
+    uses, from `status.used` of the pool's ResourceQuota there (`enclave-pool-<pool>`, counted by
+    kube-controller-manager): that usage is charged to the pool's `defaults` first, then to the namespace's
+    claims on the pool oldest first, each up to its `hard`, so the claims' `used` add up to what the namespace
+    uses beyond its defaults. `available`: `hard - used`, never negative. A resource the quota does not count
+    yet is absent from `used` and `available`; both follow the quota within moments."""
     condition: Condition | None = None
     """Deprecated: use conditions (mirrors the `Bound` condition)."""
     observed_generation: Generation | None = None

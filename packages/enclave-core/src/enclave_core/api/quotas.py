@@ -262,7 +262,7 @@ class QuotaTotals(StatusModel):
     hard: ResourceList | None = None
     """Hard limits."""
     used: ResourceList | None = None
-    """In use: summed over namespaces for a global quota, claimed for a pool."""
+    """In use: summed over namespaces for a global quota, claimed for a pool, used by its namespace for a claim."""
 
 
 class NamespaceUsage(StatusModel):
