@@ -127,3 +127,24 @@ def test_disruption_budgets_of_namespaces_that_require_coverage_reach_admission(
     prod = parsed.budgets_by_namespace["solar-prod"]
     assert [(b.name, b.selector is not None, b.min_available) for b in prod] == [("none", False, 1), ("web", True, 1)]
     assert set(parsed.budgets_by_namespace) == {"solar-prod"}
+
+
+def test_rules_naming_namespace_are_published_per_tenant_cut_to_those_entries() -> None:
+    namespaced = {"kinds": ["Namespace"], "labels": {"cost-center": {"required": True}}}
+    other = {"kinds": ["*"], "labels": {"legacy": {}}}
+    mixed = {
+        "namespaceSelector": {"matchLabels": {"stage": "prod"}},
+        "enforce": {"action": "allow", "metadata": [namespaced, other], "services": {"types": ["NodePort"]}},
+    }
+    solar = tenant({"enforce": {"metadata": [other]}}, mixed)
+    snapshot = rl.snapshot({}, [], tenants={"solar": solar, "broken": None})
+    parsed = RulesSnapshot.model_validate_json(snapshot.payload())
+    (found,) = parsed.namespace_rules
+    assert found.tenant == "solar"
+    (item,) = found.rules
+    assert item.namespace_selector is not None
+    assert item.namespace_selector.match_labels == {"stage": "prod"}
+    assert item.rule.origin.index == 1  # a denial names the rule as the user wrote it
+    assert item.rule.enforce is not None
+    assert [entry.kinds for entry in item.rule.enforce.metadata or []] == [["Namespace"]]
+    assert item.rule.enforce.services is None

@@ -22,12 +22,13 @@ from enclave_admission.rules.compiled import EMPTY, NamespaceSet, compile_namesp
 from enclave_core.api.configuration import ForbiddenMetadata
 from enclave_core.ledger import DEFAULT_TTL, LedgerClient
 from enclave_core.patterns import Pattern, PatternError, compile_pattern
+from enclave_core.selectors import matches
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
 from enclave_core.snapshots.quotas import QuotaTargets
 from enclave_core.snapshots.replication import ReplicationSnapshot
-from enclave_core.snapshots.rules import RulesSnapshot
+from enclave_core.snapshots.rules import NamespaceRules, RulesSnapshot
 from enclave_core.snapshots.tenancy import (
     SERVICE_ACCOUNT_PREFIX,
     Forbidden,
@@ -252,6 +253,7 @@ class State:
         self.rules = RulesSnapshot()
         self.rules_received = False
         self._rule_sets: dict[str, NamespaceSet] = {}
+        self._namespace_rule_sets: dict[tuple[str, tuple[int, ...]], NamespaceSet] = {}
         self._rules_arrivals = Arrivals()
         self.rules_wait = RULES_WAIT
         self.config: EffectiveConfiguration | None = None
@@ -327,6 +329,7 @@ class State:
         self.rules = rules
         self.rules_received = True
         self._rule_sets = {}
+        self._namespace_rule_sets = {}
         self._rules_arrivals.arrived()
 
     def knows_rules(self, namespace: str) -> bool:
@@ -355,6 +358,30 @@ class State:
             found = EMPTY if item is None else compile_namespace(item, budgets)
             self._rule_sets[namespace] = found
         return found
+
+    def namespace_rule_set(self, tenant: str, name: str, labels: Mapping[str, str]) -> NamespaceSet:
+        """The tenant's rules that judge namespace ``name`` itself, with these (final) labels: those whose
+        ``namespaceSelector`` selects them (absent: every namespace of the tenant). Compiled once per snapshot
+        and selection (a tenant has few such rules, so few distinct selections)."""
+        found = self.rules.namespace_rules_by_tenant.get(tenant)
+        if found is None:
+            return EMPTY
+        chosen = tuple(
+            index
+            for index, item in enumerate(found.rules)
+            if item.namespace_selector is None or matches(item.namespace_selector, labels)
+        )
+        if not chosen:
+            return EMPTY
+        key = (tenant, chosen)
+        compiled = self._namespace_rule_sets.get(key)
+        if compiled is None:
+            rules = [found.rules[index].rule for index in chosen]
+            compiled = compile_namespace(NamespaceRules(namespace=name, tenant=tenant, rules=rules))
+            if len(self._namespace_rule_sets) > 10_000:
+                self._namespace_rule_sets = {}
+            self._namespace_rule_sets[key] = compiled
+        return compiled
 
     def subject(self, username: str, groups: tuple[str, ...]) -> Subject:
         """Who is asking, memoised per snapshot (a handful of distinct users make most requests)."""

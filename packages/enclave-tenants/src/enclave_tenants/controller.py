@@ -452,7 +452,8 @@ class TenantsController:
         if self.hub.publish_items(TENANCY_KIND, items, envelope="tenants") is not None:
             log.debug("tenancy snapshot published", extra={"tenants": len(plan.snapshot.tenants)})
         self._rules = self.compile_rules(plan)
-        rules = rl.snapshot(self._rules, self.volumes.values(), self.budgets.values())
+        tenants = {name: tenant_plan.tenant for name, tenant_plan in plan.tenants.items()}
+        rules = rl.snapshot(self._rules, self.volumes.values(), self.budgets.values(), tenants)
         if self.hub.publish(RULES_KIND, rules.payload()) is not None:
             log.debug("rules snapshot published", extra={"namespaces": len(rules.namespaces)})
         PUBLISHES.labels("ok").inc()

@@ -34,7 +34,16 @@ from enclave_core.api.tenancy import Tenant
 from enclave_core.api.validation import rules_problems
 from enclave_core.conditions import Condition, new_condition, set_condition
 from enclave_core.selectors import matches
-from enclave_core.snapshots.rules import RULE_STATUS_NAME, BudgetView, NamespaceRules, RulesSnapshot, VolumeView
+from enclave_core.snapshots.rules import (
+    NAMESPACE_KIND,
+    RULE_STATUS_NAME,
+    BudgetView,
+    NamespaceRules,
+    RulesSnapshot,
+    TenantNamespaceRule,
+    TenantNamespaceRules,
+    VolumeView,
+)
 from enclave_tenants import namespaces as ns
 from enclave_tenants.bindings import MANAGED_BY, MANAGER
 from enclave_tenants.status import MESSAGE_LIMIT, Problem
@@ -152,8 +161,46 @@ def _last_rules(live: JSON | None) -> list[AppliedRule]:
     return list(status.rules or [])
 
 
+def namespace_rules(tenants: Mapping[str, Tenant | None]) -> list[TenantNamespaceRules]:
+    """Per tenant, its ``spec.rules`` that judge Namespace objects: each cut down to the metadata entries whose
+    ``kinds`` name ``Namespace`` (with its audience, action and conditions; no other area speaks of namespaces),
+    with its ``namespaceSelector``. Admission applies them when tenant users create or update the tenant's
+    namespaces."""
+    found = []
+    for name, tenant in sorted(tenants.items()):
+        if tenant is None:
+            continue
+        selected = []
+        for index, rule in enumerate(tenant.spec.rules or []):
+            enforce = rule.enforce
+            entries = [entry for entry in (enforce.metadata or []) if NAMESPACE_KIND in entry.kinds] if enforce else []
+            if not entries or enforce is None:
+                continue
+            cut = rule.model_copy(
+                update={
+                    "enforce": enforce.model_copy(update={"metadata": entries, **dict.fromkeys(_OTHER_AREAS)}),
+                    "mutate": None,
+                    "quota": None,
+                }
+            )
+            selected.append(
+                TenantNamespaceRule(
+                    rule=_applied(cut, _origin("Tenant", name, index)), namespace_selector=rule.namespace_selector
+                )
+            )
+        if selected:
+            found.append(TenantNamespaceRules(tenant=name, rules=selected))
+    return found
+
+
+_OTHER_AREAS = ("ingress", "network", "services", "storage", "workloads")
+
+
 def snapshot(
-    plans: Mapping[str, NamespaceRulePlan], volumes: Iterable[JSON], budgets: Iterable[JSON] = ()
+    plans: Mapping[str, NamespaceRulePlan],
+    volumes: Iterable[JSON],
+    budgets: Iterable[JSON] = (),
+    tenants: Mapping[str, Tenant | None] | None = None,
 ) -> RulesSnapshot:
     """What admission gets: every namespace's rules (namespaces without rules by name only, so admission tells
     them from namespaces it knows nothing of), PV labels, and the PodDisruptionBudgets of the namespaces where
@@ -167,6 +214,7 @@ def snapshot(
             if plan.rules
         ],
         without_rules=sorted(plan.namespace for plan in plans.values() if not plan.rules),
+        namespace_rules=namespace_rules(tenants or {}),
         volumes=[
             VolumeView(name=item["metadata"]["name"], labels=dict(item["metadata"].get("labels") or {}))
             for item in volumes

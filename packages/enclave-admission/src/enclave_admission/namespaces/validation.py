@@ -22,6 +22,9 @@ from collections.abc import Awaitable
 from enclave_admission.metadata import changed_keys, owner_references, references_tenant, tenant_references
 from enclave_admission.namespaces.assignment import Refusal, choose_tenant, once_tenancy_shows
 from enclave_admission.review import AdmissionRequest, Decision
+from enclave_admission.rules import metadata as metadata_rules
+from enclave_admission.rules.engine import Review
+from enclave_admission.rules.validation import decide
 from enclave_admission.state import NO_KEYS, Role, State, Subject
 from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, SERVICE_ACCOUNT_PREFIX, TENANT_LABEL, TenantView
 
@@ -94,6 +97,7 @@ def _create(request: AdmissionRequest, state: State, subject: Subject) -> Decisi
         or _protected(state, name)
         or _prefix(state, tenant, name)
         or _forbidden_metadata(request, state, tenant, created=True)
+        or _tenant_rules(request, state, tenant.name)
         or _quota(state, tenant, name)
     )
     if refused is not None:
@@ -133,7 +137,9 @@ def _update(request: AdmissionRequest, state: State, subject: Subject) -> Decisi
         return refused
     # The tenant's service accounts too: a robot with patch on its namespace is the tenant acting.
     if subject.role in (Role.TENANT_USER, Role.TENANT_SERVICE_ACCOUNT) and tenant is not None:
-        refused = _forbidden_metadata(request, state, tenant, created=False)
+        refused = _forbidden_metadata(request, state, tenant, created=False) or _tenant_rules(
+            request, state, tenant_name
+        )
         if refused is not None:
             return refused
     return Decision.allow("Allowed", tenant=tenant_name)
@@ -279,6 +285,23 @@ def _forbidden_metadata(
                     tenant=tenant.name,
                 )
     return None
+
+
+def _tenant_rules(request: AdmissionRequest, state: State, tenant: str) -> Decision | None:
+    """The tenant's rules whose metadata entries name kind ``Namespace`` (``namespaceSelector`` read against the
+    namespace's final labels), judged as the ``/resources`` hook judges a namespaced object's metadata: a
+    required label, a forbidden value. On update only the keys that change are judged, as for any object.
+    Audit findings are not reported here (the namespace hooks record no audit Events)."""
+    if request.sub_resource:
+        return None
+    rules = state.namespace_rule_set(tenant, request.name, request.labels)
+    if not rules.rules:
+        return None
+    judged = Review(request, rules)
+    judged.check_broken()
+    metadata_rules.judge(judged)
+    decided = decide(judged)
+    return None if decided.allowed else decided
 
 
 def _quota(state: State, tenant: TenantView, name: str) -> Decision | None:

@@ -40,6 +40,32 @@ class NamespaceRules(BaseModel):
     rules: list[AppliedRule] = Field(default_factory=list)
 
 
+NAMESPACE_KIND: Final = "Namespace"
+"""The kind a metadata rule names in ``kinds`` to judge the tenant's namespaces themselves (``*`` does not: the
+specification's metadata rules constrain namespaced resources, and a rule written for them must not start
+fencing namespaces)."""
+
+
+class TenantNamespaceRule(BaseModel):
+    """A tenant rule that judges the tenant's Namespace objects: the rule cut down to its metadata entries
+    naming ``Namespace``, and the ``namespaceSelector`` choosing which of the tenant's namespaces it applies to
+    (a namespace being created is named by no per-namespace list yet, so admission selects with it)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    rule: AppliedRule
+    namespace_selector: LabelSelector | None = Field(None, alias="namespaceSelector")
+
+
+class TenantNamespaceRules(BaseModel):
+    """One tenant's rules that judge its namespaces, in declaration order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant: str
+    rules: list[TenantNamespaceRule] = Field(default_factory=list)
+
+
 class VolumeView(BaseModel):
     """A PersistentVolume as storage rules see it: its name and labels."""
 
@@ -71,6 +97,8 @@ class RulesSnapshot(BaseModel):
     namespaces: list[NamespaceRules] = Field(default_factory=list)
     volumes: list[VolumeView] = Field(default_factory=list)
     budgets: list[BudgetView] = Field(default_factory=list)
+    namespace_rules: list[TenantNamespaceRules] = Field(default_factory=list)
+    """Per tenant with any, the rules that judge its namespaces themselves (create and update by tenant users)."""
     without_rules: list[str] | None = None
     """The tenant namespaces with no rule in effect, sorted: with :attr:`namespaces`, every tenant namespace the
     publisher knows. None from a publisher older than this field, which left them out: admission then cannot
@@ -96,6 +124,10 @@ class RulesSnapshot(BaseModel):
     @cached_property
     def by_namespace(self) -> dict[str, NamespaceRules]:
         return {item.namespace: item for item in self.namespaces}
+
+    @cached_property
+    def namespace_rules_by_tenant(self) -> dict[str, TenantNamespaceRules]:
+        return {item.tenant: item for item in self.namespace_rules}
 
     @cached_property
     def volume_labels(self) -> dict[str, dict[str, str]]:
