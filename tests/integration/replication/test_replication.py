@@ -439,3 +439,26 @@ def test_tenant_and_none_scopes(cluster: Cluster) -> None:
         return False
 
     poll(role_gone, what="cluster-scoped object removed with its resource")
+
+
+def test_a_null_tenant_selector_selects_no_tenant(cluster: Cluster) -> None:
+    """The spec: "a null [label selector] matches nothing". A GlobalTenantResource without tenantSelector is
+    Ready and writes nowhere (it used to write into every tenant); ``{}`` is how to say every tenant."""
+    tenant = unique("tnull")
+    (target,) = cluster.tenant(tenant, {"null": tenant}, namespaces=1)
+    name = unique("null")
+    cluster.create_global(name, {"resources": [{"rawItems": [config_map("nulled", {"a": "b"})]}]})
+    obj = cluster.ready("globaltenantresources", name)
+    assert not obj["status"].get("selectedTenants")
+    assert cluster.config_map(target, "nulled") is None
+    selected = unique("sel")
+    cluster.create_global(
+        selected,
+        {
+            "tenantSelector": {"matchLabels": {"null": tenant}},
+            "resources": [{"rawItems": [config_map("selected", {"a": "b"})]}],
+        },
+    )
+    cluster.ready("globaltenantresources", selected)
+    assert cluster.config_map(target, "selected") is not None
+    assert cluster.config_map(target, "nulled") is None

@@ -1,7 +1,7 @@
 """Where a replication object writes: its selected tenants and, per resource block, its target namespaces.
 
 Pure functions over the informers' raw objects. A GlobalTenantResource picks tenants with ``tenantSelector``
-(absent: every tenant) and writes per tenant namespace (scope ``Namespace``), once per tenant (``Tenant``) or
+(the spec's rule: ``{}`` selects every tenant, absent or null selects none; scope ``None`` needs no tenant) and writes per tenant namespace (scope ``Namespace``), once per tenant (``Tenant``) or
 once (``None``). A TenantResource writes into the namespaces of the tenant owning its own namespace. Each
 block narrows the namespaces with its ``namespaceSelector`` (absent: all of them); terminating namespaces are
 never targets (nothing can be created in them, and what is there goes with them).
@@ -62,7 +62,8 @@ def select_tenants(spec: GlobalTenantResourceSpec, tenants: Iterable[JSON]) -> l
         tenant
         for tenant in tenants
         if not tenant.get("metadata", {}).get("deletionTimestamp")
-        and (spec.tenant_selector is None or selectors.matches(spec.tenant_selector, _labels(tenant)))
+        and spec.tenant_selector is not None
+        and selectors.matches(spec.tenant_selector, _labels(tenant))
     ]
     return sorted(selected, key=lambda tenant: str(tenant["metadata"]["name"]))
 

@@ -215,7 +215,7 @@ class TenantResourceSpec(ApiModel):
     resources: Annotated[list[ResourceBlock], Field(max_length=64)]
     """What to replicate and where."""
     resync_period: Annotated[Duration, REQUIRED] = "60s"
-    """Period of a further reconciliation (Go duration); manifest changes trigger one too."""
+    """Period of a further reconciliation (Go duration, 1s to 24h); manifest changes trigger one too."""
     settings: Annotated[ReplicationSettings, REQUIRED] = Field(default_factory=ReplicationSettings)
     """Deprecated: use resources[].policy."""
     cordoned: bool = False
@@ -238,7 +238,7 @@ class GlobalTenantResourceSpec(TenantResourceSpec):
     scope: ReplicationScope = "Namespace"
     """Namespace: per namespace of each tenant; Tenant: once per tenant; None: once."""
     tenant_selector: LabelSelector | None = None
-    """Tenants targeted; absent selects every tenant."""
+    """Tenants targeted: `{}` selects every tenant, absent (null) none (a null selector matches nothing)."""
 
 
 class ItemStatus(StatusModel):
