@@ -33,7 +33,9 @@ def _cluster_roles(*sets: str) -> dict[str, dict[str, Any]]:
     """The ClusterRoles `helm template` renders with pools and replication on (and ``sets``)."""
     helm = binaries.ensure("helm")["helm"]
     args = [str(helm), "template", "enclave", str(CHART), "--namespace", "enclave-system", "--kube-version", "1.35.4"]
-    for assignment in ("pools.enabled=true", "replication.enabled=true", *sets):
+    # An offline render must name kube-apiserver's addresses for the default NetworkPolicies (no cluster to read).
+    defaults = ("pools.enabled=true", "replication.enabled=true", "networkPolicy.apiServerCIDRs={192.0.2.10/32}")
+    for assignment in (*defaults, *sets):
         args += ["--set", assignment]
     result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
     assert result.returncode == 0, result.stderr
