@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_testing.components import ComponentSpec, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll
 
 GROUP, VERSION = "enclave.dev", "v1beta2"
@@ -91,8 +92,10 @@ def replication(
         for process in reversed(started):
             process.process.stop()
         if configuration is not None:
-            with contextlib.suppress(ApiException):
-                custom.delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name)
+            # With everything enclave-config generated for it: a module that registered hooks (test_protection)
+            # and removed them while enclave-config still ran had them written back, pointing at an admission
+            # server that is gone, and every later write they match failed closed.
+            remove_configuration(kube, config_name)
         with contextlib.suppress(ApiException):
             core.delete_namespace(home)
 

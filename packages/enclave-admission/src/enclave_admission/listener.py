@@ -102,9 +102,13 @@ class Limits:
     idle_timeout: float = 120.0
     """Longer than kube-apiserver's idle timeout (90 s), so the client closes first and never sends a review
     on a connection the server is closing."""
-    first_request_timeout: float = 10.0
-    """A new connection must begin a request within this of its handshake: kube-apiserver connects because it
-    has a review to send, a stranger that connects to sit there is closed."""
+    first_request_timeout: float = 120.0
+    """A new connection must begin a request within this of its handshake. As long as :attr:`idle_timeout`, not
+    shorter: kube-apiserver's HTTP client dials a connection per review waiting for one and, when another frees
+    first, parks the new one unused in its idle pool; closing it earlier races the review later sent on it,
+    which then fails ("server closed idle connection") and kube-apiserver answers the user 500 (seen in the
+    starvation tests under load at 10 s). Strangers are fenced otherwise: without a certificate by
+    :attr:`anonymous_timeout`, and by the NetworkPolicy when client authentication is off."""
     header_timeout: float = 10.0
     """A request's line and headers must be whole within this of its first byte (slowloris)."""
     request_timeout: float = 30.0
