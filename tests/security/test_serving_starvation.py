@@ -62,6 +62,11 @@ def closed_by_server(stack: TenancyStack, reason: str) -> float:
     return 0.0
 
 
+STRANGER_ADDRESS = "127.0.0.2"
+"""Where the strangers connect from: another loopback address, so the per-address limits tell them from
+kube-apiserver (127.0.0.1) as they would tell a pod from kube-apiserver in a cluster."""
+
+
 def stranger_context() -> ssl.SSLContext:
     """A TLS client with no certificate that trusts anything (a stranger does not care who answers)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -71,14 +76,15 @@ def stranger_context() -> ssl.SSLContext:
 
 
 def open_strangers(port: int, count: int, handshake: bool, request: bytes = b"") -> list[socket.socket]:
-    """``count`` connections to 127.0.0.1:``port``: idle TCP, or TLS without a certificate (then ``request``
+    """``count`` connections from :data:`STRANGER_ADDRESS` to 127.0.0.1:``port``: idle TCP, or TLS without a certificate (then ``request``
     written, never finished); a connection the server refuses or drops on the way is counted as opened."""
     context = stranger_context()
     opened: list[socket.socket] = []
     deadline = time.monotonic() + 120
     for _ in range(count):
         assert time.monotonic() < deadline, "opening the strangers took over two minutes"
-        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        # From an address of their own, as strangers on the pod network are to kube-apiserver's.
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(STRANGER_ADDRESS, 0))
         if not handshake:
             opened.append(sock)
             continue

@@ -117,10 +117,12 @@ class Limits:
     """How often the timeouts above are checked: they hold to within this."""
     handshake_timeout: float = 5.0
     """A TLS handshake takes kube-apiserver milliseconds; one not done within this is dropped."""
-    max_handshakes: int = 256
+    max_handshakes: int = 512
     """TLS handshakes in progress at once; past it the oldest is dropped to make room."""
-    max_handshakes_per_source: int = 32
-    """Handshakes in progress from one address; past it that address's oldest is dropped."""
+    max_handshakes_per_source: int = 128
+    """Handshakes in progress from one address; past it that address's oldest is dropped. kube-apiserver
+    itself opens a connection per review it has no idle one for, so a burst of concurrent writes is a burst of
+    handshakes from its address: at 32, sixty concurrent creates had it evict its own (seen in CI)."""
     max_connections: int = 1000
     """Open connections per replica (without those of :attr:`max_anonymous`); kube-apiserver needs about one per
     review in flight."""
