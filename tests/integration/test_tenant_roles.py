@@ -6,8 +6,10 @@ kube-controller-manager aggregates them; `tenantRoles.enabled: false` ships none
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -77,7 +79,10 @@ def _allowed(kube: Any, user: str, namespace: str, verb: str, resource: str) -> 
     return bool(answer.status.allowed)
 
 
-def test_an_admin_of_a_namespace_uses_enclaves_namespaced_kinds(kube: Any, namespace: str) -> None:
+@pytest.fixture
+def tenant_roles(kube: Any) -> Iterator[None]:
+    """The chart's tenant ClusterRoles, created as the chart would and removed afterwards (they are cluster-scoped:
+    left behind, they would stand in the way of other tests that render or install the chart)."""
     rbac = client.RbacAuthorizationV1Api(kube)
     rendered = _cluster_roles()
     for name in sorted(ROLES):
@@ -88,6 +93,20 @@ def test_an_admin_of_a_namespace_uses_enclaves_namespaced_kinds(kube: Any, names
             if err.status != 409:
                 raise
             rbac.replace_cluster_role(name, body)
+    try:
+        yield
+    finally:
+        for name in sorted(ROLES):
+            try:
+                rbac.delete_cluster_role(name)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+
+
+@pytest.mark.usefixtures("tenant_roles")
+def test_an_admin_of_a_namespace_uses_enclaves_namespaced_kinds(kube: Any, namespace: str) -> None:
+    rbac = client.RbacAuthorizationV1Api(kube)
     owner = unique("owner")
     binding = {
         "metadata": {"name": "owner-admin"},
