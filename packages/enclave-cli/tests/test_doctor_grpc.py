@@ -8,11 +8,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from enclave_cli.online import Report, _grpc_checks
 from enclave_cli.output import Style
 from enclave_core.pki import CertificateAuthority
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
+from enclave_core.runtime.options import HostPort
+from enclave_core.runtime.probes import ProbeServer, Readiness
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.server import SnapshotServer
 
@@ -70,3 +73,33 @@ async def test_a_client_certificate_of_another_ca_fails(publisher: int, tmp_path
     await asyncio.to_thread(_grpc_checks, report, _args(tmp_path, publisher, client=False))
     assert report.failed == 1
     assert report.lines[0].startswith(f"FAIL  tenants (127.0.0.1:{publisher}, mutual TLS) gRPC: UNAVAILABLE")
+
+
+@pytest.mark.parametrize(
+    ("optional_ok", "core_ok", "verdict"),
+    [(True, True, "ok  "), (False, True, "warn"), (False, False, "FAIL")],
+    ids=["ready", "degraded", "not-ready"],
+)
+async def test_a_degraded_admission_replica_is_a_warning_not_a_failure(
+    optional_ok: bool, core_ok: bool, verdict: str, tmp_path: Path
+) -> None:
+    """A replica whose optional publisher is away still decides every other hook (its /readyz answers 200 with
+    "ok; degraded: ..."): doctor warns; only a closed gate fails."""
+    readiness = Readiness()
+    readiness.add("snapshots", ready=core_ok)
+    readiness.add_check("replication-snapshot", lambda: optional_ok, gating=False, detail=lambda: "publisher away")
+    probes = ProbeServer(HostPort("127.0.0.1", 0), readiness)
+    runner = web.AppRunner(probes.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        args = _args(tmp_path, 0)
+        args.grpc, args.admission_probe = [], [f"http://127.0.0.1:{port}"]
+        report = Report(Style(colour=False))
+        await asyncio.to_thread(_grpc_checks, report, args)
+    finally:
+        await runner.cleanup()
+    assert report.lines[0].startswith(f"{verdict}  admission at http://127.0.0.1:{port} /readyz: "), report.lines
+    assert report.failed == (0 if core_ok else 1)
