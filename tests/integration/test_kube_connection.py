@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client
 
 from enclave_core.kube.connection import Connection, from_kubeconfig, in_cluster
+from enclave_core.kube.events import MESSAGE_LIMIT, EventRecorder
 from enclave_core.kube.rest import Kube, KubeError
 from enclave_testing.controlplane import ControlPlane
 
@@ -129,3 +130,21 @@ async def test_patches_record_the_components_field_manager(control_plane: Contro
         assert owners == {".": "enclave-probe", **dict.fromkeys(("f:created", "f:merged", "f:listed"), "enclave-probe")}
     finally:
         await kube.api.close()
+
+
+async def test_an_event_message_is_cut_to_the_recorders_limit(control_plane: ControlPlane, namespace: str) -> None:
+    """Callers hand the recorder whole messages (a list of problems can be long); what kube-apiserver stores is at
+    most 1,024 characters with the cut marked, and a short message is stored as it was."""
+    kube = Kube(from_kubeconfig(control_plane.kubeconfig), field_manager="test")
+    recorder = EventRecorder(kube, "enclave-test")
+    involved = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": namespace}}
+    try:
+        long = await recorder.emit(involved, "Warning", "Problems", "x" * 5000)
+        short = await recorder.emit(involved, "Normal", "Fine", "all good")
+    finally:
+        await kube.api.close()
+    assert long is not None
+    assert short is not None
+    assert len(long["message"]) == MESSAGE_LIMIT
+    assert long["message"].endswith("[... cut]")
+    assert short["message"] == "all good"

@@ -25,7 +25,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from enclave_core import GROUP_VERSION
 from enclave_core.api.ledger import QuantityLedgerStatus
 from enclave_core.api.tenancy import Tenant
-from enclave_core.kube.events import EventRecorder, EventType
+from enclave_core.kube.events import MESSAGE_LIMIT, EventRecorder, EventType
 from enclave_core.kube.informer import Informer, keep_managed_fields, share
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError, fold, new_ledger
@@ -913,8 +913,8 @@ class TenantsController:
         await self.events.emit(obj, event_type, reason, message, namespace=self.policy.events_namespace)
 
 
-EVENT_MESSAGE_LIMIT = 1024
-"""kube-apiserver refuses a longer Event note (events.k8s.io); core/v1 Events are kept to the same."""
+EVENT_MESSAGE_LIMIT = MESSAGE_LIMIT
+"""The recorder's limit: the message is built to fit it rather than be cut by it."""
 
 
 def synced_message(done: list[str]) -> str:

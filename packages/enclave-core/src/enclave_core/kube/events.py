@@ -21,6 +21,21 @@ log = logging.getLogger(__name__)
 
 EventType = Literal["Normal", "Warning"]
 
+MESSAGE_LIMIT = 1024
+"""The longest message this recorder posts. kube-apiserver refuses a longer note on events.k8s.io Events and on
+core/v1 Events that carry ``eventTime``; the legacy core/v1 Events posted here have no limit of their own but the
+object size, yet a message past a screenful helps nobody in ``kubectl describe``. One limit, owned here: callers
+pass the whole message and the recorder cuts it, saying so."""
+
+_CUT = " [... cut]"
+
+
+def clipped(message: str) -> str:
+    """``message`` within :data:`MESSAGE_LIMIT`, its end marked when cut."""
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    return message[: MESSAGE_LIMIT - len(_CUT)] + _CUT
+
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -64,7 +79,7 @@ class EventRecorder:
             },
             "involvedObject": involved,
             "reason": reason,
-            "message": message,
+            "message": clipped(message),
             "type": event_type,
             "source": {"component": self.component},
             "reportingComponent": f"enclave.dev/{self.component}",
