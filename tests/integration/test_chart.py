@@ -229,8 +229,9 @@ def test_defaults_render_the_built_components(helm: Path) -> None:
     assert "--tls-cert-file=/etc/enclave/tls/tls.crt" in args
     assert "--tls-key-file=/etc/enclave/tls/tls.key" in args
     assert "--grpc-ca-file=/etc/enclave/tls/ca.crt" in args
-    assert "--grpc-client-cert=/etc/enclave/tls/tls.crt" in args
-    assert "--grpc-client-key=/etc/enclave/tls/tls.key" in args
+    # ... presenting its own client certificate to publishers, from its own Secret, mounted in its pods alone.
+    assert "--grpc-client-cert=/etc/enclave/grpc-client/tls.crt" in args
+    assert "--grpc-client-key=/etc/enclave/grpc-client/tls.key" in args
     assert "--config-endpoint=enclave-config.enclave-system.svc:9090" in args
     assert "--tenants-endpoint=enclave-tenants.enclave-system.svc:9090" in args
     volumes = {volume["name"]: volume for volume in admission["spec"]["template"]["spec"]["volumes"]}
@@ -240,6 +241,15 @@ def test_defaults_render_the_built_components(helm: Path) -> None:
         "defaultMode": 0o440,
         "items": [{"key": key, "path": key} for key in ("tls.crt", "tls.key", "ca.crt")],
     }
+    for deployment in deployments.values():
+        name = deployment["metadata"]["name"]
+        mounted = {
+            volume["secret"]["secretName"]
+            for volume in deployment["spec"]["template"]["spec"]["volumes"]
+            if "secret" in volume and volume["secret"]["secretName"] != "enclave-tls"
+        }
+        own = set() if name == "enclave-config" else {f"enclave-tls-client-{name.removeprefix('enclave-')}"}
+        assert mounted == own, f"{name} mounts only its own client Secret"
     # No pod mounts the CA's private key: only the config component reads it, through the API.
     for deployment in deployments.values():
         for volume in deployment["spec"]["template"]["spec"]["volumes"]:

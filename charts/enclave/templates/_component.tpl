@@ -33,10 +33,11 @@ them, deleting the ServiceConfiguration does not (the fence must survive that). 
 {{- else if $root.Values.config.enabled }}
 - --config-endpoint={{ include "enclave.grpcTarget" (dict "root" $root "name" "config") }}
 {{- /* Mutual TLS on the snapshot streams: verify publishers (and, serving, clients) with the service CA, and
-present the Secret's certificate, which carries clientAuth, to publishers. */}}
+present this component's own client certificate (its Secret, mounted in this pod alone), which publishers
+authorise by the component it names. */}}
 - --grpc-ca-file={{ $tls }}/ca.crt
-- --grpc-client-cert={{ $tls }}/tls.crt
-- --grpc-client-key={{ $tls }}/tls.key
+- --grpc-client-cert={{ include "enclave.clientDir" . }}/tls.crt
+- --grpc-client-key={{ include "enclave.clientDir" . }}/tls.key
 {{- end }}
 {{- if eq $name "admission" }}
 - --webhook-address=0.0.0.0:{{ $v.webhookPort }}
@@ -215,6 +216,11 @@ spec:
             - name: tls
               mountPath: {{ include "enclave.tlsDir" . }}
               readOnly: true
+            {{- if ne $name "config" }}
+            - name: client
+              mountPath: {{ include "enclave.clientDir" . }}
+              readOnly: true
+            {{- end }}
             {{- if and (eq $name "admission") $v.clientAuthentication $v.clientAuthentication.caConfigMap }}
             - name: client-ca
               mountPath: {{ include "enclave.clientCADir" . }}
@@ -242,6 +248,20 @@ spec:
                 path: tls.key
               - key: ca.crt
                 path: ca.crt
+        {{- if ne $name "config" }}
+        # This component's client certificate for the snapshot streams (enclave-config issues one per component
+        # and subscribes to nothing itself): no other pod mounts it, so a compromised pod speaks for itself only.
+        - name: client
+          secret:
+            secretName: {{ include "enclave.clientSecretName" . }}
+            optional: true
+            defaultMode: 0440
+            items:
+              - key: tls.crt
+                path: tls.crt
+              - key: tls.key
+                path: tls.key
+        {{- end }}
         {{- if and (eq $name "admission") $v.clientAuthentication $v.clientAuthentication.caConfigMap }}
         # The CA of kube-apiserver's webhook client certificate (not optional: without it no call is accepted).
         - name: client-ca

@@ -111,6 +111,13 @@ app.kubernetes.io/component: {{ .name }}
 {{/* Where the TLS Secret (ca.crt, tls.crt, tls.key) is mounted in every pod. */}}
 {{- define "enclave.tlsDir" -}}/etc/enclave/tls{{- end -}}
 
+{{/* Where a component's own client certificate Secret (tls.crt, tls.key) is mounted. */}}
+{{- define "enclave.clientDir" -}}/etc/enclave/grpc-client{{- end -}}
+
+{{/* The client certificate Secret of a component (enclave_config.tls.client_secret_name): <tls.secretName>-client-<name>.
+Context: (dict "root" $ "name" "<component>"). */}}
+{{- define "enclave.clientSecretName" -}}{{ .root.Values.tls.secretName }}-client-{{ .name }}{{- end -}}
+
 {{/* Where admission mounts the CA of kube-apiserver's webhook client certificate. */}}
 {{- define "enclave.clientCADir" -}}/etc/enclave/client-ca{{- end -}}
 

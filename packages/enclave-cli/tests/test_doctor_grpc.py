@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from aiohttp import web
 
 from enclave_cli.online import Report, _grpc_checks
 from enclave_cli.output import Style
-from enclave_core.pki import CertificateAuthority
+from enclave_core.pki import CertificateAuthority, issue_component_client
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime.options import HostPort
 from enclave_core.runtime.probes import ProbeServer, Readiness
@@ -21,7 +22,9 @@ from enclave_core.snapshots.server import SnapshotServer
 
 CA = CertificateAuthority.generate("enclave-test-ca")
 SERVING = CA.issue("enclave-tenants", dns_names=["enclave-tenants.enclave-system.svc"], server=True, client=True)
-CLIENT = CA.issue("enclave-doctor", client=True, server=False)
+# The doctor presents admission's client certificate (publishers answer only the kinds its component may read;
+# admission reads every kind a publisher serves).
+CLIENT = issue_component_client(CA, "enclave-admission", timedelta(days=1))
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Snapshot streams are mutual TLS: a real publisher refuses clients without a certificate of the service CA.
 
-The certificates come from the plan enclave-config writes into the ``enclave-tls`` Secret
-(``enclave_config.tls.plan``), so the test proves that the certificate the Secret holds works for both ends.
+The certificates come from the plans enclave-config writes into the ``enclave-tls`` Secret
+(``enclave_config.tls.plan``) and each component's client Secret (``tls.plan_client``), so the test proves
+that what the Secrets hold works for both ends, and that the shared serving key is no client identity.
 """
 
 from __future__ import annotations
@@ -90,11 +91,20 @@ async def test_a_server_only_certificate_of_the_right_ca_is_refused(publisher: t
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-async def test_the_secrets_certificate_streams_as_a_subscriber(
+async def test_the_serving_certificate_is_no_client_identity(publisher: tuple[int, dict[str, bytes]]) -> None:
+    """Every pod that serves holds the serving key: it must not open a stream (serverAuth only)."""
+    port, data = publisher
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await _first(port, data[tls.CA_CERT], data[tls.TLS_KEY], data[tls.TLS_CERT])
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_a_components_client_secret_streams_as_a_subscriber(
     publisher: tuple[int, dict[str, bytes]], tmp_path: Path
 ) -> None:
     port, data = publisher
-    files = _write(tmp_path, {"ca.crt": data[tls.CA_CERT], "tls.crt": data[tls.TLS_CERT], "tls.key": data[tls.TLS_KEY]})
+    client = tls.plan_client({}, data, "enclave-admission", validity=timedelta(days=1)).data
+    files = _write(tmp_path, client)
     arrived = asyncio.Event()
     subscriber = SnapshotSubscriber(
         f"127.0.0.1:{port}",

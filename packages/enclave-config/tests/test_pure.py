@@ -212,9 +212,9 @@ def test_short_validity_is_not_renewed_at_once() -> None:
     assert 3.0 < tls.next_check(first.data) <= 6.0
 
 
-def test_tls_leaf_serves_and_authenticates_clients() -> None:
-    """The Secret's tls.crt is also the client certificate of gRPC subscribers (mutual TLS), so it carries
-    clientAuth; one issued before that is re-issued, under the same CA."""
+def test_the_serving_leaf_serves_only() -> None:
+    """The shared serving key is no client identity: it carries serverAuth alone, and one issued by an older
+    release with clientAuth too (when every subscriber presented it) is re-issued, under the same CA."""
     from cryptography import x509
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
@@ -224,13 +224,49 @@ def test_tls_leaf_serves_and_authenticates_clients() -> None:
     first = tls.plan({}, dns_names=names, ip_addresses=[], validity=timedelta(hours=3))
     cert = x509.load_pem_x509_certificate(first.data[tls.TLS_CERT])
     usages = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
-    assert {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= usages
+    assert usages == {ExtendedKeyUsageOID.SERVER_AUTH}
     ca = CertificateAuthority.from_pem(first.data[tls.CA_CERT], first.data[tls.CA_KEY])
-    server_only = ca.issue(names[0], dns_names=names, validity=timedelta(hours=3))
-    old = {**first.data, tls.TLS_CERT: server_only.cert_pem, tls.TLS_KEY: server_only.key_pem}
+    shared = ca.issue(names[0], dns_names=names, validity=timedelta(hours=3), client=True)
+    old = {**first.data, tls.TLS_CERT: shared.cert_pem, tls.TLS_KEY: shared.key_pem}
     upgraded = tls.plan(old, dns_names=names, ip_addresses=[], validity=timedelta(hours=3))
     assert upgraded.reason == "ServingCertificateUsageChanged"
     assert upgraded.data[tls.CA_CERT] == first.data[tls.CA_CERT]
+
+
+def test_each_component_gets_a_client_certificate_naming_it() -> None:
+    from cryptography import x509
+
+    from enclave_core.pki import component_of
+
+    serving = tls.plan({}, dns_names=["svc"], ip_addresses=[], validity=timedelta(hours=3)).data
+    first = tls.plan_client({}, serving, "enclave-admission", validity=timedelta(hours=3))
+    assert first.reason == "ClientCertificateMissing"
+    assert set(first.data) == {tls.TLS_CERT, tls.TLS_KEY, tls.CA_CERT}, "never the CA key"
+    assert first.data[tls.CA_CERT] == serving[tls.CA_CERT]
+    cert = x509.load_pem_x509_certificate(first.data[tls.TLS_CERT])
+    assert component_of(cert) == "enclave-admission"
+    assert cert.subject.rfc4514_string() == "CN=enclave-admission"
+    assert tls.plan_client(first.data, serving, "enclave-admission", validity=timedelta(hours=3)).reason == ""
+    assert tls.client_secret_name("enclave-tls", "enclave-admission") == "enclave-tls-client-admission"
+
+
+def test_client_certificates_are_renewed_like_the_serving_one() -> None:
+    names = ["svc"]
+    serving = tls.plan({}, dns_names=names, ip_addresses=[], validity=timedelta(hours=3)).data
+    first = tls.plan_client({}, serving, "enclave-pools", validity=timedelta(hours=3)).data
+    later = datetime.now(UTC) + timedelta(hours=2, minutes=30)
+    expiring = tls.plan_client(first, serving, "enclave-pools", validity=timedelta(hours=3), now=later)
+    assert expiring.reason == "ClientCertificateExpiring"
+    assert expiring.data[tls.TLS_CERT] != first[tls.TLS_CERT]
+    other = tls.plan_client(first, serving, "enclave-admission", validity=timedelta(hours=3))
+    assert other.reason == "ClientCertificateIdentityChanged", "a Secret holding another component's identity"
+    new_ca = tls.plan({}, dns_names=names, ip_addresses=[], validity=timedelta(hours=3)).data
+    moved = tls.plan_client(first, new_ca, "enclave-pools", validity=timedelta(hours=3))
+    assert moved.reason == "ClientCertificateNotFromCA"
+    assert moved.data[tls.CA_CERT] == new_ca[tls.CA_CERT]
+    planted = tls.plan_client({**first, tls.CA_KEY: b"x"}, serving, "enclave-pools", validity=timedelta(hours=3))
+    assert planted.reason == "UnexpectedKeys"
+    assert tls.CA_KEY not in planted.data
 
 
 def test_a_generated_object_holds_what_was_applied_whatever_the_server_defaulted() -> None:

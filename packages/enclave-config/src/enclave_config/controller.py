@@ -36,6 +36,7 @@ from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.snapshots import access
 from enclave_core.snapshots.configuration import CONFIG_KIND, INVALIDATION_KIND, EffectiveConfiguration, effective
 from enclave_core.snapshots.hub import SnapshotHub
 
@@ -300,12 +301,13 @@ class ConfigController:
             log.info("created the default ServiceConfiguration", extra={"configuration": self.settings.name})
 
     async def _reconcile_tls(self, spec: ServiceConfigurationSpec) -> tuple[bytes | None, float]:
-        """The CA to inject, and seconds until the serving certificate needs a look again."""
+        """The CA to inject, and seconds until a certificate (serving, or a component's client one) needs a look
+        again."""
         secret_name = spec.overrides.tls_secret_name
-        secret = self.secrets.get(f"{self.settings.namespace}/{secret_name}")
-        existing = tls.decode(secret)
+        existing = tls.decode(self.secrets.get(f"{self.settings.namespace}/{secret_name}"))
         if not spec.enable_tls_reconciler:
-            # Externally managed certificates: read the CA if there is one, never write.
+            # Externally managed certificates (the serving Secret and every component's client Secret): read the
+            # CA if there is one, never write.
             return existing.get(tls.CA_CERT), self.settings.resync_seconds
         service = spec.admission.service_name if spec.admission else "enclave-webhook-service"
         names = tls.service_names(service, self.settings.namespace) + list(self.settings.extra_tls_names)
@@ -315,31 +317,44 @@ class ConfigController:
             ip_addresses=list(self.settings.extra_tls_ips),
             validity=self.settings.tls_validity,
         )
+        await self._write_tls_secret(secret_name, planned, "webhook TLS")
+        next_check = tls.next_check(planned.data)
+        for component in access.CLIENT_COMPONENTS:
+            name = tls.client_secret_name(secret_name, component)
+            current = tls.decode(self.secrets.get(f"{self.settings.namespace}/{name}"))
+            client = tls.plan_client(current, planned.data, component, validity=self.settings.tls_validity)
+            await self._write_tls_secret(name, client, f"client certificate of {component}")
+            next_check = min(next_check, tls.next_check(client.data))
+        return planned.ca_pem, next_check
+
+    async def _write_tls_secret(self, name: str, planned: tls.TlsPlan, what: str) -> None:
+        """Write a ``kubernetes.io/tls`` Secret when its plan changed it, or to take ownership of one."""
+        secret = self.secrets.get(f"{self.settings.namespace}/{name}")
         adopt = secret is not None and not _owned_by(secret, self._owner or [])
-        if planned.reason or adopt:
-            metadata: JSON = {
-                "name": secret_name,
-                "namespace": self.settings.namespace,
-                "labels": {webhooks.MANAGED_BY: webhooks.MANAGER},
-            }
-            if self._owner:
-                # Like the webhook configurations: gone with the chart's ClusterRole (helm uninstall), and
-                # namespaced-dependent-of-cluster-scoped-owner is a shape the garbage collector supports.
-                metadata["ownerReferences"] = self._owner
-            body = {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": metadata,
-                "type": "kubernetes.io/tls",
-                "data": {key: base64.b64encode(value).decode() for key, value in sorted(planned.data.items())},
-            }
-            path = resource_path("v1", "secrets", namespace=self.settings.namespace, name=secret_name)
-            stored = await self.kube.apply(path, body)
-            self.secrets.items[f"{self.settings.namespace}/{secret_name}"] = stored
-            if planned.reason:
-                await self.events.emit(stored, "Normal", planned.reason, f"webhook TLS: {planned.reason}")
-            log.info("webhook TLS secret written", extra={"reason": planned.reason or "Owned", "secret": secret_name})
-        return planned.ca_pem, tls.next_check(planned.data)
+        if not (planned.reason or adopt):
+            return
+        metadata: JSON = {
+            "name": name,
+            "namespace": self.settings.namespace,
+            "labels": {webhooks.MANAGED_BY: webhooks.MANAGER},
+        }
+        if self._owner:
+            # Like the webhook configurations: gone with the chart's ClusterRole (helm uninstall), and
+            # namespaced-dependent-of-cluster-scoped-owner is a shape the garbage collector supports.
+            metadata["ownerReferences"] = self._owner
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": metadata,
+            "type": "kubernetes.io/tls",
+            "data": {key: base64.b64encode(value).decode() for key, value in sorted(planned.data.items())},
+        }
+        path = resource_path("v1", "secrets", namespace=self.settings.namespace, name=name)
+        stored = await self.kube.apply(path, body)
+        self.secrets.items[f"{self.settings.namespace}/{name}"] = stored
+        if planned.reason:
+            await self.events.emit(stored, "Normal", planned.reason, f"{what}: {planned.reason}")
+        log.info("TLS secret written", extra={"reason": planned.reason or "Owned", "secret": name})
 
     async def _apply_admission(self, current: EffectiveConfiguration, ca_pem: bytes | None) -> None:
         if current.spec.admission is None:

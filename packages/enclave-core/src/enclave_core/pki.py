@@ -1,8 +1,14 @@
 """A small X.509 toolkit: a CA that issues serving and client certificates.
 
-The TLS reconciler (webhook serving certificates) and the test control plane (apiserver, clients) need the same
-three operations: make a CA, issue a leaf, read a PEM back. ECDSA P-256 keeps key generation in the
-microseconds, which matters when tests force short-lived certificates to exercise renewal.
+The TLS reconciler (webhook serving certificates, each component's client certificate) and the test control
+plane (apiserver, clients) need the same three operations: make a CA, issue a leaf, read a PEM back. ECDSA P-256
+keeps key generation in the microseconds, which matters when tests force short-lived certificates to exercise
+renewal.
+
+A component's client certificate names it twice: the subject CN (``enclave-admission``, for people reading logs
+and ``openssl x509``) and a URI SAN (``spiffe://enclave.dev/component/enclave-admission``), which is what
+publishers authorise by (:func:`component_of`). The URI is the identity because no other certificate the CA
+signs carries one: the serving certificate's CN is a configurable Service name, which could spell a component.
 """
 
 from __future__ import annotations
@@ -110,6 +116,7 @@ class CertificateAuthority:
         dns_names: list[str] | None = None,
         ip_addresses: list[str] | None = None,
         organizations: list[str] | None = None,
+        uris: list[str] | None = None,
         server: bool = True,
         client: bool = False,
         validity: timedelta = timedelta(days=365),
@@ -145,10 +152,47 @@ class CertificateAuthority:
         )
         sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names or []]
         sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses or []]
+        sans += [x509.UniformResourceIdentifier(uri) for uri in uris or []]
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
         return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _private_key_pem(key))
+
+
+COMPONENT_URI_PREFIX = "spiffe://enclave.dev/component/"
+"""A component's client certificate carries the URI SAN ``<prefix><component>``, e.g. ``...component/enclave-admission``."""
+
+
+def component_uri(component: str) -> str:
+    return f"{COMPONENT_URI_PREFIX}{component}"
+
+
+def issue_component_client(ca: CertificateAuthority, component: str, validity: timedelta) -> KeyPair:
+    """The client certificate of ``component`` (``enclave-admission``...): clientAuth only, named by CN and URI."""
+    return ca.issue(component, uris=[component_uri(component)], server=False, client=True, validity=validity)
+
+
+def component_of(cert: x509.Certificate) -> str | None:
+    """The component a client certificate identifies, or None: exactly one URI SAN under
+    :data:`COMPONENT_URI_PREFIX`, and clientAuth among its usages (a serving certificate is no identity).
+
+    The caller has already verified the chain (the TLS handshake did): this only reads what the CA put in it.
+    """
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return None
+    if ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
+        return None
+    named = [
+        uri[len(COMPONENT_URI_PREFIX) :]
+        for uri in sans.get_values_for_type(x509.UniformResourceIdentifier)
+        if uri.startswith(COMPONENT_URI_PREFIX)
+    ]
+    if len(named) != 1 or not named[0] or "/" in named[0]:
+        return None
+    return named[0]
 
 
 def signing_key_pair() -> tuple[bytes, bytes]:

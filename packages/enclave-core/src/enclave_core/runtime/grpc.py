@@ -1,8 +1,10 @@
 """The gRPC side of a component: its snapshot service and its subscriptions, configured the same way everywhere.
 
 Every stream off loopback is mutual TLS with the one service CA of the ``enclave-tls`` Secret: publishers
-present its certificate and require a client certificate it signed; subscribers verify the publisher and
-present one (the same ``tls.crt``, which carries both serverAuth and clientAuth; see docs/architecture.md).
+present its serving certificate and require a client certificate it signed; subscribers verify the publisher
+and present their component's own client certificate (``enclave-tls-client-<component>``, which names the
+component), and publishers answer only the kinds that component may read (``enclave_core.snapshots.access``;
+see docs/architecture.md).
 
 Flags: ``--grpc-address`` and a TLS source for the server (``--grpc-tls-cert``/``--grpc-tls-key`` files with
 ``--grpc-ca-file`` to verify clients, or ``--grpc-tls-secret`` read through a watch, whose ``ca.crt`` verifies
@@ -73,8 +75,8 @@ def add_subscription_flags(parser: argparse.ArgumentParser, *publishers: str) ->
     parser.add_argument(
         "--grpc-client-cert",
         default=env_default("ENCLAVE_GRPC_CLIENT_CERT", ""),
-        help="PEM certificate presented to publishers, signed by the service CA for client auth; needed with "
-        "--grpc-ca-file (env ENCLAVE_GRPC_CLIENT_CERT)",
+        help="PEM certificate presented to publishers: this component's client certificate, issued by the service "
+        "CA and naming the component; needed with --grpc-ca-file (env ENCLAVE_GRPC_CLIENT_CERT)",
     )
     parser.add_argument(
         "--grpc-client-key",

@@ -104,6 +104,10 @@ class SnapshotHub:
             subscription.reconfirm = True
             subscription.wakeup.set()
 
+    def publishes(self, kind: str) -> bool:
+        """Whether a snapshot of ``kind`` has been published (cheap: nothing is assembled)."""
+        return kind in self._latest
+
     def latest(self, kind: str) -> Snapshot | None:
         """The newest snapshot of ``kind`` (for an itemized kind, with the whole payload assembled)."""
         snapshot = self._latest.get(kind)

@@ -4,7 +4,10 @@ Every snapshot service in protos/ has the same ``Watch`` method, so one servicer
 ``register`` is the generated ``add_<Service>Servicer_to_server`` function of the service being offered.
 Plaintext is allowed only on loopback: in a cluster the stream carries tenant data, so it is mutual TLS: the
 server presents the service certificate and accepts only clients whose certificate the service CA signed
-(for client authentication), so a pod that can merely reach the port reads nothing.
+(for client authentication), so a pod that can merely reach the port reads nothing. Over TLS each stream is
+then authorised by the component the client certificate names (:mod:`enclave_core.snapshots.access`): a
+component asking for a kind it does not consume gets PERMISSION_DENIED. Plaintext (loopback only: the same pod
+or host) carries no identity and is not authorised.
 """
 
 from __future__ import annotations
@@ -15,26 +18,64 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+from cryptography import x509
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
+from enclave_core.pki import component_of
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot, WatchRequest
+from enclave_core.snapshots import access
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.subscriber import HEARTBEAT_METADATA
 
 log = logging.getLogger(__name__)
 
 SUBSCRIBERS = Gauge("enclave_snapshot_subscribers", "Open snapshot streams", ["service"])
+DENIED = Counter(
+    "enclave_snapshot_denied_total",
+    "Watch calls refused because the caller's component may not read a kind",
+    ["service"],
+)
+
+
+def peer_component(context: grpc.aio.ServicerContext) -> str | None:
+    """The component named by the peer's client certificate (verified by the handshake), or None."""
+    pem = context.auth_context().get("x509_pem_cert")
+    if not pem:
+        return None
+    try:
+        return component_of(x509.load_pem_x509_certificate(pem[0]))
+    except ValueError:
+        return None
 
 
 class HubServicer:
-    """Implements ``Watch`` for any snapshot service."""
+    """Implements ``Watch`` for any snapshot service; with ``authorise`` (TLS), only for the kinds the caller's
+    component may read (a request naming no kind is narrowed to those)."""
 
-    def __init__(self, hub: SnapshotHub, service: str) -> None:
+    def __init__(self, hub: SnapshotHub, service: str, *, authorise: bool = False) -> None:
         self.hub = hub
         self.service = service
+        self.authorise = authorise
 
     async def Watch(self, request: WatchRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Snapshot]:  # noqa: N802 - gRPC method name
+        kinds = list(request.kinds)
+        if self.authorise:
+            component = peer_component(context)
+            if not kinds and component is not None:
+                # "Every kind": those of this publisher the component may read; none is a refusal, not a
+                # stream that stays silent forever.
+                kinds = [kind for kind in access.readable(component) if self.hub.publishes(kind)]
+            why = access.refusal(component, kinds) or (
+                "" if kinds else f"{component} may subscribe to none of what {self.service} publishes"
+            )
+            if why:
+                DENIED.labels(self.service).inc()
+                log.warning(
+                    "subscription refused",
+                    extra={"subscriber": request.subscriber, "service": self.service, "reason": why},
+                )
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
         log.info("subscriber connected", extra={"subscriber": request.subscriber, "service": self.service})
         SUBSCRIBERS.labels(self.service).inc()
         # A heartbeat period the subscriber asked for, kept within sane bounds; 0 (older subscribers): none.
@@ -44,7 +85,7 @@ class HubServicer:
             # even if this publisher stops before its first heartbeat.
             await context.send_initial_metadata(((HEARTBEAT_METADATA, str(heartbeat)),))
         try:
-            async for snapshot in self.hub.stream(request.kinds, heartbeat=heartbeat, itemized=request.itemized):
+            async for snapshot in self.hub.stream(kinds, heartbeat=heartbeat, itemized=request.itemized):
                 yield snapshot
         finally:
             SUBSCRIBERS.labels(self.service).dec()
@@ -132,7 +173,7 @@ class SnapshotServer:
         self.port = 0
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], hub: SnapshotHub, service: str) -> None:
-        register(HubServicer(hub, service), self.server)
+        register(HubServicer(hub, service, authorise=self.tls_source is not None), self.server)
 
     async def start(self) -> None:
         source = self.tls_source

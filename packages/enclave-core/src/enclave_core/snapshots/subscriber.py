@@ -255,6 +255,11 @@ class SnapshotSubscriber:
                     "snapshot stream silent past three heartbeats; reconnecting",
                     extra={"target": self.target, "heartbeat": self.heartbeat},
                 )
+            except FileNotFoundError as err:
+                # A certificate the kubelet has not mounted yet (enclave-config issues it after this pod starts).
+                log.warning(
+                    "snapshot stream waits for its certificates", extra={"target": self.target, "missing": err.filename}
+                )
             except grpc.aio.AioRpcError as err:
                 log.warning(
                     "snapshot stream down; keeping last good state",
