@@ -20,25 +20,11 @@ from test_rules import NS, rule, state_with
 from enclave_admission.review import JSON, AdmissionRequest, pointer
 from enclave_admission.rules import workloads
 from enclave_admission.rules.engine import Item, Review
-from enclave_admission.rules.workloads import (
-    REPLICATED,
-    _coverage,
-    _dig,
-    _disruption_budgets,
-    _has_policies,
-    _items,
-    _judge_item,
-    _list,
-    _map,
-    _path_shape,
-    _shape,
-    _targets,
-    _View,
-    containers,
-    mutated_fields,
-    mutation_patch,
-    workload_kind,
-)
+from enclave_admission.rules.workloads import containers, mutated_fields, mutation_patch, workload_kind
+from enclave_admission.rules.workloads.budgets import REPLICATED, coverage, disruption_budgets
+from enclave_admission.rules.workloads.items import View, path_shape, policy_items, shape
+from enclave_admission.rules.workloads.judges import judge_item
+from enclave_admission.rules.workloads.podspec import as_list, as_map, dig, has_policies, targets_of
 from enclave_core.api.rules import WorkloadMutation
 from enclave_core.quantity import Quantity
 from enclave_core.snapshots.rules import BudgetView
@@ -59,29 +45,29 @@ def reference_judge(review: Review) -> None:
     if request.obj is None or not review.rules.workloads:
         return
     if request.group == "policy" and request.resource == "poddisruptionbudgets":
-        _disruption_budgets(review)
+        disruption_budgets(review)
         return
     located = workload_kind(request.group, request.resource)
     if located is None:
         return
     kind, spec_path = located
     base = ".".join(spec_path)
-    spec = _dig(request.obj, spec_path)
-    malformed = _path_shape(request.obj, spec_path) or _shape(spec, base)
+    spec = dig(request.obj, spec_path)
+    malformed = path_shape(request.obj, spec_path) or shape(spec, base)
     if malformed:
         review.malformed = f"cannot judge {kind} {request.name}: {malformed}"
         return
-    old_spec = _dig(request.old, spec_path) if request.operation == "UPDATE" and request.old else None
-    view = _View(spec, base)
-    old_view = _View(old_spec, base) if old_spec is not None else None
+    old_spec = dig(request.old, spec_path) if request.operation == "UPDATE" and request.old else None
+    view = View(spec, base)
+    old_view = View(old_spec, base) if old_spec is not None else None
     mutated: dict[str, str] | None = None
     for candidate in review.rules.workloads:
         policy = candidate.workloads
         assert policy is not None
-        targets = _targets(policy)
+        targets = targets_of(policy)
         if kind not in targets or not review.applies(candidate):
             continue
-        if not _has_policies(policy):
+        if not has_policies(policy):
             if request.operation == "CREATE" or request.sub_resource:
                 item = Item()
                 why = f"{candidate.origin} {'denies' if candidate.action != 'audit' else 'audits'} {kind} objects"
@@ -93,14 +79,14 @@ def reference_judge(review: Review) -> None:
             continue
         budgets = policy.disruption_budgets
         if budgets is not None and budgets.required and kind in REPLICATED:
-            _coverage(review, candidate, kind)
+            coverage(review, candidate, kind)
         lists = targets[kind]
-        old_items = set(_items(policy, old_view, lists)) if old_view is not None else None
-        for found in _items(policy, view, lists):
+        old_items = set(policy_items(policy, old_view, lists)) if old_view is not None else None
+        for found in policy_items(policy, view, lists):
             if old_items is not None and found in old_items:
                 continue
             item = Item()
-            _judge_item(item, candidate, policy, found)
+            judge_item(item, candidate, policy, found)
             if item.last is not None and not item.last[1] and review.rules.mutations:
                 if mutated is None:
                     mutated = mutated_fields(review)
@@ -119,13 +105,13 @@ def reference_patch(review: Review) -> list[JSON]:
         return []
     if request.obj is None or not review.rules.mutations:
         return []
-    spec = _map(request.obj.get("spec"))
+    spec = as_map(request.obj.get("spec"))
     node_selector: dict[str, str] = {}
     tolerations: list[dict[str, Any]] = []
     scalars: dict[str, str] = {}
     changes: dict[tuple[str, int], dict[str, Any]] = {}
-    selector = _map(spec.get("nodeSelector"))
-    present = _list(spec.get("tolerations"))
+    selector = as_map(spec.get("nodeSelector"))
+    present = as_list(spec.get("tolerations"))
     for candidate in review.rules.mutations:
         entries = [part for part in candidate.mutations if isinstance(part.workloads, WorkloadMutation)]
         if not entries or not review.applies(candidate):
@@ -145,14 +131,14 @@ def reference_patch(review: Review) -> list[JSON]:
             ):
                 if scalar and spec.get(field) in _UNSET.get(field, (None, "")) and field not in scalars:
                     scalars[field] = scalar
-            for container in containers(spec, "spec", _targets(mutation).get("Pod", ())):
+            for container in containers(spec, "spec", targets_of(mutation).get("Pod", ())):
                 mine = changes.setdefault((container.list_name, container.position), {"pull": None, "amounts": {}})
                 if mutation.image_pull_policy:
                     mine["pull"] = mutation.image_pull_policy
                 if container.list_name == "ephemeralContainers":
                     continue
-                resources = _map(container.body.get("resources"))
-                requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
+                resources = as_map(container.body.get("resources"))
+                requests, limits = as_map(resources.get("requests")), as_map(resources.get("limits"))
                 for section, defaults, declared in (
                     ("requests", mutation.default_requests, requests),
                     ("limits", mutation.default_limits, limits),
@@ -190,7 +176,7 @@ def reference_patch(review: Review) -> list[JSON]:
                 {"op": "remove", "path": f"/spec/{f}"} for f in ("priority", "preemptionPolicy") if f in spec
             ]
     for (list_name, index), mine in changes.items():
-        body = _map(_list(spec.get(list_name))[index])
+        body = as_map(as_list(spec.get(list_name))[index])
         where = ("spec", list_name, str(index))
         if mine["pull"] is not None and mine["pull"] != body.get("imagePullPolicy"):
             operations.append({"op": "add", "path": pointer(*where, "imagePullPolicy"), "value": mine["pull"]})

@@ -354,7 +354,7 @@ class NamespaceSet:
     :meth:`metadata_scope`)."""
     plans: dict[str, Any] = field(default_factory=dict, compare=False)
     """Per area module: what it compiles from these rules on first use and keeps for the snapshot's life (the
-    workload rules' checks per kind and merged workload mutations: ``workloads._Plans``)."""
+    workload rules' checks per kind and merged workload mutations: ``workloads.plan.Plans``)."""
 
     def metadata_scope(self, kind: str, api_version: str) -> MetadataScope:
         """The metadata rules whose kinds match ``kind``/``api_version``, with their keys: worked out once per
