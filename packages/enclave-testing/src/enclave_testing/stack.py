@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from enclave_testing.certificates import ComponentCertificates, enable_tls_reconciler
 from enclave_testing.components import COMPONENTS, ComponentSpec, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
@@ -37,6 +38,8 @@ class TenancyStack:
     config_name: str
     processes: list[RunningComponent] = field(default_factory=list)
     tenants: list[str] = field(default_factory=list)
+    certificates: ComponentCertificates | None = None
+    """The serving and per-component client certificates, mounted for the processes as the kubelet would."""
 
     @property
     def kube(self) -> Any:
@@ -67,6 +70,8 @@ class TenancyStack:
         wait, bounded, until they are gone, then remove the configuration (also when that wait runs out)."""
         for running in reversed(self.processes):
             running.process.stop()
+        if self.certificates is not None:
+            self.certificates.close()
         kube = self.kube
         custom = client.CustomObjectsApi(kube)
         selector = f"{STACK_LABEL}={self.config_name}"
@@ -173,9 +178,13 @@ def start_tenancy(
     with contextlib.suppress(ApiException):
         client.CoreV1Api(kube).create_namespace({"metadata": {"name": stack.namespace}})
 
-    def start(name: str, endpoints: dict[str, str], **kwargs: Any) -> RunningComponent:
+    # The snapshot streams run as in a cluster: mutual TLS, each component presenting its own certificate.
+    certificates = stack.certificates = ComponentCertificates(kube, stack.namespace).start()
+
+    def start(name: str, endpoints: dict[str, str], args: list[str] | None = None, **kwargs: Any) -> RunningComponent:
         running = start_component(
             _SPECS[name],
+            args=[*certificates.args(_SPECS[name]), *(args or [])],
             kubeconfig=plane.kubeconfig,
             log_dir=plane.log_dir,
             namespace=stack.namespace,
@@ -188,7 +197,12 @@ def start_tenancy(
         return running
 
     try:
-        config = start("config", {}, args=[f"--service-configuration-name={stack.config_name}", "--resync=5s"])
+        config = start(
+            "config", {}, args=[f"--service-configuration-name={stack.config_name}", "--resync=5s"], wait_ready=False
+        )
+        # enclave-config serves once it has written the serving Secret, and the others wait for their certificates.
+        enable_tls_reconciler(kube, stack.config_name)
+        config.wait_ready()
         endpoints = {"config": config.grpc_target}
         endpoints["tenants"] = start("tenants", endpoints).grpc_target
         if pools:

@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 from enclave_core import API_GROUP
 from enclave_core.api import kind_info
 from enclave_testing.binaries import ensure
+from enclave_testing.certificates import ComponentCertificates, enable_tls_reconciler
 from enclave_testing.components import COMPONENTS, RunningComponent, available, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.crds import crd_dir, install_crds
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
     plane = ControlPlane(args.workdir / "cluster")
     running: list[RunningComponent] = []
+    certificates: ComponentCertificates | None = None
     stop = False
 
     def request_stop(*_: object) -> None:
@@ -128,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(ApiException):
             client.CoreV1Api(api).create_namespace({"metadata": {"name": ENCLAVE_NAMESPACE}})
         endpoints: dict[str, str] = {}
+        certificates = ComponentCertificates(api, ENCLAVE_NAMESPACE, args.workdir / "certificates").start()
         for spec in COMPONENTS:
             if not available(spec):
                 _say(f"component {spec.name}: not installed, skipped")
@@ -138,14 +141,21 @@ def main(argv: list[str] | None = None) -> int:
                 log_dir=args.workdir / "logs",
                 namespace=ENCLAVE_NAMESPACE,
                 endpoints=endpoints,
-                wait_ready=not spec.webhook,
+                wait_ready=not spec.webhook and spec.name != "config",
                 # As in production: admission accepts only kube-apiserver's webhook client certificate; the one
-                # config process of the cluster keeps the CRDs (conversion client and CA, storage migration).
-                args=plane.webhook_client_args()
-                if spec.webhook
-                else (["--manage-crds"] if spec.name == "config" else None),
+                # config process of the cluster keeps the CRDs (conversion client and CA, storage migration); the
+                # snapshot streams are mutual TLS, each component presenting its own client certificate.
+                args=[
+                    *certificates.args(spec),
+                    *(plane.webhook_client_args() if spec.webhook else []),
+                    *(["--manage-crds"] if spec.name == "config" else []),
+                ],
             )
             running.append(component)
+            if spec.name == "config":
+                # It serves gRPC once it has written the certificates, which the TLS reconciler does.
+                enable_tls_reconciler(api, "default")
+                component.wait_ready()
             if spec.webhook:
                 # The admission server needs its certificate (written by the config component once the TLS
                 # reconciler is on) before it is ready; kube-apiserver needs the webhooks to reach it.
@@ -179,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         _say("stopping")
         for component in reversed(running):
             component.process.stop()
+        if certificates is not None:
+            certificates.close()
         plane.stop()
     return 0
 
