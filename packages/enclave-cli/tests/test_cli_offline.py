@@ -175,6 +175,8 @@ def test_explain_a_case_by_name(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert code == 0
     assert "role: tenant-user: owner of tenant cli-beta (as Group cli-beta-team)" in out
+    # erin is in no group of spec.users (Group cli-tenants): fenced because she owns, and told so
+    assert "not in the effective users (Group cli-tenants): fenced because they own a tenant" in out
     assert "1. namespaces.mutate.enclave.dev (/namespaces/mutate): patched [Assigned]" in out
     assert "namespaces.enclave.dev (/namespaces): denied [TenantCordoned]" in out
     assert "tenant cli-beta: 1 namespace(s), cordoned; owners: User bob, Group cli-beta-team" in out

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from tenants_helpers import tenant, tenant_owner
 
+from enclave_core.api.meta import Entity
 from enclave_core.api.tenancy import Tenant, TenantOwner
-from enclave_tenants.owners import identity, resolve_owners, selects
+from enclave_tenants.owners import identity, listed, resolve_owners, selects, unlisted_owners
 from enclave_tenants.policy import Policy
 
 PROMOTING = Policy(allow_promotion=True, promotion_cluster_roles=["prov", "del"])
@@ -101,3 +102,48 @@ def test_selects_by_label_without_permissions(labels: dict[str, str] | None, sel
 def test_identity_merges_both_service_account_spellings() -> None:
     assert identity("ServiceAccount", "ns:sa") == identity("ServiceAccount", "system:serviceaccount:ns:sa")
     assert identity("User", "ns:sa") != identity("ServiceAccount", "ns:sa")
+
+
+def _entity(kind: str, name: str) -> Entity:
+    return Entity.model_validate({"kind": kind, "name": name})
+
+
+@pytest.mark.parametrize(
+    ("owner", "users", "is_listed"),
+    [
+        (("Group", "team"), [("Group", "team")], True),
+        (("Group", "team"), [("User", "team")], False),  # a user named like the group is not the group
+        (("User", "alice"), [("User", "alice")], True),
+        (("User", "alice"), [("Group", "enclave.dev")], False),  # her groups are known only per request
+        (("User", "alice"), [("Group", "alice")], False),
+        (("ServiceAccount", "system:serviceaccount:ci:bot"), [("ServiceAccount", "ci:bot")], True),
+        (("ServiceAccount", "system:serviceaccount:ci:bot"), [("Group", "system:serviceaccounts:ci")], True),
+        (("ServiceAccount", "system:serviceaccount:ci:bot"), [("Group", "system:serviceaccounts")], True),
+        (("ServiceAccount", "system:serviceaccount:ci:bot"), [("Group", "enclave.dev")], False),
+        (("ServiceAccount", "system:serviceaccount:ci:bot"), [("ServiceAccount", "ci:other")], False),
+    ],
+)
+def test_an_owner_is_listed_only_when_users_name_it(
+    owner: tuple[str, str], users: list[tuple[str, str]], is_listed: bool
+) -> None:
+    assert listed(_entity(*owner), [_entity(*u) for u in users]) is is_listed
+
+
+def test_unlisted_owners_keep_owner_order() -> None:
+    owners, _ = resolve_owners(
+        Tenant.model_validate(
+            tenant(
+                "solar",
+                owners=[
+                    {"kind": "User", "name": "zed"},
+                    {"kind": "Group", "name": "enclave.dev"},
+                    {"kind": "User", "name": "alice"},
+                ],
+            )
+        ),
+        [],
+        [],
+        Policy(),
+    )
+    users = [_entity("Group", "enclave.dev"), _entity("User", "alice")]
+    assert unlisted_owners(owners, users) == [_entity("User", "zed")]

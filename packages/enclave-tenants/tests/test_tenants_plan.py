@@ -188,3 +188,20 @@ def test_plans_share_the_model_of_an_unchanged_tenant_and_an_unchanged_view() ->
     assert third.tenants["solar"].view is not views["solar"]
     assert [owner.name for owner in third.snapshot.tenants[0].owners] == ["carol"]
     assert set(parsed) == {"solar"}
+
+
+def test_owners_outside_the_effective_users_are_named_and_aggregated_tenant_owners_count_as_listed() -> None:
+    solar = tenant("solar", owners=[{"kind": "User", "name": "alice"}, {"kind": "Group", "name": "ops"}])
+    owners = [
+        tenant_owner("bob", "User", "bob", {"enclave.dev/tenant": "solar"}),
+        tenant_owner("carol", "User", "carol", {"enclave.dev/tenant": "solar"}, aggregate=True),
+    ]
+    policy = Policy(users=[Entity(kind="Group", name="ops"), Entity(kind="User", name="alice")])
+    plan = build_plan([solar], owners, [], [], policy)
+    assert plan.tenants["solar"].unlisted == [Entity(kind="User", name="bob")]
+    default = build_plan([solar], owners, [], [], Policy())  # no configuration: the enclave.dev group
+    assert default.tenants["solar"].unlisted == [
+        Entity(kind="User", name="alice"),
+        Entity(kind="Group", name="ops"),
+        Entity(kind="User", name="bob"),
+    ]

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from tenants_helpers import tenant, tenant_owner
 
+from enclave_core.api.meta import Entity
 from enclave_tenants.owners import Owner
 from enclave_tenants.status import Problem, changed, owner_status, tenant_status
 
@@ -65,3 +66,14 @@ def test_owner_status_lists_sorted_tenants() -> None:
     assert status["tenants"] == ["oil", "solar"]
     assert conditions(status)["Ready"]["status"] == "True"
     assert status["observedGeneration"] == 1
+
+
+def test_owners_outside_users_are_written_and_an_empty_list_clears_them() -> None:
+    raw = tenant("t")
+    bob = Entity(kind="User", name="bob")
+    status = tenant_status(raw, namespaces=[], owners=[ALICE], cordoned=False, problems=[], now=NOW, unlisted=[bob])
+    assert status["unlistedOwners"] == [{"kind": "User", "name": "bob"}]
+    raw["status"] = status
+    cleared = tenant_status(raw, namespaces=[], owners=[ALICE], cordoned=False, problems=[], now=NOW)
+    assert cleared["unlistedOwners"] == []  # named, so the merge patch replaces the stored list
+    assert changed(raw, cleared)

@@ -425,3 +425,27 @@ async def test_tenant_service_streams_changes(cluster: Cluster, stack: Stack) ->
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def test_owners_outside_users_are_named_in_status(cluster: Cluster, stack: Stack) -> None:
+    """The spec governs listed users only; Enclave also fences owners, and the Tenant says which of its owners
+    are fenced only because they own it (docs/api.md, "Owners outside users")."""
+    name, alice, ops = unique("tnt"), unique("alice"), unique("ops")
+    owners = [{"kind": "User", "name": alice}, {"kind": "Group", "name": "enclave.dev"}, {"kind": "Group", "name": ops}]
+    cluster.create_tenant(name, {"owners": owners})
+
+    def unlisted() -> list[tuple[str, str]] | None:
+        status = cluster.tenant(name).get("status") or {}
+        found = status.get("unlistedOwners")
+        return None if found is None else [(o["kind"], o["name"]) for o in found]
+
+    # the module's configuration names no users: the default group enclave.dev is the only listed one
+    poll(lambda: unlisted() == [("User", alice), ("Group", ops)])
+    configurations = "serviceconfigurations"
+    users = [{"kind": "Group", "name": "enclave.dev"}, {"kind": "User", "name": alice}]
+    cluster.patch(configurations, stack.config_name, {"spec": {"users": users}})
+    try:
+        poll(lambda: unlisted() == [("Group", ops)], timeout=60)
+    finally:
+        cluster.patch(configurations, stack.config_name, {"spec": {"users": None}})
+    poll(lambda: unlisted() == [("User", alice), ("Group", ops)], timeout=60)

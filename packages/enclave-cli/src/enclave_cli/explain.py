@@ -38,6 +38,12 @@ def why_role(subject: Subject, state: State) -> str:
             parts.append(
                 "a tenant user (" + ", ".join(f"{u.kind} {u.name}" for u in users) + " in the effective users)"
             )
+        elif subject.owned:
+            listed = ", ".join(f"{u.kind} {u.name}" for u in config.users)
+            parts.append(
+                f"not in the effective users ({listed}): fenced because they own a tenant (the specification "
+                'governs listed users only; Enclave also fences owners, docs/api.md "Owners outside users")'
+            )
         return "; ".join(parts) or "a tenant user"
     if subject.role is Role.TENANT_SERVICE_ACCOUNT:
         return f"a service account of a namespace of tenant {subject.home_tenant}, owner of no tenant"

@@ -804,6 +804,7 @@ class TenantsController:
                 cordoned=cordoned,
                 problems=problems,
                 now=now,
+                unlisted=tenant_plan.unlisted,
             )
             if not await self._write_status(self.tenants, TENANTS_PATH, name, raw, status):
                 self._retry_statuses.add(name)

@@ -15,7 +15,7 @@ from enclave_core.api.meta import Entity, EntityKind
 from enclave_core.api.tenancy import OwnerStatus, Permissions, Tenant, TenantOwner
 from enclave_core.rbac import service_account_parts
 from enclave_core.selectors import matches_any
-from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TENANT_LABEL
+from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TENANT_LABEL, entity_matches
 from enclave_tenants.policy import Policy
 
 Source = Literal["Tenant", "TenantOwner", "PromotedServiceAccount"]
@@ -130,3 +130,28 @@ def resolve_owners(
                 "PromotedServiceAccount",
             )
     return merger.owners(), problems
+
+
+def listed(owner: Entity, users: Sequence[Entity]) -> bool:
+    """Whether ``users`` names ``owner`` as far as can be known without a request: a Group owner by the same
+    Group, a User by the same User, a service account by its entry or by a group it is always in (its
+    namespace's, all service accounts', all authenticated users'). A User owner may still belong to a listed
+    group at request time: that is known only then, and it does not matter to the fence, which holds either way.
+    """
+    if owner.kind == "Group":
+        return any(user.kind == "Group" and user.name == owner.name for user in users)
+    if owner.kind == "ServiceAccount":
+        parts = service_account_parts(owner.name)
+        if parts is None:
+            return False
+        username = f"{SERVICE_ACCOUNT_PREFIX}{parts[0]}:{parts[1]}"
+        groups = ("system:serviceaccounts", f"system:serviceaccounts:{parts[0]}", "system:authenticated")
+        return any(entity_matches(user, username, groups) for user in users)
+    return any(user.kind != "Group" and entity_matches(user, owner.name, ()) for user in users)
+
+
+def unlisted_owners(owners: Sequence[Owner], users: Sequence[Entity]) -> list[Entity]:
+    """The owners ``users`` does not name (see :func:`listed`), in owner order: the specification would govern
+    them only through a listed group; Enclave fences them anyway because they own the tenant, and says so in
+    the Tenant's ``status.unlistedOwners`` (docs/api.md, "Owners outside users")."""
+    return [owner.entity for owner in owners if not listed(owner.entity, users)]

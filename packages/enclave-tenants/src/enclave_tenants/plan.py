@@ -13,12 +13,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from enclave_core.api.meta import Entity
 from enclave_core.api.tenancy import ForbiddenList, Tenant, TenantOwner
 from enclave_core.api.validation import forbidden_problems
 from enclave_core.snapshots.tenancy import Forbidden, TenancySnapshot, TenantView
 from enclave_tenants import bindings as rb
 from enclave_tenants import namespaces as ns
-from enclave_tenants.owners import Owner, entity_problem, resolve_owners, selects
+from enclave_tenants.owners import Owner, entity_problem, resolve_owners, selects, unlisted_owners
 from enclave_tenants.policy import Policy
 from enclave_tenants.status import Problem
 
@@ -35,6 +36,8 @@ class TenantPlan(BaseModel):
     tenant: Tenant | None = None
     """None when the object does not parse: then nothing of it is written or removed."""
     owners: list[Owner] = Field(default_factory=list)
+    unlisted: list[Entity] = Field(default_factory=list)
+    """Owners the effective users do not name (status.unlistedOwners): fenced because they own the tenant."""
     namespaces: list[str] = Field(default_factory=list)
     problems: list[Problem] = Field(default_factory=list)
     view: TenantView | None = None
@@ -221,6 +224,8 @@ def build_plan(
     """
     plan = Plan()
     valid_owners, plan.owners = _parse_owners(tenant_owners)
+    # aggregated TenantOwners count as service users (ServiceConfiguration status.users), as listed ones
+    users = [*policy.users, *(Entity(kind=o.spec.kind, name=o.spec.name) for o in valid_owners if o.spec.aggregate)]
     live_namespaces = {item["metadata"]["name"]: item for item in namespaces}
     tenant_raws = {item["metadata"]["name"]: item for item in tenants}
     members: dict[str, list[str]] = {}
@@ -267,6 +272,7 @@ def build_plan(
         promoted = [pair for namespace in tenant_plan.namespaces for pair in promoted_by_namespace.get(namespace, [])]
         owners, owner_problems = resolve_owners(tenant, valid_owners, promoted, policy)
         tenant_plan.owners = owners
+        tenant_plan.unlisted = unlisted_owners(owners, users)
         tenant_plan.problems += [Problem(reason="InvalidOwner", message=m) for m in owner_problems]
         uid = str(raw["metadata"].get("uid", ""))
         tenant_plan.view = tenant_view(

@@ -1,6 +1,6 @@
 """The slice of the global configuration the tenants component acts on.
 
-The configuration component streams the whole effective ServiceConfiguration; this component needs five
+The configuration component streams the whole effective ServiceConfiguration; this component needs six
 settings of it. Reducing it to :class:`Policy` once keeps the pure modules independent of the
 ServiceConfiguration model and lets the controller run with documented defaults when no configuration
 endpoint is given (development, or a cluster without enclave-config).
@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from enclave_core.api.configuration import Rbac
 from enclave_core.api.meta import Entity
-from enclave_core.snapshots.configuration import EffectiveConfiguration
+from enclave_core.snapshots.configuration import DEFAULT_USER_GROUP, EffectiveConfiguration
 
 _DEFAULT_RBAC = Rbac()
 
@@ -32,6 +32,9 @@ class Policy(BaseModel):
         default_factory=lambda: list(_DEFAULT_RBAC.administration_cluster_roles)
     )
     """rbac.administrationClusterRoles: bound to administrators in every tenant namespace."""
+    users: list[Entity] = Field(default_factory=lambda: [Entity(kind="Group", name=DEFAULT_USER_GROUP)])
+    """The effective users (spec.users, the deprecated userGroups/userNames, or the default group): owners they
+    do not name are reported in Tenant status.unlistedOwners, fenced because they own the tenant."""
     events_namespace: str = "default"
     """spec.events.namespace: where events about Tenants and TenantOwners (cluster-scoped) go."""
 
@@ -45,5 +48,6 @@ class Policy(BaseModel):
             promotion_cluster_roles=list(spec.rbac.promotion_cluster_roles),
             administrators=list(spec.administrators or []),
             administration_cluster_roles=list(spec.rbac.administration_cluster_roles),
+            users=list(config.users),
             events_namespace=spec.events.namespace,
         )

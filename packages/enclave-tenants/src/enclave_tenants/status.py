@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from enclave_core.api.meta import Entity
 from enclave_core.api.tenancy import TenantOwnerStatus, TenantStatus
 from enclave_core.conditions import Condition, ConditionStatus, new_condition, read_conditions, set_condition
 from enclave_tenants.owners import Owner
@@ -48,8 +49,10 @@ def tenant_status(
     cordoned: bool,
     problems: Sequence[Problem],
     now: datetime,
+    unlisted: Sequence[Entity] = (),
 ) -> JSON:
-    """The Tenant's ``status``: size, sorted namespaces, effective owners, Ready and Cordoned."""
+    """The Tenant's ``status``: size, sorted namespaces, effective owners, the owners outside the effective
+    users (always written, empty too: a merge patch leaves out a key it does not name), Ready and Cordoned."""
     generation = int(raw.get("metadata", {}).get("generation") or 0)
     names = sorted(namespaces)
     ready = _ready(problems, f"{len(names)} namespaces, {len(owners)} owners", generation, now)
@@ -67,6 +70,7 @@ def tenant_status(
         size=len(names),
         namespaces=names,
         owners=[owner.status() for owner in owners],
+        unlisted_owners=list(unlisted),
         conditions=conditions,
         observed_generation=generation,
     )

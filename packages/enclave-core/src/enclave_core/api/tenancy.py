@@ -16,6 +16,7 @@ from enclave_core.api.meta import (
     ApiModel,
     Condition,
     Count,
+    Entity,
     EntityKind,
     Generation,
     KubeObject,
@@ -190,6 +191,8 @@ class TenantStatus(StatusModel):
     """Sorted namespace names."""
     owners: list[OwnerStatus] | None = None
     """Effective owners: spec owners, matched TenantOwners and promoted service accounts (administrators own every tenant implicitly and are not listed)."""
+    unlisted_owners: list[Entity] | None = None
+    """Effective owners that ServiceConfiguration users does not name (nor aggregated TenantOwners, nor, for a service account, a group it is always in): Enclave fences them as tenant users because they own this tenant, whatever groups their requests carry, where the specification governs listed users only (see "Owners outside users" in docs/api.md)."""
     conditions: list[Condition] | None = None
     """Ready and Cordoned."""
     observed_generation: Generation | None = None
