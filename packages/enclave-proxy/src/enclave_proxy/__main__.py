@@ -1,0 +1,176 @@
+"""``python -m enclave_proxy`` / ``enclave-proxy``: the tenant-facing kube-apiserver proxy's process.
+
+Every replica is the same (no leader): it follows the Tenancy snapshot of enclave-tenants (and the
+configuration of enclave-config, for who is a tenant user), keeps an informer on namespaces, and serves HTTPS.
+Ready once it listens, has listed namespaces and holds the snapshots. docs/proxy.md says how to point a
+kubeconfig at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import ssl
+import sys
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from enclave_core.durations import parse_duration
+from enclave_core.kube.rest import Kube
+from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
+from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
+from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
+from enclave_core.runtime import component, grpc
+from enclave_core.runtime.options import HostPort, add_common_flags, env_default
+from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
+from enclave_core.snapshots.subscriber import ItemsConsumer
+from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
+from enclave_proxy.forward import Upstream
+from enclave_proxy.identity import TokenReviewer
+from enclave_proxy.namespaces import NamespaceIndex
+from enclave_proxy.server import ProxyServer
+from enclave_proxy.visibility import Visibility
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_SECONDS = 5.0
+"""Seconds in-flight requests get to finish on SIGTERM; open watches are then ended (clients re-watch)."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="enclave-proxy", description=__doc__)
+    add_common_flags(parser, probe_port=8086, leader_election=False)
+    parser.add_argument(
+        "--identity",
+        default=env_default("ENCLAVE_IDENTITY", f"{socket.gethostname()}-{os.getpid()}"),
+        help="this replica's name in snapshot subscriptions (env ENCLAVE_IDENTITY, default host-pid)",
+    )
+    parser.add_argument(
+        "--listen-address",
+        default=env_default("ENCLAVE_PROXY_ADDRESS", "0.0.0.0:9443"),
+        help="host:port of the HTTPS listener kubeconfigs point at (env ENCLAVE_PROXY_ADDRESS)",
+    )
+    parser.add_argument(
+        "--tls-cert-file",
+        default=env_default("ENCLAVE_PROXY_TLS_CERT", ""),
+        help="PEM serving certificate, required (env ENCLAVE_PROXY_TLS_CERT)",
+    )
+    parser.add_argument(
+        "--tls-key-file",
+        default=env_default("ENCLAVE_PROXY_TLS_KEY", ""),
+        help="PEM key of --tls-cert-file (env ENCLAVE_PROXY_TLS_KEY)",
+    )
+    parser.add_argument(
+        "--client-ca-file",
+        default=env_default("ENCLAVE_PROXY_CLIENT_CA", ""),
+        help="PEM CA whose client certificates authenticate callers (CN user, O groups); empty: bearer tokens "
+        "only (env ENCLAVE_PROXY_CLIENT_CA)",
+    )
+    parser.add_argument(
+        "--token-cache-ttl",
+        default=env_default("ENCLAVE_PROXY_TOKEN_CACHE_TTL", "10s"),
+        help="how long a TokenReview's answer is reused for the same token; a revoked token keeps working "
+        "through the proxy this long at most (env ENCLAVE_PROXY_TOKEN_CACHE_TTL)",
+    )
+    parser.add_argument(
+        "--upstream-connections",
+        type=int,
+        default=int(env_default("ENCLAVE_PROXY_UPSTREAM_CONNECTIONS", "1024")),
+        help="connections to kube-apiserver at most; each pass-through watch holds one "
+        "(env ENCLAVE_PROXY_UPSTREAM_CONNECTIONS)",
+    )
+    grpc.add_subscription_flags(parser, "config", "tenants")
+    args = parser.parse_args(argv)
+    if not args.tls_cert_file or not args.tls_key_file:
+        parser.error("--tls-cert-file and --tls-key-file are required: the proxy serves HTTPS only")
+    if not args.tenants_endpoint:
+        parser.error("--tenants-endpoint is required: the proxy decides what tenant users see from its snapshot")
+    try:
+        args.token_ttl = parse_duration(args.token_cache_ttl).total_seconds()
+    except ValueError as err:
+        parser.error(f"--token-cache-ttl: {err}")
+    if args.upstream_connections < 1:
+        parser.error("--upstream-connections must be at least 1")
+    return args
+
+
+def server_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext:
+    """TLS 1.2+ with the serving pair; with a client CA, a client certificate is asked for and verified when
+    sent (optional: callers with bearer tokens send none)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    if client_ca:
+        context.load_verify_locations(cafile=client_ca)
+        context.verify_mode = ssl.CERT_OPTIONAL
+    return context
+
+
+async def body(process: component.Component) -> None:
+    args = process.args
+    assert process.api is not None
+    kube = Kube(process.api, field_manager="enclave-proxy")
+    visibility = Visibility()
+    index = NamespaceIndex(kube, visibility)
+
+    def accept_tenancy(snapshot: Snapshot) -> None:
+        visibility.set_tenancy(TenancySnapshot.model_validate_json(snapshot.payload))
+        index.snapshots_changed()
+
+    def accept_views(views: Mapping[str, TenantView], snapshot: Snapshot) -> None:
+        visibility.set_tenancy(TenancySnapshot.from_views(views.values()))
+        index.snapshots_changed()
+
+    def accept_config(snapshot: Snapshot) -> None:
+        visibility.set_config(EffectiveConfiguration.model_validate_json(snapshot.payload))
+        index.snapshots_changed()
+
+    grpc.subscribe(
+        process,
+        args.tenants_endpoint,
+        tenants_pb2_grpc.TenantServiceStub,
+        TENANCY_KIND,
+        accept_tenancy,
+        items=ItemsConsumer(parse=TenancySnapshot.parse_item, accept=accept_views),
+    )
+    if args.config_endpoint:
+        grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
+    else:
+        log.warning("no --config-endpoint: tenant users are the enclave.dev group and tenant owners")
+    process.readiness.add("namespaces-synced")
+    process.readiness.add("listening")
+    process.spawn(index.run(), "namespace-informer")
+
+    async def synced() -> None:
+        await index.synced.wait()
+        process.readiness.set("namespaces-synced")
+
+    process.spawn(synced(), "namespaces-synced")
+    upstream = Upstream(process.api, connections=args.upstream_connections)
+    reviewer = TokenReviewer(kube, ttl=args.token_ttl)
+    server = ProxyServer(upstream, reviewer, visibility, index)
+    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
+    await runner.setup()
+    address = HostPort.parse(args.listen_address)
+    context = server_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    site = web.TCPSite(runner, address.host, address.port, ssl_context=context)
+    try:
+        await site.start()
+        process.readiness.set("listening")
+        log.info("serving", extra={"address": str(address), "client_ca": bool(args.client_ca_file)})
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        await upstream.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.run("proxy", parse_args(argv), body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

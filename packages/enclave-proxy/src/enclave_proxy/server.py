@@ -1,0 +1,164 @@
+"""The HTTPS listener: authenticate, then answer from memory or pass through, in that order.
+
+1. A caller that sends any ``Impersonate-*`` header is refused (403): the proxy's own account may impersonate
+   anyone, so honouring the header would lend the caller the proxy's right (docs/proxy.md).
+2. The caller is authenticated: a verified client certificate, else a bearer token through TokenReview.
+   Neither: 401, as kube-apiserver answers an anonymous request it does not allow.
+3. ``GET /api/v1/namespaces`` (list or watch) by a tenant user is answered from memory
+   (:mod:`enclave_proxy.namespaces`).
+4. Everything else goes to kube-apiserver as the caller (:mod:`enclave_proxy.forward`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import ssl
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import Counter, Histogram
+
+from enclave_proxy.forward import MAX_BODY, Upstream
+from enclave_proxy.identity import (
+    AuthenticationUnavailableError,
+    Identity,
+    TokenReviewer,
+    bearer_token,
+    from_certificate,
+    impersonating,
+    impersonation_headers,
+)
+from enclave_proxy.namespaces import NamespaceIndex, list_body, serve_watch
+from enclave_proxy.query import NAMESPACE_FIELDS, SelectorError, selection
+from enclave_proxy.tables import accepts_json, wants_table
+from enclave_proxy.visibility import Visibility
+
+log = logging.getLogger(__name__)
+
+REQUESTS = Counter(
+    "enclave_proxy_requests_total",
+    "Requests by how the proxy handled them (forwarded, upgraded, filtered, refused) and the answer's code",
+    ["route", "code"],
+)
+FILTERED_SECONDS = Histogram(
+    "enclave_proxy_filtered_seconds",
+    "Seconds to answer a tenant user's namespace list from memory",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25),
+)
+
+NAMESPACE_PATHS = frozenset({"/api/v1/namespaces", "/api/v1/watch/namespaces"})
+
+
+def status(code: int, reason: str, message: str) -> web.Response:
+    """A ``meta/v1`` Status, the body kubectl prints for an error."""
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    return web.Response(status=code, body=orjson.dumps(body), content_type="application/json")
+
+
+class ProxyServer:
+    """The request handler and the state it decides from."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        reviewer: TokenReviewer,
+        visibility: Visibility,
+        namespaces: NamespaceIndex,
+    ) -> None:
+        self.upstream = upstream
+        self.reviewer = reviewer
+        self.visibility = visibility
+        self.namespaces = namespaces
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, handler_args={"max_field_size": 65536})
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def authenticate(self, request: web.Request) -> Identity | None:
+        transport = request.transport
+        peer: dict[str, Any] | None = None
+        if transport is not None:
+            ssl_object = transport.get_extra_info("ssl_object")
+            if isinstance(ssl_object, ssl.SSLObject | ssl.SSLSocket):
+                peer = ssl_object.getpeercert()
+        identity = from_certificate(peer)
+        if identity is not None:
+            return identity
+        token = bearer_token(request.headers.get("Authorization", ""))
+        if token is None:
+            return None
+        return await self.reviewer.review(token)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        route, response = await self._route(request)
+        REQUESTS.labels(route, str(response.status)).inc()
+        return response
+
+    async def _route(self, request: web.Request) -> tuple[str, web.StreamResponse]:
+        forged = impersonating(request.headers.keys())
+        if forged:
+            message = (
+                f"enclave-proxy does not forward impersonation: send the request without {', '.join(forged)} "
+                "(or straight to kube-apiserver, which checks your right to impersonate)"
+            )
+            return "refused", status(403, "Forbidden", message)
+        try:
+            identity = await self.authenticate(request)
+        except AuthenticationUnavailableError:
+            return "refused", status(503, "ServiceUnavailable", "enclave-proxy cannot review the token now; retry")
+        if identity is None:
+            return "refused", status(401, "Unauthorized", "Unauthorized")
+        if request.method == "GET" and request.path in NAMESPACE_PATHS:
+            allowed = self.visibility.namespaces(identity.user, identity.groups)
+            if allowed is not None:
+                return "filtered", await self._namespaces(request, identity)
+        headers = impersonation_headers(identity)
+        if request.headers.get("Upgrade"):
+            return "upgraded", await self.upstream.upgrade(request, headers)
+        return "forwarded", await self.upstream.forward(request, headers)
+
+    async def _namespaces(self, request: web.Request, identity: Identity) -> web.StreamResponse:
+        query = request.query
+        try:
+            chosen = selection(query, NAMESPACE_FIELDS)
+        except SelectorError as err:
+            return status(400, "BadRequest", str(err))
+        accept = request.headers.get("Accept", "")
+        table = wants_table(accept)
+        if table is None and not accepts_json(accept):
+            return status(406, "NotAcceptable", "enclave-proxy answers tenant namespace lists in JSON only")
+        if not self.namespaces.synced.is_set():
+            return status(503, "ServiceUnavailable", "enclave-proxy has not listed namespaces yet; retry")
+
+        def allowed() -> frozenset[str] | None:
+            return self.visibility.namespaces(identity.user, identity.groups)
+
+        if request.path == "/api/v1/watch/namespaces" or query.get("watch") in ("true", "1"):
+            return await serve_watch(request, self.namespaces, allowed, chosen, table)
+        started = time.perf_counter()
+        names = allowed() or frozenset()
+        objects = self.namespaces.visible(names, chosen)
+        try:
+            body = list_body(
+                objects,
+                query,
+                table=table,
+                resource_version=self.namespaces.informer.resource_version,
+                now=datetime.datetime.now(datetime.UTC),
+            )
+        except ValueError as err:
+            return status(400, "BadRequest", str(err))
+        FILTERED_SECONDS.observe(time.perf_counter() - started)
+        return web.Response(body=orjson.dumps(body), content_type="application/json")

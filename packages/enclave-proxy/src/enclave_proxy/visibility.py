@@ -1,0 +1,72 @@
+"""Which namespaces a caller may list through the proxy, decided from the snapshots (no API call).
+
+The classification is admission's (``enclave_admission.state.State._classify``), restated here because
+components never import each other: a caller in ``ignoreUserWithGroups`` or among the ``administrators`` is
+not a tenant user; one who owns a tenant or matches the configuration's ``users`` is. Only tenant users get a
+filtered answer: the namespaces of the tenants they own (possibly none). Everyone else (administrators, the
+tenants' service accounts, other users) is passed through to kube-apiserver, whose RBAC decides as usual.
+
+Answers are memoised per (user, groups) for the life of one pair of snapshots: a handful of users make most
+requests, and a snapshot change starts the memo over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from enclave_core.api.meta import Entity
+from enclave_core.snapshots.configuration import DEFAULT_USER_GROUP, EffectiveConfiguration
+from enclave_core.snapshots.tenancy import TenancySnapshot, entity_matches
+
+MAX_MEMO = 10_000
+
+DEFAULT_USERS = (Entity(kind="Group", name=DEFAULT_USER_GROUP),)
+"""Tenant users when no configuration snapshot is followed (the chart's default)."""
+
+
+@dataclass
+class Visibility:
+    """The current snapshots and the per-caller answers computed from them."""
+
+    tenancy: TenancySnapshot = field(default_factory=TenancySnapshot)
+    config: EffectiveConfiguration | None = None
+    revision: int = 0
+    """Bumped on every snapshot change: a watch re-evaluates what its caller sees when it moves."""
+    _memo: dict[tuple[str, tuple[str, ...]], frozenset[str] | None] = field(default_factory=dict)
+
+    def set_tenancy(self, tenancy: TenancySnapshot) -> None:
+        self.tenancy = tenancy
+        self._changed()
+
+    def set_config(self, config: EffectiveConfiguration) -> None:
+        self.config = config
+        self._changed()
+
+    def _changed(self) -> None:
+        self.revision += 1
+        self._memo = {}
+
+    def namespaces(self, user: str, groups: tuple[str, ...]) -> frozenset[str] | None:
+        """The namespaces ``user`` may see when it is a tenant user, else None (pass the request through)."""
+        key = (user, groups)
+        if key in self._memo:
+            return self._memo[key]
+        found = self._decide(user, groups)
+        if len(self._memo) >= MAX_MEMO:
+            self._memo = {}
+        self._memo[key] = found
+        return found
+
+    def _decide(self, user: str, groups: tuple[str, ...]) -> frozenset[str] | None:
+        users: tuple[Entity, ...] | list[Entity] = DEFAULT_USERS
+        if self.config is not None:
+            spec = self.config.spec
+            if spec.ignore_user_with_groups and set(spec.ignore_user_with_groups) & set(groups):
+                return None
+            if any(entity_matches(admin, user, groups) for admin in spec.administrators or ()):
+                return None
+            users = self.config.users
+        owned = self.tenancy.owned_by(user, groups)
+        if not owned and not any(entity_matches(entity, user, groups) for entity in users):
+            return None
+        return frozenset(name for tenant in owned for name in tenant.namespaces)

@@ -1,0 +1,118 @@
+"""Tenant namespace lists and watches from memory: the events that keep a watch level with the cluster."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from enclave_core.api.meta import Entity
+from enclave_core.kube.connection import Connection
+from enclave_core.kube.rest import Kube
+from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
+from enclave_proxy.namespaces import NamespaceIndex, NamespaceWatch, list_body
+from enclave_proxy.query import NAMESPACE_FIELDS, selection
+from enclave_proxy.visibility import Visibility
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def ns(name: str, version: int, **labels: str) -> dict[str, Any]:
+    return {
+        "kind": "Namespace",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "resourceVersion": str(version), "labels": labels},
+    }
+
+
+def tenancy(*names: str) -> TenancySnapshot:
+    owner = [Entity(kind="User", name="alice")]
+    return TenancySnapshot(tenants=[TenantView(name="oil", uid="1", owners=owner, namespaces=list(names))])
+
+
+def index(*objects: dict[str, Any]) -> NamespaceIndex:
+    built = NamespaceIndex(
+        Kube(Connection("http://127.0.0.1:1"), "test"), Visibility(tenancy=tenancy("oil-a", "oil-b"))
+    )
+    for obj in objects:
+        built.informer.apply_event("ADDED", obj)
+    return built
+
+
+def watch(
+    built: NamespaceIndex, selector: str = "", initial: bool = True, groups: tuple[str, ...] = ("enclave.dev",)
+) -> NamespaceWatch:
+    def allowed() -> frozenset[str] | None:
+        return built.visibility.namespaces("alice", groups)
+
+    created = NamespaceWatch(built, allowed, selection({"labelSelector": selector}, NAMESPACE_FIELDS), initial=initial)
+    built.watches.add(created)
+    return created
+
+
+def kinds(events: list[tuple[str, dict[str, Any]]] | None) -> list[tuple[str, str]]:
+    assert events is not None
+    return [(kind, obj["metadata"]["name"]) for kind, obj in events]
+
+
+def test_a_watch_from_nothing_starts_with_the_tenants_namespaces() -> None:
+    built = index(ns("oil-a", 1), ns("oil-b", 2), ns("gas-a", 3))
+    assert kinds(watch(built).events()) == [("ADDED", "oil-a"), ("ADDED", "oil-b")]
+
+
+def test_a_watch_from_a_list_starts_quiet() -> None:
+    built = index(ns("oil-a", 1))
+    assert kinds(watch(built, initial=False).events()) == []
+
+
+def test_changes_deletions_and_other_tenants_namespaces() -> None:
+    built = index(ns("oil-a", 1), ns("gas-a", 3))
+    tenant = watch(built)
+    tenant.events()
+    built.informer.apply_event("MODIFIED", ns("oil-a", 4, team="x"))
+    built.informer.apply_event("MODIFIED", ns("gas-a", 5))
+    assert kinds(tenant.events()) == [("MODIFIED", "oil-a")]
+    built.informer.apply_event("DELETED", ns("oil-a", 6))
+    assert kinds(tenant.events()) == [("DELETED", "oil-a")]
+
+
+def test_a_namespace_joining_and_leaving_the_tenant_is_added_and_deleted() -> None:
+    built = index(ns("oil-a", 1), ns("new", 2))
+    tenant = watch(built)
+    tenant.events()
+    built.visibility.set_tenancy(tenancy("oil-a", "new"))
+    built.snapshots_changed()
+    assert kinds(tenant.events()) == [("ADDED", "new")]
+    built.visibility.set_tenancy(tenancy("new"))
+    built.snapshots_changed()
+    assert kinds(tenant.events()) == [("DELETED", "oil-a")]
+
+
+def test_an_object_that_stops_matching_the_selector_is_deleted_from_the_watch() -> None:
+    built = index(ns("oil-a", 1, team="x"))
+    tenant = watch(built, "team=x")
+    assert kinds(tenant.events()) == [("ADDED", "oil-a")]
+    built.informer.apply_event("MODIFIED", ns("oil-a", 2, team="y"))
+    assert kinds(tenant.events()) == [("DELETED", "oil-a")]
+
+
+def test_a_caller_who_stops_being_a_tenant_user_ends_the_watch() -> None:
+    built = index(ns("oil-a", 1))
+    tenant = watch(built, groups=())  # a tenant user only as the owner
+    tenant.events()
+    built.visibility.set_tenancy(TenancySnapshot())
+    built.snapshots_changed()
+    assert tenant.events() is None
+
+
+def test_pages_follow_limit_and_continue() -> None:
+    objects = [ns(f"oil-{i}", i) for i in range(5)]
+    first = list_body(objects, {"limit": "2"}, table=None, resource_version="9", now=NOW)
+    assert [o["metadata"]["name"] for o in first["items"]] == ["oil-0", "oil-1"]
+    second = list_body(
+        objects, {"limit": "2", "continue": first["metadata"]["continue"]}, table=None, resource_version="9", now=NOW
+    )
+    assert [o["metadata"]["name"] for o in second["items"]] == ["oil-2", "oil-3"]
+    with pytest.raises(ValueError, match="continue token"):
+        list_body(objects, {"continue": "not-a-token"}, table=None, resource_version="9", now=NOW)

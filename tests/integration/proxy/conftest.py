@@ -1,0 +1,211 @@
+"""enclave-proxy as a real process in front of the session's kube-apiserver, with the tenancy core behind it.
+
+The proxy runs as an identity of its own (a client certificate) holding exactly the chart's ClusterRole for it
+(impersonate, create TokenReviews, read namespaces), so a test that passes here also proves those rights are
+enough. Callers reach it with kubectl (built from the pinned Kubernetes module) and kubeconfigs that point at
+the proxy's HTTPS address: a ServiceAccount token from the TokenRequest API as the bearer token, or a client
+certificate of the control plane's CA (the proxy is given that CA).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from enclave_testing.binaries import ensure
+from enclave_testing.components import ComponentSpec, RunningComponent, start_component
+from enclave_testing.controlplane import ControlPlane
+from enclave_testing.names import unique
+from enclave_testing.processes import free_port
+from enclave_testing.stack import TenancyStack, create_namespace, start_tenancy
+
+USERS = "enclave.dev"
+PROXY = ComponentSpec("proxy", "enclave_proxy")
+SA_GROUPS = ["system:serviceaccounts", "system:authenticated"]
+
+PROXY_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"]},
+    # userextras/<key> for every key a token may carry (RBAC has no "userextras/*"), and uids
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["*"], "verbs": ["impersonate"]},
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+]
+"""The chart's ClusterRole for enclave-proxy (charts/enclave/templates/proxy/rbac.yaml), repeated here so the
+suite runs the proxy with no more than it."""
+
+
+@dataclass
+class Caller:
+    """A ServiceAccount signing in through the proxy with a TokenRequest token."""
+
+    namespace: str
+    name: str
+    token: str
+    kubeconfig: Path
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.name}"
+
+
+@dataclass
+class ProxyStack:
+    plane: ControlPlane
+    stack: TenancyStack
+    proxy: RunningComponent
+    url: str
+    ca_file: Path
+    workdir: Path
+    kubectl_path: Path
+    home: str = ""
+    """A namespace outside every tenant where the suite's ServiceAccounts live."""
+    created: list[str] = field(default_factory=list)
+
+    @property
+    def kube(self) -> Any:
+        return self.plane.admin_client()
+
+    def kubeconfig(self, name: str, user: dict[str, Any]) -> Path:
+        path = self.workdir / f"{name}.kubeconfig"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "proxy", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}
+            ],
+            "users": [{"name": name, "user": user}],
+            "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": name}}],
+            "current-context": "proxy",
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def caller(self, name: str) -> Caller:
+        """A ServiceAccount of the suite's home namespace and a kubeconfig with its token, for the proxy."""
+        core = client.CoreV1Api(self.kube)
+        with contextlib.suppress(ApiException):
+            core.create_namespaced_service_account(self.home, {"metadata": {"name": name}})
+        request = {"spec": {"expirationSeconds": 3600}}
+        token = str(core.create_namespaced_service_account_token(name, self.home, request).status.token)
+        return Caller(self.home, name, token, self.kubeconfig(name, {"token": token}))
+
+    def tenant_of(self, caller: Caller, count: int) -> tuple[str, list[str]]:
+        """A fresh tenant owned by ``caller`` and ``count`` namespaces it created in it (as itself)."""
+        tenant = unique("px")
+        self.stack.tenant(tenant, [{"kind": "User", "name": caller.user}])
+        names = [f"{tenant}-{i}" for i in range(count)]
+        for name in names:
+            self.add_namespace(caller, name)
+        return tenant, names
+
+    def add_namespace(self, caller: Caller, name: str) -> None:
+        """Create ``name`` as ``caller`` (impersonated, in the tenant-user group too: the provisioner role)."""
+        create_namespace(self.plane.impersonate(caller.user, [*SA_GROUPS, USERS]), name)
+        self.created.append(name)
+
+    def kubectl(
+        self, kubeconfig: Path, *args: str, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(self.kubectl_path), f"--kubeconfig={kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} exited {done.returncode}: {done.stderr}")
+        return done
+
+    def kubectl_json(self, kubeconfig: Path, *args: str) -> dict[str, Any]:
+        answer: dict[str, Any] = json.loads(self.kubectl(kubeconfig, *args, "-o", "json").stdout)
+        return answer
+
+
+def _grant(kube: Any, user: str) -> str:
+    rbac = client.RbacAuthorizationV1Api(kube)
+    name = unique("enclave-proxy-test")
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": PROXY_RULES})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        }
+    )
+    return name
+
+
+@pytest.fixture(scope="module")
+def proxied(
+    control_plane: ControlPlane, enclave_crds: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxyStack]:
+    kubectl_path = ensure("kubectl")["kubectl"]
+    workdir = tmp_path_factory.mktemp("proxy")
+    stack = start_tenancy(control_plane, [{"kind": "Group", "name": USERS}])
+    kube = control_plane.admin_client()
+    identity = unique("enclave-proxy")
+    grant = _grant(kube, identity)
+    home = unique("proxy-home")
+    client.CoreV1Api(kube).create_namespace({"metadata": {"name": home}})
+    assert control_plane.ca is not None
+    serving = control_plane.ca.issue("enclave-proxy", dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+    (workdir / "serving.crt").write_bytes(serving.cert_pem)
+    (workdir / "serving.key").write_bytes(serving.key_pem)
+    port = free_port()
+    endpoints = {p.spec.name: p.grpc_target for p in stack.processes if p.spec.grpc}
+    proxy: RunningComponent | None = None
+    try:
+        proxy = start_component(
+            PROXY,
+            kubeconfig=control_plane.identity_kubeconfig(identity),
+            log_dir=control_plane.log_dir,
+            namespace=stack.namespace,
+            endpoints={},
+            identity=identity,
+            args=[
+                f"--listen-address=127.0.0.1:{port}",
+                f"--tls-cert-file={workdir / 'serving.crt'}",
+                f"--tls-key-file={workdir / 'serving.key'}",
+                f"--client-ca-file={control_plane.ca_file}",
+                f"--tenants-endpoint={endpoints['tenants']}",
+                f"--config-endpoint={endpoints['config']}",
+            ],
+        )
+        yield ProxyStack(
+            control_plane,
+            stack,
+            proxy,
+            f"https://127.0.0.1:{port}",
+            control_plane.ca_file,
+            workdir,
+            kubectl_path,
+            home=home,
+        )
+    finally:
+        if proxy is not None:
+            proxy.process.stop()
+        stack.close()
+        core = client.CoreV1Api(kube)
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(home)
+        rbac = client.RbacAuthorizationV1Api(kube)
+        with contextlib.suppress(ApiException):
+            rbac.delete_cluster_role_binding(grant)
+        with contextlib.suppress(ApiException):
+            rbac.delete_cluster_role(grant)
+
+
+@pytest.fixture
+def caller(proxied: ProxyStack) -> Callable[[str], Caller]:
+    return proxied.caller

@@ -1,0 +1,160 @@
+"""kubectl through enclave-proxy as a tenant owner signed in with a bearer token (a TokenRequest token).
+
+What the proxy answers itself (the tenant's namespaces, listed and watched) and what it passes through with the
+caller's own rights (namespaced requests, a refusal kept a refusal), and the refusals that keep a caller from
+acting as anyone else (docs/proxy.md's security table names a test of this module per row).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import ssl
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from enclave_testing.waiting import poll
+
+from .conftest import Caller, ProxyStack
+
+
+def names_seen(proxied: ProxyStack, caller: Caller, *args: str) -> set[str]:
+    out = proxied.kubectl(caller.kubeconfig, "get", "namespaces", "-o", "name", *args).stdout
+    return {line.removeprefix("namespace/") for line in out.split()}
+
+
+def raw(proxied: ProxyStack, path: str, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """One HTTPS request to the proxy with exactly ``headers``; the status and the JSON body."""
+    context = ssl.create_default_context(cafile=str(proxied.ca_file))
+    request = urllib.request.Request(proxied.url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return int(answer.status), json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_tenant_owner_lists_exactly_its_namespaces(proxied: ProxyStack, caller: Callable[[str], Caller]) -> None:
+    owner, stranger = caller("owner-list"), caller("stranger-list")
+    _, mine = proxied.tenant_of(owner, 2)
+    _, theirs = proxied.tenant_of(stranger, 1)
+    poll(lambda: names_seen(proxied, owner) == set(mine), timeout=30, what="the owner's namespaces through the proxy")
+    assert names_seen(proxied, stranger) == set(theirs)
+    # kubectl's own table (the server-side Table the proxy renders), first column
+    table = proxied.kubectl(owner.kubeconfig, "get", "namespaces").stdout.splitlines()
+    assert table[0].split() == ["NAME", "STATUS", "AGE"]
+    assert {line.split()[0] for line in table[1:]} == set(mine)
+    # selectors still apply
+    assert names_seen(proxied, owner, "-l", f"kubernetes.io/metadata.name={mine[0]}") == {mine[0]}
+    assert names_seen(proxied, owner, "--field-selector", f"metadata.name!={mine[0]}") == {mine[1]}
+    assert names_seen(proxied, owner, "-l", f"kubernetes.io/metadata.name={theirs[0]}") == set()
+
+
+def test_namespaced_request_passes_through_with_the_callers_rights(
+    proxied: ProxyStack, caller: Callable[[str], Caller]
+) -> None:
+    owner = caller("owner-pass")
+    _, mine = proxied.tenant_of(owner, 1)
+    poll(
+        lambda: proxied.kubectl(owner.kubeconfig, "get", "configmaps", "-n", mine[0], check=False).returncode == 0,
+        timeout=30,
+        what="the owner's admin binding in its namespace",
+    )
+    refused = proxied.kubectl(owner.kubeconfig, "get", "configmaps", "-n", "kube-system", check=False)
+    assert refused.returncode != 0
+    assert "Forbidden" in refused.stderr
+    assert f'User "{owner.user}" cannot list resource "configmaps"' in refused.stderr
+
+
+def test_tenant_watch_sees_a_namespace_join_the_tenant(proxied: ProxyStack, caller: Callable[[str], Caller]) -> None:
+    owner = caller("owner-watch")
+    tenant, mine = proxied.tenant_of(owner, 1)
+    poll(lambda: names_seen(proxied, owner) == set(mine), timeout=30, what="the owner's namespace through the proxy")
+    watch = subprocess.Popen(
+        [str(proxied.kubectl_path), f"--kubeconfig={owner.kubeconfig}", "get", "namespaces", "-w", "-o", "name"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert watch.stdout is not None
+        for line in watch.stdout:
+            lines.put(line.strip().removeprefix("namespace/"))
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: set[str] = set()
+
+    def saw(name: str) -> Callable[[], bool]:
+        def check() -> bool:
+            while not lines.empty():
+                seen.add(lines.get_nowait())
+            return name in seen
+
+        return check
+
+    try:
+        poll(saw(mine[0]), timeout=30, what="the listed namespace")
+        joining = f"{tenant}-late"
+        proxied.add_namespace(owner, joining)
+        poll(saw(joining), timeout=30, what="the namespace that joined the tenant, on the watch")
+        assert seen <= {mine[0], joining}
+    finally:
+        watch.terminate()
+        watch.wait(10)
+
+
+def test_forged_impersonation_header_is_refused(proxied: ProxyStack, caller: Callable[[str], Caller]) -> None:
+    owner = caller("owner-forge")
+    as_admin = proxied.kubectl(
+        owner.kubeconfig, "--as=admin", "--as-group=system:masters", "get", "pods", "-A", check=False
+    )
+    assert as_admin.returncode != 0
+    assert "does not forward impersonation" in as_admin.stderr
+    code, body = raw(
+        proxied,
+        "/api/v1/namespaces/kube-system/secrets",
+        {"Authorization": f"Bearer {owner.token}", "impersonate-user": "system:admin"},
+    )
+    assert (code, body["reason"]) == (403, "Forbidden")
+
+
+def test_caller_without_credentials_is_unauthorized(proxied: ProxyStack) -> None:
+    assert raw(proxied, "/api/v1/namespaces", {})[0] == 401
+    assert raw(proxied, "/api/v1/namespaces", {"Authorization": "Bearer not-a-token"})[0] == 401
+    assert raw(proxied, "/version", {"Authorization": "Basic YWRtaW46YWRtaW4="})[0] == 401
+
+
+def test_administrator_certificate_passes_through(proxied: ProxyStack) -> None:
+    assert proxied.plane.ca is not None
+    pair = proxied.plane.ca.issue("proxy-admin", organizations=["system:masters"], server=False, client=True)
+    (proxied.workdir / "admin.crt").write_bytes(pair.cert_pem)
+    (proxied.workdir / "admin.key").write_bytes(pair.key_pem)
+    kubeconfig = proxied.kubeconfig(
+        "admin",
+        {"client-certificate": str(proxied.workdir / "admin.crt"), "client-key": str(proxied.workdir / "admin.key")},
+    )
+    out = proxied.kubectl(kubeconfig, "get", "namespaces", "-o", "name").stdout.split()
+    assert "namespace/default" in out
+    assert "namespace/kube-system" in out
+
+
+def test_upgrade_request_reaches_kube_apiserver_as_the_caller(
+    proxied: ProxyStack, caller: Callable[[str], Caller]
+) -> None:
+    owner = caller("owner-exec")
+    _, mine = proxied.tenant_of(owner, 1)
+    poll(
+        lambda: proxied.kubectl(owner.kubeconfig, "get", "pods", "-n", mine[0], check=False).returncode == 0,
+        timeout=30,
+        what="the owner's admin binding in its namespace",
+    )
+    missing = proxied.kubectl(owner.kubeconfig, "exec", "-n", mine[0], "no-such-pod", "--", "true", check=False)
+    assert 'pods "no-such-pod" not found' in missing.stderr
+    refused = proxied.kubectl(owner.kubeconfig, "exec", "-n", "kube-system", "no-such-pod", "--", "true", check=False)
+    assert "Forbidden" in refused.stderr or "forbidden" in refused.stderr
