@@ -35,7 +35,9 @@ DAY = timedelta(days=1)
         ("enclave-tenants", [TENANCY_KIND], False),
         ("enclave-replication", [CONFIG_KIND, RULES_KIND], False),
         ("enclave-admission", ["SomethingNew"], False),
-        ("enclave-proxy", [CONFIG_KIND], False),
+        ("enclave-proxy", [CONFIG_KIND, TENANCY_KIND], True),
+        ("enclave-proxy", [RULES_KIND], False),
+        ("enclave-stranger", [CONFIG_KIND], False),
         (None, [CONFIG_KIND], False),
     ],
 )

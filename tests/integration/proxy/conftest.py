@@ -163,6 +163,7 @@ def proxied(
     (workdir / "serving.crt").write_bytes(serving.cert_pem)
     (workdir / "serving.key").write_bytes(serving.key_pem)
     port = free_port()
+    assert stack.certificates is not None
     endpoints = {p.spec.name: p.grpc_target for p in stack.processes if p.spec.grpc}
     proxy: RunningComponent | None = None
     try:
@@ -174,6 +175,7 @@ def proxied(
             endpoints={},
             identity=identity,
             args=[
+                *stack.certificates.args(PROXY),  # its own client certificate, as the chart mounts it
                 f"--listen-address=127.0.0.1:{port}",
                 f"--tls-cert-file={workdir / 'serving.crt'}",
                 f"--tls-key-file={workdir / 'serving.key'}",

@@ -29,14 +29,15 @@ QUOTAS: Final = "enclave-quotas"
 GLOBALQUOTAS: Final = "enclave-globalquotas"
 POOLS: Final = "enclave-pools"
 REPLICATION: Final = "enclave-replication"
+PROXY: Final = "enclave-proxy"
 
-_CONFIGURED = frozenset({ADMISSION, TENANTS, QUOTAS, GLOBALQUOTAS, POOLS, REPLICATION})
+_CONFIGURED = frozenset({ADMISSION, TENANTS, QUOTAS, GLOBALQUOTAS, POOLS, REPLICATION, PROXY})
 """Every component that follows enclave-config's effective configuration."""
 
 SUBSCRIBERS: Final[Mapping[str, frozenset[str]]] = {
     CONFIG_KIND: _CONFIGURED,
     INVALIDATION_KIND: _CONFIGURED,
-    TENANCY_KIND: frozenset({ADMISSION}),
+    TENANCY_KIND: frozenset({ADMISSION, PROXY}),  # the proxy: which namespaces a tenant user may list
     RULES_KIND: frozenset({ADMISSION}),
     QUOTAS_KIND: frozenset({ADMISSION}),
     GLOBALQUOTAS_KIND: frozenset({ADMISSION}),
