@@ -2,7 +2,7 @@
 
 Every invalid case must be refused with HTTP 422 and a message that names the offending field, so a
 user learns from the error alone what to fix. Cases are data (see ``INVALID``); each one starts from
-the valid example of its kind (:mod:`enclave_core.api.examples`) and changes a few fields.
+the valid example of its kind (:mod:`enclave_testing.examples`) and changes a few fields.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_core import API_GROUP, API_VERSION
 from enclave_core.api import KINDS, KindInfo, kind_info
-from enclave_core.api.examples import example, status_example
+from enclave_testing.examples import example, status_example
 
 pytestmark = pytest.mark.integration
 

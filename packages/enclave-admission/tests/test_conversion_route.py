@@ -11,8 +11,8 @@ from prometheus_client import REGISTRY
 from enclave_admission.server import AdmissionServer
 from enclave_admission.state import State
 from enclave_core.api.conversion import HUB, SPOKE
-from enclave_core.api.examples import example
-from enclave_core.api.v1beta1.examples import example_v1beta1
+from enclave_testing.examples import example
+from enclave_testing.examples_v1beta1 import example_v1beta1
 
 
 @contextlib.asynccontextmanager

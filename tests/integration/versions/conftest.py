@@ -14,9 +14,9 @@ from kubernetes.client.rest import ApiException
 
 from enclave_admission.defaults import url_client, webhooks
 from enclave_core.api import KINDS, kind_info
-from enclave_core.api.v1beta1.examples import example_v1beta1
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.examples_v1beta1 import example_v1beta1
 from enclave_testing.names import unique
 from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll

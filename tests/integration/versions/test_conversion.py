@@ -25,9 +25,9 @@ from enclave_config.crds import DIGEST_ANNOTATION
 from enclave_core.api import KINDS, kind_info
 from enclave_core.api.conversion import ANNOTATION, HUB, SPOKE, convert
 from enclave_core.api.crdgen import crd_for
-from enclave_core.api.examples import example
-from enclave_core.api.v1beta1.examples import example_v1beta1
 from enclave_testing.controlplane import ControlPlane
+from enclave_testing.examples import example
+from enclave_testing.examples_v1beta1 import example_v1beta1
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 

@@ -21,9 +21,9 @@ from enclave_core.api import (
     TenantOwner,
     kind_info,
 )
-from enclave_core.api.examples import EXAMPLES, example, status_example
 from enclave_core.api.meta import GO_DURATION
 from enclave_core.durations import parse_duration
+from enclave_testing.examples import EXAMPLES, example, status_example
 
 BY_KIND = pytest.mark.parametrize("info", KINDS, ids=lambda info: info.kind)
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from enclave_core.api import KINDS, kind_info
 from enclave_core.api.conversion import ANNOTATION, HUB, SPOKE, ConversionError, convert, review
-from enclave_core.api.examples import example, status_example
 from enclave_core.api.v1beta1 import IDENTICAL, MODELS, validate
-from enclave_core.api.v1beta1.examples import example_v1beta1
+from enclave_testing.examples import example, status_example
+from enclave_testing.examples_v1beta1 import example_v1beta1
 
 KIND_NAMES = [info.kind for info in KINDS]
 

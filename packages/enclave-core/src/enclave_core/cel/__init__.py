@@ -76,8 +76,10 @@ def new_engine(name: str = DEFAULT_ENGINE) -> Engine:
 
         return CelExprEngine()
     if name == "cel-python":
-        from enclave_core.cel.engine_celpy import CelPyEngine
-
+        try:
+            from enclave_core.cel.engine_celpy import CelPyEngine
+        except ModuleNotFoundError as err:  # an extra: components do not ship it (decision 0001)
+            raise ValueError("the cel-python engine needs the celpy extra: pip install 'enclave-core[celpy]'") from err
         return CelPyEngine()
     raise ValueError(f"unknown CEL engine {name!r}; known: cel-expr-python, cel-python")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Final
 
-from enclave_core.api.examples import EXAMPLES
 from enclave_core.api.v1beta1.meta import GROUP_VERSION
+from enclave_testing.examples import EXAMPLES
 
 __all__ = ["EXAMPLES_V1BETA1", "example_v1beta1"]
 
