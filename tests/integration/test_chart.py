@@ -309,6 +309,7 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
         "namespaces.mutate.enclave.dev",
         "resources.enclave.dev",
         "resources.mutate.enclave.dev",
+        "rolebindings.enclave.dev",
         "rules.enclave.dev",
         "serviceaccounts.enclave.dev",
         "serviceconfigurations.enclave.dev",
@@ -325,9 +326,12 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
         wanted_effects = "NoneOnDryRun" if hook["name"] == "resources.enclave.dev" else "None"
         assert hook["sideEffects"] == wanted_effects, hook["name"]
         assert hook["admissionReviewVersions"] == ["v1"], hook["name"]
-        if hook["name"].startswith("namespaces.") or hook["name"] == "tenants.enclave.dev":
-            # Guards kube-system's namespace object too (Tenants are cluster-scoped); the control plane is
-            # skipped by a matchCondition instead.
+        if hook["name"].startswith("namespaces.") or hook["name"] in (
+            "tenants.enclave.dev",
+            "rolebindings.enclave.dev",
+        ):
+            # Guards kube-system's namespace object too (Tenants are cluster-scoped; managed RoleBindings are
+            # selected by label); the control plane and Enclave's accounts are skipped by a matchCondition instead.
             assert "namespaceSelector" not in hook, hook["name"]
             condition = {c["name"]: c["expression"] for c in hook["matchConditions"]}["enclave.dev/skip-control-plane"]
             assert "system:serviceaccount:enclave-system:" in condition

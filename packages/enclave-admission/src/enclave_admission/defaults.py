@@ -33,6 +33,10 @@ Every choice scopes a hook as tightly as its rule allows:
   (objectSelector matches the old or the new object): other accounts never reach Enclave. It sees them in
   every namespace, not only tenant namespaces: a label written outside a tenant would promote the account the
   moment its namespace joins one. Fail-closed, since a promoted account can create namespaces.
+* **Managed RoleBindings** (``rolebindings.enclave.dev``) sees only RoleBindings labelled
+  ``app.kubernetes.io/managed-by: enclave-tenants`` (objectSelector, old or new object), skips the control plane
+  and Enclave's own accounts by the same matchCondition as the namespace hooks, and fails closed: a tenant
+  owner's ``admin`` would otherwise delete or rewrite the bindings that carry owners' and components' rights.
 * **Tenants** are fail-closed: an outage must not let an accidental delete of a ``preventDeletion`` tenant
   cascade to its namespaces, nor a Tenant or TenantOwner name an owner the namespace hooks skip (a ``system:``
   user, a kube-system service account). Cluster-scoped, so the namespace exclusion would mean nothing; the
@@ -309,6 +313,33 @@ def _replication_protection_hook() -> ValidatingWebhook:
     )
 
 
+MANAGED_ROLE_BINDINGS = LabelSelector(
+    match_expressions=[
+        LabelSelectorRequirement(key="app.kubernetes.io/managed-by", operator="In", values=["enclave-tenants"])
+    ]
+)
+"""The RoleBindings enclave-tenants writes (owners', additional roles', components' namespace grants)."""
+
+
+def _managed_role_bindings_hook(skip: MatchCondition) -> ValidatingWebhook:
+    """RoleBindings labelled as enclave-tenants', old or new object, CREATE/UPDATE/DELETE, fail-closed: they are
+    the fence's own rights in tenant namespaces. Enclave's components and the control plane are skipped by user
+    (``skip``), so enclave-tenants and the namespace controller never wait on it; every other RoleBinding write
+    never reaches Enclave (the objectSelector)."""
+    return ValidatingWebhook(
+        name="rolebindings.enclave.dev",
+        path=routes.ROLE_BINDINGS,
+        failure_policy="Fail",
+        timeout_seconds=5,
+        match_conditions=[skip],
+        object_selector=MANAGED_ROLE_BINDINGS,
+        rules=[_rule("rbac.authorization.k8s.io", ["rolebindings"], ["CREATE", "UPDATE", "DELETE"], "Namespaced")],
+        admission_review_versions=["v1"],
+        side_effects="None",
+        match_policy="Equivalent",
+    )
+
+
 RESOURCES_SKIPPED = (
     ("", "events"),
     ("events.k8s.io", "events"),
@@ -429,6 +460,7 @@ def webhooks(
             side_effects="None",
             match_policy="Equivalent",
         ),
+        _managed_role_bindings_hook(skip),
         ValidatingWebhook(
             name="tenants.enclave.dev",
             path=routes.TENANTS,

@@ -23,6 +23,7 @@ from enclave_admission.replication import mutation as replication_mutation
 from enclave_admission.replication import spec as replication_spec
 from enclave_admission.replication import validation as replication
 from enclave_admission.review import AdmissionRequest, Decision
+from enclave_admission.rolebindings import validation as rolebindings
 from enclave_admission.rules import mutation as rules_mutation
 from enclave_admission.rules import validation as rules_validation
 from enclave_admission.serviceaccounts import validation as serviceaccounts
@@ -41,6 +42,7 @@ seen yet, which wait for them)."""
 NAMESPACES_MUTATE: Final = "/namespaces/mutate"
 NAMESPACES: Final = "/namespaces"
 SERVICE_ACCOUNTS: Final = "/serviceaccounts"
+ROLE_BINDINGS: Final = "/rolebindings"
 NODES: Final = "/nodes"
 TENANTS: Final = "/tenants"
 RULES: Final = "/rules"
@@ -62,6 +64,7 @@ ROUTES: Final[dict[str, Handler]] = {
     NAMESPACES_MUTATE: namespace_mutation.answer,
     NAMESPACES: namespace_validation.answer,
     SERVICE_ACCOUNTS: serviceaccounts.validate,
+    ROLE_BINDINGS: rolebindings.validate,
     NODES: nodes.validate,
     TENANTS: tenants.validate,
     RULES: tenants.validate_rules,

@@ -161,6 +161,7 @@ def start_tenancy(
     globalquotas: bool = False,
     quotas: bool = False,
     replication: bool = False,
+    tenants_args: list[str] | None = None,
 ) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
@@ -169,7 +170,8 @@ def start_tenancy(
     metadata hook. ``extra_spec`` is merged into the ServiceConfiguration's spec (e.g. ``nodeMetadata``).
     ``pools`` also runs enclave-pools, admission subscribed to it, with the pool hooks registered;
     ``globalquotas`` likewise enclave-globalquotas and the GlobalResourceQuota hooks; ``quotas`` enclave-quotas
-    and the custom quota hooks; ``replication`` enclave-replication and the replication hooks.
+    and the custom quota hooks; ``replication`` enclave-replication and the replication hooks. ``tenants_args``
+    are extra flags of enclave-tenants (``--namespace-grant=<clusterrole>=<account>``, as the chart passes).
     """
     from enclave_admission.defaults import url_client, webhooks
 
@@ -204,7 +206,7 @@ def start_tenancy(
         enable_tls_reconciler(kube, stack.config_name)
         config.wait_ready()
         endpoints = {"config": config.grpc_target}
-        endpoints["tenants"] = start("tenants", endpoints).grpc_target
+        endpoints["tenants"] = start("tenants", endpoints, args=list(tenants_args or [])).grpc_target
         if pools:
             endpoints["pools"] = start("pools", {"config": endpoints["config"]}).grpc_target
         if globalquotas:

@@ -1,0 +1,1 @@
+"""The RoleBindings Enclave keeps in tenant namespaces: who may change them."""
