@@ -538,6 +538,7 @@ def test_every_component_renders(helm: Path, tmp_path: Path) -> None:
                 "view",
                 "enclave-tenants-managed-metadata",
                 "enclave-replication-impersonate",
+                "enclave-replication-read",
             ],
             "verbs": ["bind"],
         }

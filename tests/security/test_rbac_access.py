@@ -4,8 +4,8 @@ A compromised (or merely buggy) Enclave component is an attacker with its servic
 roles, rendered with every component on, are applied to the test control plane in a fresh release namespace,
 with the namespace grants enclave-tenants keeps in a tenant namespace (built by its own code from the chart's
 ``--namespace-grant`` flags); then SubjectAccessReviews, and impersonation itself, show each account is refused
-what its component never needs: enclave-tenants the CA key, enclave-replication kube-system's accounts,
-enclave-admission a ledger's spec. ``tests/security/test_rbac_rules.py`` pins the rules themselves.
+what its component never needs: enclave-tenants the CA key, enclave-replication kube-system's accounts and any
+Secret outside tenant and source namespaces, enclave-admission a ledger's spec. ``tests/security/test_rbac_rules.py`` pins the rules themselves.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class Release:
     namespace: str
     tenant_namespace: str
     accounts_namespace: str
+    sources_namespace: str
     kube: Any
 
     def allowed(self, component: str, verb: str, resource: str, namespace: str = "", **attributes: str) -> bool:
@@ -68,17 +69,22 @@ def _apply(kube: Any, docs: list[dict[str, Any]], namespace: str) -> list[tuple[
 def release(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     core = client.CoreV1Api(kube)
     namespace, tenant_namespace, accounts = unique("rbac-rel"), unique("rbac-tenant"), unique("rbac-accounts")
-    for name in (namespace, tenant_namespace, accounts):
+    sources = unique("rbac-sources")
+    for name in (namespace, tenant_namespace, accounts, sources):
         core.create_namespace({"metadata": {"name": name}})
     values = every_component_values()
-    values["replication"]["rbac"] = {"impersonationNamespaces": [accounts]}
+    values["replication"]["rbac"] = {"impersonationNamespaces": [accounts], "sourceNamespaces": [sources]}
     rendered = render(tmp_path_factory.mktemp("rbac"), values, namespace)
     kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
     docs = [doc for doc in rendered if doc["kind"] in kinds]
     tenants = next(d for d in rendered if d["kind"] == "Deployment" and d["metadata"]["name"] == "enclave-tenants")
     flags = [a for a in tenants["spec"]["template"]["spec"]["containers"][0]["args"] if "--namespace-grant=" in a]
     grants = [Grant.parse(flag.partition("=")[2], namespace) for flag in flags]
-    assert {g.cluster_role for g in grants} == {"enclave-tenants-managed-metadata", "enclave-replication-impersonate"}
+    assert {g.cluster_role for g in grants} == {
+        "enclave-tenants-managed-metadata",
+        "enclave-replication-impersonate",
+        "enclave-replication-read",
+    }
     # What enclave-tenants writes in a tenant namespace (no owners: only the grants).
     docs += list(bindings_for(tenant_namespace, "rbac", binding_templates([], grants=grants)).values())
     for account in ("writer",):
@@ -86,13 +92,13 @@ def release(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rel
     created: list[tuple[Any, dict[str, Any]]] = []
     try:
         created = _apply(kube, docs, namespace)
-        yield Release(namespace, tenant_namespace, accounts, kube)
+        yield Release(namespace, tenant_namespace, accounts, sources, kube)
     finally:
         for resource, doc in reversed(created):
             if not resource.namespaced:
                 with contextlib.suppress(ApiException):
                     resource.delete(name=doc["metadata"]["name"])
-        for name in (namespace, tenant_namespace, accounts):
+        for name in (namespace, tenant_namespace, accounts, sources):
             with contextlib.suppress(ApiException):
                 core.delete_namespace(name)
 
@@ -136,6 +142,30 @@ def test_replication_impersonating_a_kube_system_account_is_refused(release: Rel
     assert not release.allowed("replication", "impersonate", "groups"), "no group impersonation"
     assert release.allowed("replication", "impersonate", "serviceaccounts", release.tenant_namespace, name="writer")
     assert release.allowed("replication", "impersonate", "serviceaccounts", release.accounts_namespace, name="any")
+
+
+def test_replication_account_reading_the_ca_key_is_refused(release: Release) -> None:
+    """No Secret outside the tenant namespaces and ``sourceNamespaces``: not the CA key in the release namespace,
+    not kube-system's, not a cluster-wide list (which would be all of them)."""
+    for verb in ("get", "list", "watch"):
+        assert not release.allowed("replication", verb, "secrets", release.namespace, name="enclave-tls"), verb
+        assert not release.allowed("replication", verb, "secrets", release.namespace), verb
+        assert not release.allowed("replication", verb, "secrets", "kube-system"), verb
+        assert not release.allowed("replication", verb, "secrets"), verb
+    assert not release.allowed("replication", "list", "*"), "no read of every kind cluster-wide"
+    assert not release.allowed("replication", "list", "deployments", "kube-system", group="apps")
+
+
+def test_replication_account_reads_sources_where_they_are_granted(release: Release) -> None:
+    """What replication needs: every kind, Secrets included, in tenant namespaces (enclave-tenants' grant) and
+    in ``sourceNamespaces`` (the chart's); the ``readResources`` kinds cluster-wide, for one watch per kind."""
+    for namespace in (release.tenant_namespace, release.sources_namespace):
+        for verb in ("get", "list", "watch"):
+            assert release.allowed("replication", verb, "secrets", namespace), (namespace, verb)
+        assert release.allowed("replication", "watch", "deployments", namespace, group="apps")
+    for verb in ("list", "watch"):
+        assert release.allowed("replication", verb, "configmaps"), verb
+        assert release.allowed("replication", verb, "networkpolicies", group="networking.k8s.io"), verb
 
 
 def _as_replication(control_plane: ControlPlane, release: Release, acting_as: str) -> client.ApiClient:
@@ -206,7 +236,11 @@ def test_quota_controllers_rewriting_ledgers_elsewhere_is_refused(release: Relea
 def test_namespace_only_roles_are_bound_cluster_wide_by_no_one(release: Release) -> None:
     rbac = client.RbacAuthorizationV1Api(release.kube)
     for binding in rbac.list_cluster_role_binding().items:
-        assert binding.role_ref.name not in ("enclave-tenants-managed-metadata", "enclave-replication-impersonate")
+        assert binding.role_ref.name not in (
+            "enclave-tenants-managed-metadata",
+            "enclave-replication-impersonate",
+            "enclave-replication-read",
+        )
 
 
 def test_tenants_binds_the_namespace_grants_and_nothing_wider(release: Release, impersonate: Any) -> None:
@@ -214,7 +248,12 @@ def test_tenants_binds_the_namespace_grants_and_nothing_wider(release: Release, 
     groups = ["system:serviceaccounts", f"system:serviceaccounts:{release.namespace}", "system:authenticated"]
     as_tenants = impersonate(f"system:serviceaccount:{release.namespace}:enclave-tenants", groups)
     api = client.RbacAuthorizationV1Api(as_tenants)
-    for role in ("enclave-tenants-managed-metadata", "enclave-replication-impersonate", "cluster-admin"):
+    for role in (
+        "enclave-tenants-managed-metadata",
+        "enclave-replication-impersonate",
+        "enclave-replication-read",
+        "cluster-admin",
+    ):
         body = {
             "metadata": {"name": f"probe-{role}"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},

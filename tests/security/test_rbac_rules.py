@@ -36,7 +36,10 @@ def every_component_values() -> dict[str, Any]:
     """Every component on, and every value that shapes RBAC set."""
     values: dict[str, Any] = {name: {"enabled": True} for name in COMPONENTS}
     values["tenants"]["rbac"] = {"bindableClusterRoles": ["edit"]}
-    values["replication"]["rbac"] = {"impersonationNamespaces": ["replication-accounts"]}
+    values["replication"]["rbac"] = {
+        "impersonationNamespaces": ["replication-accounts"],
+        "sourceNamespaces": ["replication-sources"],
+    }
     values["networkPolicy"] = {"apiServerCIDRs": ["192.0.2.10/32"]}
     return values
 
@@ -138,6 +141,7 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
                 "edit",
                 "enclave-tenants-managed-metadata",
                 "enclave-replication-impersonate",
+                "enclave-replication-read",
             ],
         ),
         _rule(["enclave.dev"], ["rulestatuses"], [*READ, "create", "update", "patch"]),
@@ -195,19 +199,25 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
         _rule(["enclave.dev"], ["resourcepoolclaims"], [*READ, "create", "update", "patch", "delete"])
     },
     ("ClusterRole", "", "enclave-resourcepoolclaims-view"): {_rule(["enclave.dev"], ["resourcepoolclaims"], READ)},
-    # -- enclave-replication: reads everything (it watches what it replicates, of any kind); never impersonates
-    # cluster-wide.
+    # -- enclave-replication: no Secret and no `*` cluster-wide: the kinds of `readResources` (the chart's
+    # default), every kind only where enclave-replication-read is bound; never impersonates cluster-wide.
     ("ClusterRole", "", "enclave-replication"): {
         _rule(["enclave.dev"], ["globaltenantresources", "tenantresources"], [*READ, "update", "patch"]),
         _rule(["enclave.dev"], ["globaltenantresources/status", "tenantresources/status"], ["get", "update", "patch"]),
         _rule(["enclave.dev"], ["globaltenantresources/finalizers", "tenantresources/finalizers"], ["update"]),
-        _rule(["*"], ["*"], READ),
+        _rule(["enclave.dev"], ["tenants"], READ),
+        _rule([""], ["namespaces"], READ),
+        _rule([""], ["configmaps", "limitranges", "resourcequotas", "serviceaccounts"], READ),
+        _rule(["networking.k8s.io"], ["networkpolicies"], READ),
         EVENTS,
         _own_namespace(),
     },
     ("Role", RELEASE_NAMESPACE, "enclave-replication"): _lease("replication"),
     # Bound by enclave-tenants in tenant namespaces, by the chart in `impersonationNamespaces`, nowhere else.
     ("ClusterRole", "", "enclave-replication-impersonate"): {_rule([""], ["serviceaccounts"], ["impersonate"])},
+    # Bound by enclave-tenants in tenant namespaces, by the chart in `sourceNamespaces`, nowhere else: every kind
+    # (Secrets included) is read only there.
+    ("ClusterRole", "", "enclave-replication-read"): {_rule(["*"], ["*"], READ)},
     # -- what tenant owners get through the built-in admin/edit/view (aggregated; templates/tenant-roles.yaml).
     ("ClusterRole", "", "enclave-tenantresources-edit"): {
         _rule(["enclave.dev"], ["tenantresources"], [*READ, "create", "update", "patch", "delete"])
@@ -233,9 +243,14 @@ BOUND: dict[tuple[str, str, str], tuple[str, str, set[tuple[str, str, str]]]] = 
         "enclave-replication-impersonate",
         {_account("replication")},
     ),
+    ("RoleBinding", "replication-sources", "enclave-replication-read"): (
+        "ClusterRole",
+        "enclave-replication-read",
+        {_account("replication")},
+    ),
 }
 """(kind, namespace, name) -> (role kind, role name, subjects): every binding the chart renders, exactly. The
-namespace-only roles (managed metadata, impersonation) are bound cluster-wide by no one."""
+namespace-only roles (managed metadata, impersonation, replication's reads) are bound cluster-wide by no one."""
 
 
 def _within(rule: Rule, allowed: Rule) -> bool:

@@ -134,6 +134,7 @@ needs only inside tenant namespaces is granted there, not cluster-wide (README "
 {{- end -}}
 {{- if .Values.replication.enabled -}}
 {{- $grants = append $grants (dict "clusterRole" "enclave-replication-impersonate" "serviceAccount" "enclave-replication") -}}
+{{- $grants = append $grants (dict "clusterRole" "enclave-replication-read" "serviceAccount" "enclave-replication") -}}
 {{- end -}}
 {{- end -}}
 {{- toYaml $grants -}}

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from enclave_core import selectors
 from enclave_core.kube.connection import Connection
 from enclave_core.kube.rest import JSON, Kube, KubeError
-from enclave_replication.discovery import Discovery
+from enclave_replication.discovery import Discovery, Resource
 from enclave_replication.plan import ReadError
 
 
@@ -67,6 +67,8 @@ class ClusterReader:
         self.discovery = discovery
         self.kube = kube
         self.interest: set[str] = set()
+        self.scopes: dict[str, tuple[Resource, str]] = {}
+        """Collection read -> (its resource, its namespace or ""): what the controller asks before watching it."""
 
     async def namespaced(self, api_version: str, kind: str) -> bool:
         return (await self.discovery.resource(api_version, kind)).namespaced
@@ -85,6 +87,7 @@ class ClusterReader:
         resource = await self.discovery.resource(api_version, kind)
         collection = resource.collection(namespace)
         self.interest.add(collection)
+        self.scopes[collection] = (resource, namespace if resource.namespaced else "")
         where = f"{namespace}/{name}" if namespace and name else (name or f"namespace {namespace or '(cluster)'}")
         try:
             if name:

@@ -49,6 +49,7 @@ from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TENANT_LABEL
 from enclave_replication import adoption
 from enclave_replication import plan as planning
 from enclave_replication import status as st
+from enclave_replication.access import WatchAccess
 from enclave_replication.acting import ActingKube, ClusterReader, endpoint_client
 from enclave_replication.discovery import Discovery, Resource
 from enclave_replication.names import (
@@ -173,6 +174,9 @@ class ReplicationController:
         self.events = events
         self.settings = settings or Settings()
         self.discovery = Discovery(kube)
+        self.access = WatchAccess(kube)
+        self._cluster_wide: dict[str, bool] = {}
+        """Kind collection -> whether its managed objects are watched cluster-wide (decided once per kind)."""
         self.renderer = RenderPool(self.settings.render)
         self.leading = False
         self.config: EffectiveConfiguration | None = None
@@ -296,21 +300,36 @@ class ReplicationController:
         return str(review.get("status", {}).get("userInfo", {}).get("username", ""))
 
     async def _start_known_kinds(self) -> None:
-        """Watch the kinds the status of every replication object lists, so a restart can prune them."""
-        kinds: set[tuple[str, str]] = set()
+        """Watch the kinds (and namespaces) the status of every replication object lists, so a restart can prune
+        them."""
+        kinds: set[tuple[str, str, str]] = set()
         for raw in [*self.globals.values(), *self.locals.values()]:
             for item in (raw.get("status") or {}).get("processedItems") or ():
                 if item.get("kind") and item.get("version"):
                     group = item.get("group") or ""
-                    kinds.add((f"{group}/{item['version']}" if group else str(item["version"]), str(item["kind"])))
-        for api_version, kind in sorted(kinds):
+                    api_version = f"{group}/{item['version']}" if group else str(item["version"])
+                    kinds.add((api_version, str(item["kind"]), str(item.get("namespace") or "")))
+        for api_version, kind, namespace in sorted(kinds):
             try:
-                await self._managed_informer(await self.discovery.resource(api_version, kind))
+                await self._managed_informer(await self.discovery.resource(api_version, kind), namespace)
             except planning.ReadError as err:
                 log.info("kind no longer served", extra={"kind": kind, "apiVersion": api_version, "error": err.message})
 
-    async def _managed_informer(self, resource: Resource) -> Informer:
-        path = resource.collection()
+    async def _watch_path(self, resource: Resource, namespace: str) -> str | None:
+        """The collection to watch ``resource``'s managed objects in ``namespace`` through: the whole kind when the
+        controller may list and watch it cluster-wide (``replication.rbac.readResources``), else the namespace
+        when it may there (``enclave-replication-read``), else None (module :mod:`enclave_replication.access`)."""
+        kind_path = resource.collection()
+        if kind_path not in self._cluster_wide:
+            self._cluster_wide[kind_path] = await self.access.allowed(resource)
+        if self._cluster_wide[kind_path] or not resource.namespaced or not namespace:
+            return kind_path if self._cluster_wide[kind_path] else None
+        return resource.collection(namespace) if await self.access.allowed(resource, namespace) else None
+
+    async def _managed_informer(self, resource: Resource, namespace: str = "") -> Informer | None:
+        path = await self._watch_path(resource, namespace)
+        if path is None:
+            return None
         informer = self.managed.get(path)
         if informer is None:
             informer = Informer(
@@ -325,10 +344,10 @@ class ReplicationController:
         await informer.synced.wait()
         return informer
 
-    def _watch_sources(self, owner: str, paths: set[str]) -> None:
+    async def _watch_sources(self, owner: str, paths: set[str], scopes: dict[str, tuple[Resource, str]]) -> None:
         for path in paths:
             self._interest.setdefault(path, set()).add(owner)
-            if path not in self.sources:
+            if path not in self.sources and path in scopes and await self.access.allowed(*scopes[path]):
                 informer = Informer(
                     self.kube,
                     path,
@@ -439,7 +458,7 @@ class ReplicationController:
             handle = self._timers.pop(key, None)
             if handle is not None:
                 handle.cancel()
-            self._watch_sources(key, set())
+            await self._watch_sources(key, set(), {})
             return
         self.reconciles += 1
         try:
@@ -496,7 +515,7 @@ class ReplicationController:
         reader = ClusterReader(self.discovery, acting)
         try:
             built = await planning.build(owner, spec, targets, reader, fence, self.renderer)
-            self._watch_sources(key, reader.interest)
+            await self._watch_sources(key, reader.interest, reader.scopes)
             work = await self._decide(owner, raw, built, acting)
             dry_run = identity.user is not None and not work.forbidden
             forbidden = work.forbidden + (await self._dry_run(work, acting) if dry_run else [])
@@ -728,9 +747,9 @@ class ReplicationController:
         previous_policy: ItemPolicy | None = None,
     ) -> None:
         resource = await self.discovery.resource(desired.api_version, desired.kind)
-        informer = await self._managed_informer(resource)
+        informer = await self._managed_informer(resource, desired.namespace)
         cached_key = f"{desired.namespace}/{desired.name}" if desired.namespace else desired.name
-        live = informer.get(cached_key)
+        live = informer.get(cached_key) if informer is not None else None
         if live is None:
             # Not carrying our label: it may still exist (someone else's, or one we are to adopt).
             live = await acting.get_or_none(resource.path(desired.namespace, desired.name))
@@ -929,7 +948,7 @@ class ReplicationController:
         await self._write_meta(
             owner, {"metadata": {"finalizers": finalizers, "resourceVersion": raw["metadata"]["resourceVersion"]}}
         )
-        self._watch_sources(owner.key, set())
+        await self._watch_sources(owner.key, set(), {})
         for key in [k for k in self._applied if k[0] == owner.key]:
             del self._applied[key]
 
