@@ -17,6 +17,9 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from kubernetes import client
+
+from enclave_core.pki import CertificateAuthority
 from enclave_testing.waiting import poll
 
 from .conftest import Caller, ProxyStack
@@ -158,3 +161,54 @@ def test_upgrade_request_reaches_kube_apiserver_as_the_caller(
     assert 'pods "no-such-pod" not found' in missing.stderr
     refused = proxied.kubectl(owner.kubeconfig, "exec", "-n", "kube-system", "no-such-pod", "--", "true", check=False)
     assert "Forbidden" in refused.stderr or "forbidden" in refused.stderr
+
+
+def test_tenant_owner_signed_in_with_a_client_certificate_lists_its_namespaces(
+    proxied: ProxyStack, caller: Callable[[str], Caller]
+) -> None:
+    owner = caller("owner-cert")  # the tenant is the ServiceAccount's; the certificate names the same user
+    _, mine = proxied.tenant_of(owner, 1)
+    assert proxied.plane.ca is not None
+    pair = proxied.plane.ca.issue(owner.user, organizations=["system:serviceaccounts"], server=False, client=True)
+    (proxied.workdir / "owner-cert.crt").write_bytes(pair.cert_pem)
+    (proxied.workdir / "owner-cert.key").write_bytes(pair.key_pem)
+    kubeconfig = proxied.kubeconfig(
+        "owner-cert",
+        {
+            "client-certificate": str(proxied.workdir / "owner-cert.crt"),
+            "client-key": str(proxied.workdir / "owner-cert.key"),
+        },
+    )
+
+    def listed() -> set[str]:
+        out = proxied.kubectl(kubeconfig, "get", "namespaces", "-o", "name").stdout
+        return {line.removeprefix("namespace/") for line in out.split()}
+
+    poll(lambda: listed() == set(mine), timeout=30, what="the owner's namespaces through the proxy, by certificate")
+
+
+def test_client_certificate_of_another_ca_is_refused(proxied: ProxyStack) -> None:
+    forged = CertificateAuthority.generate("not-the-cluster-ca").issue(
+        "admin", organizations=["system:masters"], server=False, client=True
+    )
+    (proxied.workdir / "forged.crt").write_bytes(forged.cert_pem)
+    (proxied.workdir / "forged.key").write_bytes(forged.key_pem)
+    kubeconfig = proxied.kubeconfig(
+        "forged",
+        {"client-certificate": str(proxied.workdir / "forged.crt"), "client-key": str(proxied.workdir / "forged.key")},
+    )
+    refused = proxied.kubectl(kubeconfig, "get", "pods", "-A", check=False)
+    assert refused.returncode != 0
+    assert "kube-system" not in refused.stdout
+
+
+def test_revoked_token_stops_working_within_the_cache_ttl(proxied: ProxyStack, caller: Callable[[str], Caller]) -> None:
+    revoked = caller("revoked")
+    assert raw(proxied, "/version", {"Authorization": f"Bearer {revoked.token}"})[0] == 200
+    client.CoreV1Api(proxied.kube).delete_namespaced_service_account(revoked.name, revoked.namespace)
+    # The TokenReview cache (--token-cache-ttl, 10 s by default) is the most a revoked token keeps working.
+    poll(
+        lambda: raw(proxied, "/version", {"Authorization": f"Bearer {revoked.token}"})[0] == 401,
+        timeout=15,
+        what="the deleted ServiceAccount's token refused",
+    )
