@@ -60,7 +60,8 @@ def launcher(image: dict[str, Any], control_plane: ControlPlane) -> Iterator[Cal
         for path in [target, *target.rglob("*")]:
             os.chown(path, 65532, 65532)
     mounted = []
-    for system in ("dev", "proc"):
+    # /tmp too: the stack's certificates (enclave_testing.certificates) are mounted there, as the kubelet would.
+    for system in ("dev", "proc", "tmp"):
         (rootfs / system).mkdir(exist_ok=True)
         subprocess.run(["mount", "--bind", f"/{system}", str(rootfs / system)], check=True)
         mounted.append(rootfs / system)

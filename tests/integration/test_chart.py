@@ -901,6 +901,14 @@ def test_controllers_run_with_exactly_the_charts_rbac(
             return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
 
         _poll(configuration_ready)
+        # The certificates, with the Role that names each Secret config keeps (watched by name, never listed).
+        custom.patch_cluster_custom_object(
+            "enclave.dev", "v1beta2", "serviceconfigurations", "default", {"spec": {"enableTLSReconciler": True}}
+        )
+        clients = ("admission", "globalquotas", "pools", "proxy", "quotas", "replication", "tenants")
+        kept = {"enclave-tls", *(f"enclave-tls-client-{component}" for component in clients)}
+        _poll(lambda: kept <= {secret.metadata.name for secret in core.list_namespaced_secret(namespace).items})
+        _poll(configuration_ready)
         binding = client.RbacAuthorizationV1Api(kube).read_cluster_role_binding("enclave-namespace-provisioner")
         assert [(s.kind, s.name) for s in binding.subjects] == [("Group", "enclave.dev")]
 

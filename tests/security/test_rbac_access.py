@@ -103,6 +103,34 @@ def release(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rel
                 core.delete_namespace(name)
 
 
+# -- Secrets: each component its own ------------------------------------------------------------------------
+
+
+CLIENTS = ("admission", "globalquotas", "pools", "quotas", "replication", "tenants")
+"""Components whose client certificate is mounted by the kubelet: no Secret right of their own."""
+
+
+@pytest.mark.parametrize("component", CLIENTS)
+def test_a_components_account_reading_another_components_client_certificate_is_refused(
+    release: Release, component: str
+) -> None:
+    for other in (*CLIENTS, "proxy"):
+        for verb in ("get", "watch"):
+            secret = f"enclave-tls-client-{other}"
+            assert not release.allowed(component, verb, "secrets", release.namespace, name=secret), (component, other)
+
+
+def test_configs_account_reading_secrets_it_does_not_keep_is_refused(release: Release) -> None:
+    """enclave-config keeps the serving Secret and the client Secrets, by name: not Helm's release Secrets or
+    whatever else the release namespace holds, and no list of them all."""
+    for name in ("enclave-tls", "enclave-tls-client-admission"):
+        assert release.allowed("config", "get", "secrets", release.namespace, name=name)
+        assert release.allowed("config", "watch", "secrets", release.namespace, name=name)
+    assert not release.allowed("config", "get", "secrets", release.namespace, name="sh.helm.release.v1.enclave.v1")
+    assert not release.allowed("config", "list", "secrets", release.namespace)
+    assert not release.allowed("config", "get", "secrets", "kube-system", name="enclave-tls")
+
+
 # -- enclave-tenants ---------------------------------------------------------------------------------------
 
 

@@ -74,6 +74,12 @@ PROVISIONER, DELETER = "enclave-namespace-provisioner", "enclave-namespace-delet
 ADMISSION_HOOKS = ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
 ADMISSION_POLICIES = ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
 TENANT_DELETION = "enclave-default-tenant-deletion"
+CLIENT_SECRETS = [
+    f"enclave-tls-client-{name}"
+    for name in ("admission", "globalquotas", "pools", "proxy", "quotas", "replication", "tenants")
+]
+"""One client certificate Secret per component that subscribes (enclave_core.snapshots.access.CLIENT_COMPONENTS)."""
+KEPT_SECRETS = ["enclave-tls", *CLIENT_SECRETS]
 
 
 def _own_namespace() -> Rule:
@@ -117,9 +123,11 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
         _rule(["enclave.dev"], PLURALS, ["list", "patch"]),
         _own_namespace(),
     },
-    # The TLS Secret it creates and renews (and reads the CA key of): Secrets of the release namespace only.
+    # The TLS Secret it creates and renews (and reads the CA key of) and each component's client certificate
+    # Secret: by name, in the release namespace only (create cannot be narrowed by name).
     ("Role", RELEASE_NAMESPACE, "enclave-config"): {
-        _rule([""], ["secrets"], [*READ, "create", "update", "patch"]),
+        _rule([""], ["secrets"], ["create"]),
+        _rule([""], ["secrets"], [*READ, "update", "patch"], KEPT_SECRETS),
         *_lease("config"),
     },
     # -- enclave-tenants: no Secret anywhere, no `*` resource; namespace-only grants are bound per tenant namespace.
@@ -307,3 +315,11 @@ def test_switching_a_component_off_only_removes_rules(tmp_path: Path, switch: st
         if doc["kind"] in ("ClusterRole", "Role"):
             for rule in _rules_of(doc):
                 assert any(_within(rule, allowed) for allowed in ALLOWED[_key(doc)]), (_key(doc), rule)
+
+
+def test_the_kept_secrets_are_the_ones_enclave_config_writes() -> None:
+    """The names the Role grants are the names enclave-config derives (one per component that subscribes)."""
+    from enclave_config.tls import client_secret_name
+    from enclave_core.snapshots.access import CLIENT_COMPONENTS
+
+    assert sorted(client_secret_name("enclave-tls", component) for component in CLIENT_COMPONENTS) == CLIENT_SECRETS

@@ -127,7 +127,9 @@ def test_doctor_on_a_healthy_stack(
     stack, _ = cluster
     grpc = [f"--grpc={p.spec.name}={p.grpc_target}" for p in stack.processes if p.spec.grpc]
     probes = [f"--admission-probe={p.probe_url}" for p in stack.processes if p.spec.name == "admission"]
-    argv = ["--config", stack.config_name, *grpc, *probes]
+    # The streams are mutual TLS, as in a cluster: the doctor presents admission's client certificate.
+    assert stack.certificates is not None
+    argv = ["--config", stack.config_name, *grpc, *probes, *stack.certificates.subscriber_args("admission")]
     code = main(
         ["--enclave-namespace", stack.namespace, "doctor", "--kubeconfig", str(control_plane.kubeconfig), *argv]
     )

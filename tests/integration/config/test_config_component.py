@@ -572,13 +572,14 @@ async def test_config_service_over_tls_with_the_generated_certificate(
     start_config: Start, cluster: Cluster, tmp_path: Path
 ) -> None:
     """Mutual TLS end to end: the real enclave-config serves from the Secret it maintains; a client without a
-    certificate is refused, and one presenting the Secret's own tls.crt (clientAuth) streams."""
+    certificate is refused, and one presenting a component's client certificate (its own Secret, which
+    enclave-config wrote beside the serving one) streams."""
     import grpc
 
     name, home = unique("cfg"), unique("ns")
     cluster.create_config(name, {"enableTLSReconciler": True, "rbac": _rbac(name)})
     config = start_config(name, home, args=["--grpc-tls-secret=enclave-tls"])
-    secret = cluster.core.read_namespaced_secret("enclave-tls", home)
+    secret = poll(lambda: cluster.core.read_namespaced_secret("enclave-tls-client-tenants", home))
     for key in ("ca.crt", "tls.crt", "tls.key"):
         (tmp_path / key).write_bytes(base64.b64decode(secret.data[key]))
     anonymous = grpc.ssl_channel_credentials(root_certificates=(tmp_path / "ca.crt").read_bytes())

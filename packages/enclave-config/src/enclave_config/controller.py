@@ -27,6 +27,7 @@ from prometheus_client import Counter, Gauge
 from pydantic import ValidationError
 
 from enclave_config import crds, policies, rbac, tls, webhooks
+from enclave_config.secrets import NamedSecrets, SecretsUnreadableError
 from enclave_core import GROUP_VERSION
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.meta import Entity
@@ -104,9 +105,7 @@ class ConfigController:
         self.configs = Informer(kube, f"{base}/serviceconfigurations", on_change=change, name="configs")
         self.tenants = Informer(kube, f"{base}/tenants", on_change=self._tenants_changed, name="tenants")
         self.owners = Informer(kube, f"{base}/tenantowners", on_change=self._owners_changed, name="tenantowners")
-        self.secrets = Informer(
-            kube, resource_path("v1", "secrets", namespace=settings.namespace), on_change=change, name="secrets"
-        )
+        self.secrets = NamedSecrets(kube, settings.namespace, on_change=change)
         # Only objects generated for *this* ServiceConfiguration are ours to prune.
         managed = f"{webhooks.MANAGED_BY}={webhooks.MANAGER},{OWNER_LABEL}={settings.name}"
         self.managed = {
@@ -128,7 +127,6 @@ class ConfigController:
             self.configs,
             self.tenants,
             self.owners,
-            self.secrets,
             self.promoted,
             *self._optional,
             *self.managed.values(),
@@ -206,6 +204,7 @@ class ConfigController:
         finally:
             for task in tasks:
                 task.cancel()
+            self.secrets.stop()
 
     # -- one reconcile -------------------------------------------------------------------------------------
 
@@ -304,7 +303,12 @@ class ConfigController:
         """The CA to inject, and seconds until a certificate (serving, or a component's client one) needs a look
         again."""
         secret_name = spec.overrides.tls_secret_name
-        existing = tls.decode(self.secrets.get(f"{self.settings.namespace}/{secret_name}"))
+        clients = {component: tls.client_secret_name(secret_name, component) for component in access.CLIENT_COMPONENTS}
+        try:
+            await self.secrets.watch([secret_name, *(clients.values() if spec.enable_tls_reconciler else ())])
+        except SecretsUnreadableError as err:
+            raise ApplyError("SecretsUnreadableError", str(err)) from None
+        existing = tls.decode(self.secrets.get(secret_name))
         if not spec.enable_tls_reconciler:
             # Externally managed certificates (the serving Secret and every component's client Secret): read the
             # CA if there is one, never write.
@@ -319,9 +323,8 @@ class ConfigController:
         )
         await self._write_tls_secret(secret_name, planned, "webhook TLS")
         next_check = tls.next_check(planned.data)
-        for component in access.CLIENT_COMPONENTS:
-            name = tls.client_secret_name(secret_name, component)
-            current = tls.decode(self.secrets.get(f"{self.settings.namespace}/{name}"))
+        for component, name in clients.items():
+            current = tls.decode(self.secrets.get(name))
             client = tls.plan_client(current, planned.data, component, validity=self.settings.tls_validity)
             await self._write_tls_secret(name, client, f"client certificate of {component}")
             next_check = min(next_check, tls.next_check(client.data))
@@ -329,7 +332,7 @@ class ConfigController:
 
     async def _write_tls_secret(self, name: str, planned: tls.TlsPlan, what: str) -> None:
         """Write a ``kubernetes.io/tls`` Secret when its plan changed it, or to take ownership of one."""
-        secret = self.secrets.get(f"{self.settings.namespace}/{name}")
+        secret = self.secrets.get(name)
         adopt = secret is not None and not _owned_by(secret, self._owner or [])
         if not (planned.reason or adopt):
             return
@@ -351,7 +354,7 @@ class ConfigController:
         }
         path = resource_path("v1", "secrets", namespace=self.settings.namespace, name=name)
         stored = await self.kube.apply(path, body)
-        self.secrets.items[f"{self.settings.namespace}/{name}"] = stored
+        self.secrets.stored(name, stored)
         if planned.reason:
             await self.events.emit(stored, "Normal", planned.reason, f"{what}: {planned.reason}")
         log.info("TLS secret written", extra={"reason": planned.reason or "Owned", "secret": name})

@@ -55,7 +55,7 @@ class SecretMounts:
     def mount(self, secret: str, keys: Sequence[str]) -> Path:
         """The directory ``secret``'s ``keys`` appear in (as files) once it exists."""
         directory = self.root / secret
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.mounts[secret] = (directory, tuple(keys))
         return directory
 
@@ -91,8 +91,10 @@ def _swap(directory: Path, files: dict[str, bytes]) -> None:
     """Write ``files`` into a fresh ``..data_<n>`` directory and point ``..data`` at it in one rename, with each
     file a link through ``..data``: the kubelet's atomic update."""
     fresh = Path(tempfile.mkdtemp(prefix="..data_", dir=directory))
+    fresh.chmod(0o755)
     for key, value in files.items():
         (fresh / key).write_bytes(value)
+        (fresh / key).chmod(0o644)  # throwaway test certificates, readable by a component run as another user
     link = directory / "..data"
     previous = link.resolve() if link.is_symlink() else None
     staging = directory / f"..data_tmp_{time.monotonic_ns()}"
@@ -113,6 +115,7 @@ class ComponentCertificates:
 
     def __init__(self, api: Any, namespace: str, root: Path | None = None) -> None:
         self.root = root or Path(tempfile.mkdtemp(prefix="enclave-certs-"))
+        self.root.chmod(0o755)  # the image tests run components as the image's user
         self.mounts = SecretMounts(api, namespace, self.root)
         self.serving = self.mounts.mount(SERVING_SECRET, SERVING_KEYS)
         self.clients: dict[str, Path] = {}
@@ -124,16 +127,21 @@ class ComponentCertificates:
     def args(self, spec: ComponentSpec) -> list[str]:
         if spec.name == "config":
             return [f"--grpc-tls-secret={SERVING_SECRET}"]
-        client_dir = self.clients.get(spec.name) or self.mounts.mount(client_secret_name(spec.name), CLIENT_KEYS)
-        self.clients[spec.name] = client_dir
-        args = [
+        args = self.subscriber_args(spec.name)
+        if spec.grpc:
+            args += [f"--grpc-tls-cert={self.serving / 'tls.crt'}", f"--grpc-tls-key={self.serving / 'tls.key'}"]
+        return args
+
+    def subscriber_args(self, component: str) -> list[str]:
+        """``--grpc-ca-file``, ``--grpc-client-cert``, ``--grpc-client-key`` of ``component`` (e.g. ``admission``,
+        whose certificate ``enclave doctor`` presents)."""
+        client_dir = self.clients.get(component) or self.mounts.mount(client_secret_name(component), CLIENT_KEYS)
+        self.clients[component] = client_dir
+        return [
             f"--grpc-ca-file={self.serving / 'ca.crt'}",
             f"--grpc-client-cert={client_dir / 'tls.crt'}",
             f"--grpc-client-key={client_dir / 'tls.key'}",
         ]
-        if spec.grpc:
-            args += [f"--grpc-tls-cert={self.serving / 'tls.crt'}", f"--grpc-tls-key={self.serving / 'tls.key'}"]
-        return args
 
     def close(self) -> None:
         self.mounts.close()
