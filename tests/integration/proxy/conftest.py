@@ -39,6 +39,7 @@ PROXY_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["authentication.k8s.io"], "resources": ["*"], "verbs": ["impersonate"]},
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
 ]
 """The chart's ClusterRole for enclave-proxy (charts/enclave/templates/proxy/rbac.yaml), repeated here so the
 suite runs the proxy with no more than it."""
@@ -99,10 +100,10 @@ class ProxyStack:
         token = str(core.create_namespaced_service_account_token(name, self.home, request).status.token)
         return Caller(self.home, name, token, self.kubeconfig(name, {"token": token}))
 
-    def tenant_of(self, caller: Caller, count: int) -> tuple[str, list[str]]:
-        """A fresh tenant owned by ``caller`` and ``count`` namespaces it created in it (as itself)."""
+    def tenant_of(self, caller: Caller, count: int, **spec: Any) -> tuple[str, list[str]]:
+        """A fresh tenant owned by ``caller`` (with ``spec``) and ``count`` namespaces it created in it (as itself)."""
         tenant = unique("px")
-        self.stack.tenant(tenant, [{"kind": "User", "name": caller.user}])
+        self.stack.tenant(tenant, [{"kind": "User", "name": caller.user}], **spec)
         names = [f"{tenant}-{i}" for i in range(count)]
         for name in names:
             self.add_namespace(caller, name)

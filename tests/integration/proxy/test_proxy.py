@@ -17,12 +17,15 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from enclave_core.pki import CertificateAuthority
+from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
-from .conftest import Caller, ProxyStack
+from .conftest import SA_GROUPS, Caller, ProxyStack
 
 
 def names_seen(proxied: ProxyStack, caller: Caller, *args: str) -> set[str]:
@@ -212,3 +215,33 @@ def test_revoked_token_stops_working_within_the_cache_ttl(proxied: ProxyStack, c
         timeout=15,
         what="the deleted ServiceAccount's token refused",
     )
+
+
+def test_tenant_owner_lists_the_nodes_its_node_selector_matches(
+    proxied: ProxyStack, caller: Callable[[str], Caller]
+) -> None:
+    owner = caller("owner-nodes")
+    token = unique("pool")
+    core = client.CoreV1Api(proxied.kube)
+    names = {"ours": f"{token}-ours", "theirs": f"{token}-theirs"}
+    for pool, name in names.items():
+        core.create_node({"metadata": {"name": name, "labels": {"proxy-test-pool": f"{token}-{pool}"}}})
+    try:
+        proxied.tenant_of(owner, 0, nodeSelector={"proxy-test-pool": f"{token}-ours"})
+
+        def listed() -> set[str]:
+            out = proxied.kubectl(owner.kubeconfig, "get", "nodes", "-o", "name").stdout
+            return {line.removeprefix("node/") for line in out.split()}
+
+        poll(lambda: listed() == {names["ours"]}, timeout=30, what="the tenant's node through the proxy")
+        table = proxied.kubectl(owner.kubeconfig, "get", "nodes").stdout.splitlines()
+        assert table[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+        assert [line.split()[0] for line in table[1:]] == [names["ours"]]
+        # kube-apiserver itself refuses the same owner
+        direct = proxied.plane.impersonate(owner.user, SA_GROUPS)
+        with pytest.raises(ApiException) as refused:
+            client.CoreV1Api(direct).list_node()
+        assert refused.value.status == 403
+    finally:
+        for name in names.values():
+            core.delete_node(name)

@@ -1,8 +1,8 @@
 """``python -m enclave_proxy`` / ``enclave-proxy``: the tenant-facing kube-apiserver proxy's process.
 
 Every replica is the same (no leader): it follows the Tenancy snapshot of enclave-tenants (and the
-configuration of enclave-config, for who is a tenant user), keeps an informer on namespaces, and serves HTTPS.
-Ready once it listens, has listed namespaces and holds the snapshots. docs/proxy.md says how to point a
+configuration of enclave-config, for who is a tenant user), keeps informers on namespaces and nodes, and serves
+HTTPS. Ready once it listens, has listed both and holds the snapshots. docs/proxy.md says how to point a
 kubeconfig at it.
 """
 
@@ -31,7 +31,7 @@ from enclave_core.snapshots.subscriber import ItemsConsumer
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
 from enclave_proxy.forward import Upstream
 from enclave_proxy.identity import TokenReviewer
-from enclave_proxy.namespaces import NamespaceIndex
+from enclave_proxy.listing import NAMESPACES, NODES, ClusterIndex
 from enclave_proxy.server import ProxyServer
 from enclave_proxy.visibility import Visibility
 
@@ -115,19 +115,23 @@ async def body(process: component.Component) -> None:
     assert process.api is not None
     kube = Kube(process.api, field_manager="enclave-proxy")
     visibility = Visibility()
-    index = NamespaceIndex(kube, visibility)
+    indexes = [ClusterIndex(kube, NAMESPACES), ClusterIndex(kube, NODES)]
+
+    def snapshots_changed() -> None:
+        for index in indexes:
+            index.snapshots_changed()
 
     def accept_tenancy(snapshot: Snapshot) -> None:
         visibility.set_tenancy(TenancySnapshot.model_validate_json(snapshot.payload))
-        index.snapshots_changed()
+        snapshots_changed()
 
     def accept_views(views: Mapping[str, TenantView], snapshot: Snapshot) -> None:
         visibility.set_tenancy(TenancySnapshot.from_views(views.values()))
-        index.snapshots_changed()
+        snapshots_changed()
 
     def accept_config(snapshot: Snapshot) -> None:
         visibility.set_config(EffectiveConfiguration.model_validate_json(snapshot.payload))
-        index.snapshots_changed()
+        snapshots_changed()
 
     grpc.subscribe(
         process,
@@ -141,18 +145,20 @@ async def body(process: component.Component) -> None:
         grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
     else:
         log.warning("no --config-endpoint: tenant users are the enclave.dev group and tenant owners")
-    process.readiness.add("namespaces-synced")
     process.readiness.add("listening")
-    process.spawn(index.run(), "namespace-informer")
 
-    async def synced() -> None:
+    async def synced(index: ClusterIndex, gate: str) -> None:
         await index.synced.wait()
-        process.readiness.set("namespaces-synced")
+        process.readiness.set(gate)
 
-    process.spawn(synced(), "namespaces-synced")
+    for index in indexes:
+        gate = f"{index.kind.resource}-synced"
+        process.readiness.add(gate)
+        process.spawn(index.run(), f"{index.kind.resource}-informer")
+        process.spawn(synced(index, gate), gate)
     upstream = Upstream(process.api, connections=args.upstream_connections)
     reviewer = TokenReviewer(kube, ttl=args.token_ttl)
-    server = ProxyServer(upstream, reviewer, visibility, index)
+    server = ProxyServer(upstream, reviewer, visibility, indexes)
     runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
     await runner.setup()
     address = HostPort.parse(args.listen_address)

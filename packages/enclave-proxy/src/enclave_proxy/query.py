@@ -7,7 +7,8 @@ one pass over at most :data:`MAX_SELECTOR` characters).
 
 Label selector terms, comma-separated and ANDed: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a)``,
 ``k`` (exists), ``!k`` (does not exist), ``k>n``, ``k<n`` (integers). Field selector terms: ``f=v``, ``f==v``,
-``f!=v`` on the fields the kind supports (namespaces: ``metadata.name``, ``status.phase``).
+``f!=v`` on the fields the kind supports (namespaces: ``metadata.name``, ``status.phase``; nodes:
+``metadata.name``, ``spec.unschedulable``).
 """
 
 from __future__ import annotations
@@ -129,6 +130,12 @@ NAMESPACE_FIELDS: dict[str, FieldGetter] = {
     "status.phase": lambda obj: str((obj.get("status") or {}).get("phase") or ""),
 }
 """The field selectors kube-apiserver supports on namespaces (``metadata.namespace`` is always empty there)."""
+
+NODE_FIELDS: dict[str, FieldGetter] = {
+    "metadata.name": lambda obj: str((obj.get("metadata") or {}).get("name") or ""),
+    "spec.unschedulable": lambda obj: "true" if (obj.get("spec") or {}).get("unschedulable") else "false",
+}
+"""The field selectors kube-apiserver supports on nodes."""
 
 
 @dataclass(frozen=True)

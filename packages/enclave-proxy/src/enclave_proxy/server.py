@@ -4,8 +4,8 @@
    anyone, so honouring the header would lend the caller the proxy's right (docs/proxy.md).
 2. The caller is authenticated: a verified client certificate, else a bearer token through TokenReview.
    Neither: 401, as kube-apiserver answers an anonymous request it does not allow.
-3. ``GET /api/v1/namespaces`` (list or watch) by a tenant user is answered from memory
-   (:mod:`enclave_proxy.namespaces`).
+3. ``GET /api/v1/namespaces`` and ``GET /api/v1/nodes`` (list or watch) by a tenant user are answered from
+   memory (:mod:`enclave_proxy.listing`).
 4. Everything else goes to kube-apiserver as the caller (:mod:`enclave_proxy.forward`).
 """
 
@@ -31,10 +31,10 @@ from enclave_proxy.identity import (
     impersonating,
     impersonation_headers,
 )
-from enclave_proxy.namespaces import NamespaceIndex, list_body, serve_watch
-from enclave_proxy.query import NAMESPACE_FIELDS, SelectorError, selection
+from enclave_proxy.listing import ClusterIndex, list_body, serve_watch
+from enclave_proxy.query import SelectorError, selection
 from enclave_proxy.tables import accepts_json, wants_table
-from enclave_proxy.visibility import Visibility
+from enclave_proxy.visibility import Scope, Visibility
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +45,9 @@ REQUESTS = Counter(
 )
 FILTERED_SECONDS = Histogram(
     "enclave_proxy_filtered_seconds",
-    "Seconds to answer a tenant user's namespace list from memory",
+    "Seconds to answer a tenant user's list (namespaces, nodes) from memory",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25),
 )
-
-NAMESPACE_PATHS = frozenset({"/api/v1/namespaces", "/api/v1/watch/namespaces"})
 
 
 def status(code: int, reason: str, message: str) -> web.Response:
@@ -74,12 +72,12 @@ class ProxyServer:
         upstream: Upstream,
         reviewer: TokenReviewer,
         visibility: Visibility,
-        namespaces: NamespaceIndex,
+        indexes: list[ClusterIndex],
     ) -> None:
         self.upstream = upstream
         self.reviewer = reviewer
         self.visibility = visibility
-        self.namespaces = namespaces
+        self.routes = {path: index for index in indexes for path in index.kind.paths}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, handler_args={"max_field_size": 65536})
@@ -120,42 +118,42 @@ class ProxyServer:
             return "refused", status(503, "ServiceUnavailable", "enclave-proxy cannot review the token now; retry")
         if identity is None:
             return "refused", status(401, "Unauthorized", "Unauthorized")
-        if request.method == "GET" and request.path in NAMESPACE_PATHS:
-            allowed = self.visibility.namespaces(identity.user, identity.groups)
-            if allowed is not None:
-                return "filtered", await self._namespaces(request, identity)
+        index = self.routes.get(request.path) if request.method == "GET" else None
+        if index is not None and self.visibility.scope(index.kind.name, identity.user, identity.groups) is not None:
+            return "filtered", await self._list(request, identity, index)
         headers = impersonation_headers(identity)
         if request.headers.get("Upgrade"):
             return "upgraded", await self.upstream.upgrade(request, headers)
         return "forwarded", await self.upstream.forward(request, headers)
 
-    async def _namespaces(self, request: web.Request, identity: Identity) -> web.StreamResponse:
+    async def _list(self, request: web.Request, identity: Identity, index: ClusterIndex) -> web.StreamResponse:
+        kind = index.kind
         query = request.query
         try:
-            chosen = selection(query, NAMESPACE_FIELDS)
+            chosen = selection(query, kind.fields)
         except SelectorError as err:
             return status(400, "BadRequest", str(err))
         accept = request.headers.get("Accept", "")
         table = wants_table(accept)
         if table is None and not accepts_json(accept):
-            return status(406, "NotAcceptable", "enclave-proxy answers tenant namespace lists in JSON only")
-        if not self.namespaces.synced.is_set():
-            return status(503, "ServiceUnavailable", "enclave-proxy has not listed namespaces yet; retry")
+            return status(406, "NotAcceptable", "enclave-proxy answers tenant users' lists in JSON only")
+        if not index.synced.is_set():
+            return status(503, "ServiceUnavailable", f"enclave-proxy has not listed {kind.resource} yet; retry")
 
-        def allowed() -> frozenset[str] | None:
-            return self.visibility.namespaces(identity.user, identity.groups)
+        def allowed() -> Scope | None:
+            return self.visibility.scope(kind.name, identity.user, identity.groups)
 
-        if request.path == "/api/v1/watch/namespaces" or query.get("watch") in ("true", "1"):
-            return await serve_watch(request, self.namespaces, allowed, chosen, table)
+        if request.path == kind.paths[1] or query.get("watch") in ("true", "1"):
+            return await serve_watch(request, index, allowed, chosen, table)
         started = time.perf_counter()
-        names = allowed() or frozenset()
-        objects = self.namespaces.visible(names, chosen)
+        objects = index.visible(allowed() or Scope(), chosen)
         try:
             body = list_body(
+                kind,
                 objects,
                 query,
-                table=table,
-                resource_version=self.namespaces.informer.resource_version,
+                as_table=table,
+                resource_version=index.informer.resource_version,
                 now=datetime.datetime.now(datetime.UTC),
             )
         except ValueError as err:

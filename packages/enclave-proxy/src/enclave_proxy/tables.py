@@ -1,7 +1,8 @@
 """The ``meta.k8s.io`` Table kubectl asks for (``Accept: application/json;as=Table;v=v1;g=meta.k8s.io``).
 
 ``kubectl get namespaces`` prints what the server renders: a list answered from the proxy's memory must
-render it too, with kube-apiserver's columns for namespaces (Name, Status, Age) and its row objects
+render it too, with kube-apiserver's columns (namespaces: Name, Status, Age; nodes: Name, Status, Roles, Age,
+Version) and its row objects
 (``includeObject``: ``Metadata`` by default, ``Object`` or ``None``). Ages are formatted as kube's
 ``duration.HumanDuration``. Pure functions of the objects and the clock.
 """
@@ -9,7 +10,8 @@ render it too, with kube-apiserver's columns for namespaces (Name, Status, Age) 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 JSON = dict[str, Any]
@@ -110,7 +112,60 @@ def _row_object(obj: JSON, include: str, version: str) -> JSON | None:
     }
 
 
-def namespace_table(
+def _namespace_cells(obj: JSON, now: datetime.datetime) -> list[Any]:
+    return [(obj.get("metadata") or {}).get("name", ""), (obj.get("status") or {}).get("phase", ""), age(obj, now)]
+
+
+def _node_status(obj: JSON) -> str:
+    ready = "Unknown"
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            ready = "Ready" if condition.get("status") == "True" else "NotReady"
+    return ready + (",SchedulingDisabled" if (obj.get("spec") or {}).get("unschedulable") else "")
+
+
+def _node_roles(obj: JSON) -> str:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    roles = {
+        key.removeprefix("node-role.kubernetes.io/") for key in labels if key.startswith("node-role.kubernetes.io/")
+    }
+    if labels.get("kubernetes.io/role"):
+        roles.add(labels["kubernetes.io/role"])
+    return ",".join(sorted(role for role in roles if role)) or "<none>"
+
+
+def _node_cells(obj: JSON, now: datetime.datetime) -> list[Any]:
+    version = ((obj.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
+    return [(obj.get("metadata") or {}).get("name", ""), _node_status(obj), _node_roles(obj), age(obj, now), version]
+
+
+def _column(name: str, description: str, fmt: str = "") -> JSON:
+    return {"name": name, "type": "string", "format": fmt, "description": description, "priority": 0}
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A kind's columns and how one object fills them (kube-apiserver's printers for the kind)."""
+
+    columns: list[JSON]
+    cells: Callable[[JSON, datetime.datetime], list[Any]]
+
+
+NAMESPACE_TABLE = TableSpec(NAMESPACE_COLUMNS, _namespace_cells)
+NODE_TABLE = TableSpec(
+    [
+        NAMESPACE_COLUMNS[0],
+        _column("Status", "The status of the node"),
+        _column("Roles", "The roles of the node"),
+        NAMESPACE_COLUMNS[2],
+        _column("Version", "Kubelet Version reported by the node."),
+    ],
+    _node_cells,
+)
+
+
+def table(
+    spec: TableSpec,
     objects: Iterable[JSON],
     *,
     version: str,
@@ -120,17 +175,11 @@ def namespace_table(
     columns: bool = True,
     continue_token: str = "",
 ) -> JSON:
-    """A Table of namespaces as kube-apiserver renders it; ``columns=False`` leaves the definitions out (watch
+    """A Table of ``objects`` as kube-apiserver renders it; ``columns=False`` leaves the definitions out (watch
     events after the first, as kube-apiserver sends them)."""
     rows = []
     for obj in objects:
-        row: JSON = {
-            "cells": [
-                (obj.get("metadata") or {}).get("name", ""),
-                (obj.get("status") or {}).get("phase", ""),
-                age(obj, now),
-            ]
-        }
+        row: JSON = {"cells": spec.cells(obj, now)}
         shown = _row_object(obj, include, version)
         if shown is not None:
             row["object"] = shown
@@ -138,7 +187,7 @@ def namespace_table(
     metadata: JSON = {"resourceVersion": resource_version}
     if continue_token:
         metadata["continue"] = continue_token
-    table: JSON = {"kind": "Table", "apiVersion": f"meta.k8s.io/{version}", "metadata": metadata}
-    table["columnDefinitions"] = NAMESPACE_COLUMNS if columns else None
-    table["rows"] = rows
-    return table
+    rendered: JSON = {"kind": "Table", "apiVersion": f"meta.k8s.io/{version}", "metadata": metadata}
+    rendered["columnDefinitions"] = spec.columns if columns else None
+    rendered["rows"] = rows
+    return rendered

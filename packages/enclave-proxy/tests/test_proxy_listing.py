@@ -1,19 +1,21 @@
-"""Tenant namespace lists and watches from memory: the events that keep a watch level with the cluster."""
+"""Tenant users' lists and watches from memory: the events that keep a watch level with the cluster."""
 
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from enclave_core.api.meta import Entity
 from enclave_core.kube.connection import Connection
+from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
 from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
-from enclave_proxy.namespaces import NamespaceIndex, NamespaceWatch, list_body
-from enclave_proxy.query import NAMESPACE_FIELDS, selection
-from enclave_proxy.visibility import Visibility
+from enclave_proxy.listing import NAMESPACES, NODES, ClusterIndex, ClusterWatch, Kind, list_body
+from enclave_proxy.query import NODE_FIELDS, selection
+from enclave_proxy.visibility import Scope, Visibility
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -26,14 +28,31 @@ def ns(name: str, version: int, **labels: str) -> dict[str, Any]:
     }
 
 
-def tenancy(*names: str) -> TenancySnapshot:
+def tenancy(*names: str, node_selector: dict[str, str] | None = None) -> TenancySnapshot:
     owner = [Entity(kind="User", name="alice")]
-    return TenancySnapshot(tenants=[TenantView(name="oil", uid="1", owners=owner, namespaces=list(names))])
+    view = TenantView(name="oil", uid="1", owners=owner, namespaces=list(names), node_selector=node_selector or {})
+    return TenancySnapshot(tenants=[view])
 
 
-def index(*objects: dict[str, Any]) -> NamespaceIndex:
-    built = NamespaceIndex(
-        Kube(Connection("http://127.0.0.1:1"), "test"), Visibility(tenancy=tenancy("oil-a", "oil-b"))
+@dataclass
+class World:
+    """One kind's index and the snapshots deciding what alice sees (a real informer cache, fed by hand)."""
+
+    index: ClusterIndex
+    visibility: Visibility
+
+    @property
+    def informer(self) -> Informer:
+        return self.index.informer
+
+    def snapshots_changed(self) -> None:
+        self.index.snapshots_changed()
+
+
+def index(*objects: dict[str, Any], kind: Kind = NAMESPACES, snapshot: TenancySnapshot | None = None) -> World:
+    built = World(
+        ClusterIndex(Kube(Connection("http://127.0.0.1:1"), "test"), kind),
+        Visibility(tenancy=snapshot or tenancy("oil-a", "oil-b")),
     )
     for obj in objects:
         built.informer.apply_event("ADDED", obj)
@@ -41,13 +60,16 @@ def index(*objects: dict[str, Any]) -> NamespaceIndex:
 
 
 def watch(
-    built: NamespaceIndex, selector: str = "", initial: bool = True, groups: tuple[str, ...] = ("enclave.dev",)
-) -> NamespaceWatch:
-    def allowed() -> frozenset[str] | None:
-        return built.visibility.namespaces("alice", groups)
+    built: World, selector: str = "", initial: bool = True, groups: tuple[str, ...] = ("enclave.dev",)
+) -> ClusterWatch:
+    kind = built.index.kind
 
-    created = NamespaceWatch(built, allowed, selection({"labelSelector": selector}, NAMESPACE_FIELDS), initial=initial)
-    built.watches.add(created)
+    def allowed() -> Scope | None:
+        return built.visibility.scope(kind.name, "alice", groups)
+
+    chosen = selection({"labelSelector": selector}, kind.fields)
+    created = ClusterWatch(built.index, allowed, chosen, initial=initial)
+    built.index.watches.add(created)
     return created
 
 
@@ -108,11 +130,43 @@ def test_a_caller_who_stops_being_a_tenant_user_ends_the_watch() -> None:
 
 def test_pages_follow_limit_and_continue() -> None:
     objects = [ns(f"oil-{i}", i) for i in range(5)]
-    first = list_body(objects, {"limit": "2"}, table=None, resource_version="9", now=NOW)
+    first = list_body(NAMESPACES, objects, {"limit": "2"}, as_table=None, resource_version="9", now=NOW)
     assert [o["metadata"]["name"] for o in first["items"]] == ["oil-0", "oil-1"]
     second = list_body(
-        objects, {"limit": "2", "continue": first["metadata"]["continue"]}, table=None, resource_version="9", now=NOW
+        NAMESPACES,
+        objects,
+        {"limit": "2", "continue": first["metadata"]["continue"]},
+        as_table=None,
+        resource_version="9",
+        now=NOW,
     )
     assert [o["metadata"]["name"] for o in second["items"]] == ["oil-2", "oil-3"]
     with pytest.raises(ValueError, match="continue token"):
-        list_body(objects, {"continue": "not-a-token"}, table=None, resource_version="9", now=NOW)
+        list_body(NAMESPACES, objects, {"continue": "not-a-token"}, as_table=None, resource_version="9", now=NOW)
+
+
+def node(name: str, version: int, **labels: str) -> dict[str, Any]:
+    return {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "resourceVersion": str(version), "labels": labels},
+    }
+
+
+def test_nodes_are_those_the_tenants_node_selector_matches() -> None:
+    snapshot = tenancy("oil-a", node_selector={"pool": "oil"})
+    built = index(node("n1", 1, pool="oil"), node("n2", 2, pool="gas"), node("n3", 3), kind=NODES, snapshot=snapshot)
+    scope = built.visibility.scope("Node", "alice", ())
+    assert scope is not None
+    assert [n["metadata"]["name"] for n in built.index.visible(scope, selection({}, NODE_FIELDS))] == ["n1"]
+    tenant = watch(built)
+    assert kinds(tenant.events()) == [("ADDED", "n1")]
+    built.informer.apply_event("MODIFIED", node("n2", 4, pool="oil"))
+    assert kinds(tenant.events()) == [("ADDED", "n2")]
+
+
+def test_a_tenant_without_a_node_selector_sees_no_node() -> None:
+    built = index(node("n1", 1, pool="oil"), kind=NODES)
+    scope = built.visibility.scope("Node", "alice", ())
+    assert scope is not None
+    assert built.index.visible(scope, selection({}, NODE_FIELDS)) == []
