@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_core.pki import CertificateAuthority
 from enclave_testing.names import unique
+from enclave_testing.processes import free_port
 from enclave_testing.waiting import poll
 
 from .conftest import SA_GROUPS, Caller, ProxyStack
@@ -245,3 +246,47 @@ def test_tenant_owner_lists_the_nodes_its_node_selector_matches(
     finally:
         for name in names.values():
             core.delete_node(name)
+
+
+def upgraded_answers(proxied: ProxyStack) -> float:
+    """How many upgrade requests the proxy relayed as ``101 Switching Protocols`` (its metrics)."""
+    with urllib.request.urlopen(f"{proxied.proxy.probe_url}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("enclave_proxy_requests_total{") and 'route="upgraded"' in line and 'code="101"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_exec_is_relayed_over_an_upgraded_connection(proxied: ProxyStack, caller: Callable[[str], Caller]) -> None:
+    """kubectl exec through the proxy: kube-apiserver switches protocols (WebSocket) and only then dials the
+    kubelet. There is no kubelet here (the node is an object whose kubelet port refuses), so the session ends
+    with kube-apiserver's dial error, carried back over the upgraded connection the proxy relays."""
+    owner = caller("owner-stream")
+    _, mine = proxied.tenant_of(owner, 1)
+    core = client.CoreV1Api(proxied.kube)
+    node = unique("proxy-node")
+    core.create_node({"metadata": {"name": node}})
+    try:
+        core.patch_node_status(
+            node,
+            {
+                "status": {
+                    "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": free_port()}},
+                }
+            },
+        )
+        pod = {
+            "metadata": {"name": "target"},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.invalid/none:1"}]},
+        }
+        poll(lambda: core.create_namespaced_pod(mine[0], pod), timeout=30, what="the pod on the node")
+        before = upgraded_answers(proxied)
+        done = proxied.kubectl(owner.kubeconfig, "exec", "-n", mine[0], "target", "--", "true", check=False)
+        assert done.returncode != 0
+        assert "127.0.0.1" in done.stderr, done.stderr  # kube-apiserver's dial of the (absent) kubelet
+        assert upgraded_answers(proxied) > before, "the exec did not pass through an upgraded connection"
+    finally:
+        core.delete_node(node)
