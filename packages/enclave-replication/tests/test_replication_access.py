@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.rest import JSON, KubeError
+from enclave_core.snapshots.hub import SnapshotHub
 from enclave_replication import access
 from enclave_replication.access import WatchAccess
+from enclave_replication.controller import ReplicationController
 from enclave_replication.discovery import Resource
 from enclave_testing.memorykube import MemoryKube
 
@@ -76,3 +79,34 @@ def test_an_unanswered_review_is_a_refusal_not_remembered() -> None:
     assert asyncio.run(watch.allowed(SECRETS)) is False
     kube.broken = False
     assert asyncio.run(watch.allowed(SECRETS)) is True
+
+
+def test_a_namespace_that_left_the_tenants_keeps_only_the_watches_still_allowed() -> None:
+    """When a namespace is deleted or leaves the tenants, enclave-tenants' read grant there goes: its
+    per-namespace watches are asked about afresh and stopped where refused (instead of retrying forever), and
+    kept where the right still holds (a ``sourceNamespaces`` binding)."""
+
+    async def scenario() -> tuple[set[str], bool, bool]:
+        kube = Authorizer({("", "secrets", "sources")})
+        controller = ReplicationController(kube, SnapshotHub("test"), EventRecorder(kube, "replication"))
+        watched = {"sources": "/api/v1/namespaces/sources/secrets", "left": "/api/v1/namespaces/left/secrets"}
+        tasks = {}
+        for namespace, path in watched.items():
+            # what an allowed answer remembered from before the grant went looks like
+            controller.access._answers[("v1", "secrets", namespace)] = (True, 1e12)
+            tasks[namespace] = asyncio.create_task(asyncio.sleep(3600))
+            controller._managed_tasks[path] = tasks[namespace]
+            controller._watched_kinds[path] = SECRETS
+        await controller._recheck("left")
+        await controller._recheck("sources")
+        await asyncio.sleep(0)
+        remaining = set(controller._managed_tasks)
+        kept, stopped = not tasks["sources"].cancelled(), tasks["left"].cancelled()
+        tasks["sources"].cancel()
+        await controller.renderer.close()
+        return remaining, kept, stopped
+
+    remaining, kept, stopped = asyncio.run(scenario())
+    assert remaining == {"/api/v1/namespaces/sources/secrets"}
+    assert kept
+    assert stopped

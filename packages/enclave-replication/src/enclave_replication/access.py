@@ -37,11 +37,12 @@ class WatchAccess:
         self.kube = kube
         self._answers: dict[tuple[str, str, str], tuple[bool, float]] = {}
 
-    async def allowed(self, resource: Resource, namespace: str = "") -> bool:
+    async def allowed(self, resource: Resource, namespace: str = "", *, fresh: bool = False) -> bool:
+        """``fresh``: ask even if an answer is remembered (a grant may just have gone), and remember the new one."""
         key = (resource.api_version, resource.plural, namespace)
         known = self._answers.get(key)
         now = time.monotonic()
-        if known is not None and now < known[1]:
+        if known is not None and now < known[1] and not fresh:
             return known[0]
         try:
             answer = all([await self._review(resource, namespace, verb) for verb in ("list", "watch")])

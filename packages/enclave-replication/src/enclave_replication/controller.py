@@ -86,6 +86,8 @@ TENANT_PATH = f"/apis/{GROUP_VERSION}/tenantresources"
 TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
 NAMESPACES_PATH = "/api/v1/namespaces"
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+SYNC_TIMEOUT = 30.0
+"""Seconds a reconcile waits for a new managed-object informer's first list before reading directly instead."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,7 @@ class ReplicationController:
         self.globals = Informer(kube, GLOBAL_PATH, on_change=self._global_changed, name="globaltenantresources")
         self.locals = Informer(kube, TENANT_PATH, on_change=self._local_changed, name="tenantresources")
         self.tenants = Informer(kube, TENANTS_PATH, on_change=self._everything_changed, name="tenants")
-        self.namespaces = Informer(kube, NAMESPACES_PATH, on_change=self._everything_changed, name="namespaces")
+        self.namespaces = Informer(kube, NAMESPACES_PATH, on_change=self._namespace_changed, name="namespaces")
         self.managed: dict[str, Informer] = {}
         """Managed objects per collection path (label-selected), started when a kind is first replicated."""
         self.sources: dict[str, Informer] = {}
@@ -196,6 +198,11 @@ class ReplicationController:
         self._interest: dict[str, set[str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._source_tasks: dict[str, asyncio.Task[None]] = {}
+        self._managed_tasks: dict[str, asyncio.Task[None]] = {}
+        """Per-namespace managed informers' tasks, so a namespace's watches can be stopped (``_recheck``)."""
+        self._watched_kinds: dict[str, Resource] = {}
+        """Collection path -> its resource, for the watches ``_recheck`` may stop."""
+        self._rechecks: set[asyncio.Task[None]] = set()
         self._endpoint_client: tuple[tuple[str, str, str, str, bool], Connection] | None = None
         self._queue: set[str] = set()
         self._busy: set[str] = set()
@@ -236,6 +243,32 @@ class ReplicationController:
         for key in self.locals.items:
             namespace, _, name = key.partition("/")
             self.enqueue(Owner("TenantResource", name, namespace).key)
+
+    def _namespace_changed(self, key: str) -> None:
+        namespace = self.namespaces.get(key)
+        if namespace is None or not (namespace["metadata"].get("labels") or {}).get(TENANT_LABEL):
+            # Gone, or out of the tenants (enclave-tenants removes its grants there): a watch there may have lost
+            # its right and would retry forever. Outside the tenants it may still hold (sourceNamespaces): ask.
+            task = asyncio.create_task(self._recheck(key))
+            self._rechecks.add(task)
+            task.add_done_callback(self._rechecks.discard)
+        self._everything_changed(key)
+
+    async def _recheck(self, namespace: str) -> None:
+        """Stop the per-namespace watches in ``namespace`` the controller may no longer keep (module access): the
+        answer is asked afresh and remembered, so a reconcile does not start them again meanwhile."""
+        marker = f"/namespaces/{namespace}/"
+        for path in [p for p in [*self._managed_tasks, *self._source_tasks] if marker in p]:
+            resource = self._watched_kinds.get(path)
+            if resource is not None and await self.access.allowed(resource, namespace, fresh=True):
+                continue
+            for tasks, informers in ((self._managed_tasks, self.managed), (self._source_tasks, self.sources)):
+                task = tasks.pop(path, None)
+                if task is not None:
+                    task.cancel()
+                    informers.pop(path, None)
+                    if task in self._tasks:
+                        self._tasks.remove(task)
 
     def _managed_changed(self, informer_path: str, key: str) -> None:
         informer = self.managed.get(informer_path)
@@ -281,7 +314,7 @@ class ReplicationController:
             workers = [self._worker() for _ in range(self.settings.concurrency)]
             await asyncio.gather(self._publish_loop(), *workers)
         finally:
-            for task in [*self._tasks, *self._source_tasks.values()]:
+            for task in [*self._tasks, *self._source_tasks.values(), *self._rechecks]:
                 task.cancel()
             if self._endpoint_client is not None:
                 await self._endpoint_client[1].close()
@@ -340,14 +373,24 @@ class ReplicationController:
                 name=f"managed:{resource.plural}.{resource.api_version}",
             )
             self.managed[path] = informer
-            self._tasks.append(asyncio.create_task(informer.run(), name=informer.name))
-        await informer.synced.wait()
+            task = asyncio.create_task(informer.run(), name=informer.name)
+            self._tasks.append(task)
+            if path != resource.collection():
+                self._managed_tasks[path] = task
+                self._watched_kinds[path] = resource
+        try:
+            # A right lost between the question and the list leaves the informer unsynced, retrying: read directly.
+            await asyncio.wait_for(asyncio.shield(informer.synced.wait()), SYNC_TIMEOUT)
+        except TimeoutError:
+            log.warning("managed objects not synced; reading directly", extra={"collection": path})
+            return None
         return informer
 
     async def _watch_sources(self, owner: str, paths: set[str], scopes: dict[str, tuple[Resource, str]]) -> None:
         for path in paths:
             self._interest.setdefault(path, set()).add(owner)
             if path not in self.sources and path in scopes and await self.access.allowed(*scopes[path]):
+                self._watched_kinds[path] = scopes[path][0]
                 informer = Informer(
                     self.kube,
                     path,
