@@ -181,6 +181,7 @@ def proxied(
                 f"--tls-cert-file={workdir / 'serving.crt'}",
                 f"--tls-key-file={workdir / 'serving.key'}",
                 f"--client-ca-file={control_plane.ca_file}",
+                "--tls-reload-interval=1s",
                 f"--tenants-endpoint={endpoints['tenants']}",
                 f"--config-endpoint={endpoints['config']}",
             ],

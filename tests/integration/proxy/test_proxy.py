@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import queue
+import socket
 import ssl
 import subprocess
 import threading
@@ -290,3 +291,27 @@ def test_exec_is_relayed_over_an_upgraded_connection(proxied: ProxyStack, caller
         assert upgraded_answers(proxied) > before, "the exec did not pass through an upgraded connection"
     finally:
         core.delete_node(node)
+
+
+def presented_name(proxied: ProxyStack) -> str:
+    """The CN of the certificate a new TLS connection to the proxy is shown."""
+    context = ssl.create_default_context(cafile=str(proxied.ca_file))
+    port = int(proxied.url.rsplit(":", 1)[1])
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw_socket,
+        context.wrap_socket(raw_socket, server_hostname="127.0.0.1") as tls,
+    ):
+        peer: dict[str, Any] = dict(tls.getpeercert() or {})
+    subject: Any = peer.get("subject", ())
+    return next(str(value) for rdn in subject for key, value in rdn if key == "commonName")
+
+
+def test_renewed_serving_certificate_is_served_without_a_restart(proxied: ProxyStack) -> None:
+    assert presented_name(proxied) == "enclave-proxy"
+    assert proxied.plane.ca is not None
+    renewed = proxied.plane.ca.issue("enclave-proxy-renewed", dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+    # Rewritten in place, key first: the proxy sees a mismatched pair for a moment and retries.
+    (proxied.workdir / "serving.key").write_bytes(renewed.key_pem)
+    (proxied.workdir / "serving.crt").write_bytes(renewed.cert_pem)
+    poll(lambda: presented_name(proxied) == "enclave-proxy-renewed", timeout=15, what="the renewed certificate")
+    assert raw(proxied, "/version", {})[0] == 401  # and the listener still answers

@@ -65,6 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="PEM key of --tls-cert-file (env ENCLAVE_PROXY_TLS_KEY)",
     )
     parser.add_argument(
+        "--tls-reload-interval",
+        default=env_default("ENCLAVE_PROXY_TLS_RELOAD_INTERVAL", "30s"),
+        help="how often the serving certificate and client CA files are checked for a renewal, which new "
+        "connections then use (env ENCLAVE_PROXY_TLS_RELOAD_INTERVAL)",
+    )
+    parser.add_argument(
         "--client-ca-file",
         default=env_default("ENCLAVE_PROXY_CLIENT_CA", ""),
         help="PEM CA whose client certificates authenticate callers (CN user, O groups); empty: bearer tokens "
@@ -93,6 +99,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.token_ttl = parse_duration(args.token_cache_ttl).total_seconds()
     except ValueError as err:
         parser.error(f"--token-cache-ttl: {err}")
+    try:
+        args.tls_reload = parse_duration(args.tls_reload_interval).total_seconds()
+    except ValueError as err:
+        parser.error(f"--tls-reload-interval: {err}")
+    if args.tls_reload <= 0:
+        parser.error("--tls-reload-interval must be positive")
     if args.upstream_connections < 1:
         parser.error("--upstream-connections must be at least 1")
     return args
@@ -108,6 +120,39 @@ def server_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext:
         context.load_verify_locations(cafile=client_ca)
         context.verify_mode = ssl.CERT_OPTIONAL
     return context
+
+
+def _versions(*paths: str) -> tuple[tuple[int, int, int], ...]:
+    """What identifies each file's content cheaply: a renewal (the kubelet's atomic swap of a mounted Secret, or
+    a file rewritten in place) changes the inode, size or modification time of what the path resolves to."""
+    found = []
+    for path in paths:
+        if not path:
+            continue
+        stat = os.stat(path)
+        found.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
+
+
+async def reload_certificates(context: ssl.SSLContext, args: argparse.Namespace) -> None:
+    """Load a renewed serving certificate (and client CA) into the listener's context: new connections present
+    it, open ones keep theirs. A half-written pair (the key not yet matching) is retried at the next check."""
+    paths = (args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    seen = await asyncio.to_thread(_versions, *paths)
+    while True:
+        await asyncio.sleep(args.tls_reload)
+        try:
+            now = await asyncio.to_thread(_versions, *paths)
+            if now == seen:
+                continue
+            context.load_cert_chain(args.tls_cert_file, args.tls_key_file)
+            if args.client_ca_file:
+                context.load_verify_locations(cafile=args.client_ca_file)
+        except (OSError, ssl.SSLError) as err:
+            log.warning("serving certificate not reloaded; retrying", extra={"error": str(err)})
+            continue
+        seen = now
+        log.info("serving certificate reloaded")
 
 
 async def body(process: component.Component) -> None:
@@ -164,6 +209,7 @@ async def body(process: component.Component) -> None:
     address = HostPort.parse(args.listen_address)
     context = server_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
     site = web.TCPSite(runner, address.host, address.port, ssl_context=context)
+    process.spawn(reload_certificates(context, args), "tls-reload")
     try:
         await site.start()
         process.readiness.set("listening")
