@@ -24,7 +24,7 @@ from enclave_tenants.bindings import Grant, binding_templates, bindings_for
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 
-from .test_rbac_rules import every_component_values, render
+from .test_rbac_rules import CA_SECRET, every_component_values, render
 
 pytestmark = pytest.mark.integration
 
@@ -74,6 +74,7 @@ def release(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rel
         core.create_namespace({"metadata": {"name": name}})
     values = every_component_values()
     values["replication"]["rbac"] = {"impersonationNamespaces": [accounts], "sourceNamespaces": [sources]}
+    values["serviceConfiguration"]["spec"]["impersonation"]["caSecretNamespace"] = accounts
     rendered = render(tmp_path_factory.mktemp("rbac"), values, namespace)
     kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
     docs = [doc for doc in rendered if doc["kind"] in kinds]
@@ -181,6 +182,10 @@ def test_replication_account_reading_the_ca_key_is_refused(release: Release) -> 
         assert not release.allowed("replication", verb, "secrets", "kube-system"), verb
         assert not release.allowed("replication", verb, "secrets"), verb
     assert not release.allowed("replication", "list", "*"), "no read of every kind cluster-wide"
+    # The impersonation endpoint's CA is read by name, and that Secret only.
+    assert release.allowed("replication", "get", "secrets", release.accounts_namespace, name=CA_SECRET)
+    assert not release.allowed("replication", "get", "secrets", release.accounts_namespace, name="other")
+    assert not release.allowed("replication", "list", "secrets", release.accounts_namespace)
     assert not release.allowed("replication", "list", "deployments", "kube-system", group="apps")
 
 

@@ -32,6 +32,10 @@ Rule = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 """(apiGroups, resources, resourceNames, verbs), each sorted: a PolicyRule compared by what it grants."""
 
 
+CA_SECRET = "endpoint-ca"
+"""``impersonation.caSecretName`` in the every-component render: replication may get that one Secret."""
+
+
 def every_component_values() -> dict[str, Any]:
     """Every component on, and every value that shapes RBAC set."""
     values: dict[str, Any] = {name: {"enabled": True} for name in COMPONENTS}
@@ -41,6 +45,10 @@ def every_component_values() -> dict[str, Any]:
         "sourceNamespaces": ["replication-sources"],
     }
     values["networkPolicy"] = {"apiServerCIDRs": ["192.0.2.10/32"]}
+    impersonation = {"endpoint": "https://proxy.example", "caSecretName": CA_SECRET}
+    values["serviceConfiguration"] = {
+        "spec": {"impersonation": {**impersonation, "caSecretNamespace": "replication-accounts"}}
+    }
     return values
 
 
@@ -226,6 +234,10 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
     # Bound by enclave-tenants in tenant namespaces, by the chart in `sourceNamespaces`, nowhere else: every kind
     # (Secrets included) is read only there.
     ("ClusterRole", "", "enclave-replication-read"): {_rule(["*"], ["*"], READ)},
+    # The impersonation endpoint's CA, by name, where `impersonation.caSecretNamespace` says.
+    ("Role", "replication-accounts", "enclave-replication-impersonation-ca"): {
+        _rule([""], ["secrets"], ["get"], [CA_SECRET])
+    },
     # -- what tenant owners get through the built-in admin/edit/view (aggregated; templates/tenant-roles.yaml).
     ("ClusterRole", "", "enclave-tenantresources-edit"): {
         _rule(["enclave.dev"], ["tenantresources"], [*READ, "create", "update", "patch", "delete"])
@@ -249,6 +261,11 @@ BOUND: dict[tuple[str, str, str], tuple[str, str, set[tuple[str, str, str]]]] = 
     ("RoleBinding", "replication-accounts", "enclave-replication-impersonate"): (
         "ClusterRole",
         "enclave-replication-impersonate",
+        {_account("replication")},
+    ),
+    ("RoleBinding", "replication-accounts", "enclave-replication-impersonation-ca"): (
+        "Role",
+        "enclave-replication-impersonation-ca",
         {_account("replication")},
     ),
     ("RoleBinding", "replication-sources", "enclave-replication-read"): (
