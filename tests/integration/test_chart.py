@@ -337,7 +337,7 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
             assert "system:serviceaccount:enclave-system:" in condition
         else:
             assert exclusion in hook["namespaceSelector"]["matchExpressions"], hook["name"]
-        for chart_only in ("enabled", "type", "requires", "skipControlPlane", "skipUnjudged"):
+        for chart_only in ("enabled", "type", "requires", "skipControlPlane", "skipUnjudged", "everyNamespace"):
             assert chart_only not in hook
 
     namespaces = hooks["namespaces.enclave.dev"]

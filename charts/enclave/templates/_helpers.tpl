@@ -156,7 +156,9 @@ The chart-only keys are stripped. Every webhook's namespaceSelector gets
 `kubernetes.io/metadata.name NotIn [excludedNamespaces..., <release namespace>]`, except the namespace hooks
 (`skipControlPlane: true`): their selector matches the namespace object itself, so excluding kube-system
 there would stop guarding it; they get the skip-control-plane matchCondition instead. The tenant-rules hooks
-(`skipUnjudged: true`) get the skip-unjudged matchCondition of enclave_admission.defaults.skip_unjudged.
+(`skipUnjudged: true`) get the skip-unjudged matchCondition of enclave_admission.defaults.skip_unjudged. A hook
+with `everyNamespace: true` (the global quota reservations: a quota counts every namespace it selects) gets no
+exclusion either (enclave_admission.defaults.EVERY_NAMESPACE).
 */}}
 {{- define "enclave.webhooks" -}}
 {{- $root := . -}}
@@ -175,7 +177,7 @@ there would stop guarding it; they get the skip-control-plane matchCondition ins
 {{- end -}}
 {{- end -}}
 {{- if and $hook.enabled $needed -}}
-{{- $entry := omit $hook "enabled" "type" "requires" "skipControlPlane" "skipUnjudged" -}}
+{{- $entry := omit $hook "enabled" "type" "requires" "skipControlPlane" "skipUnjudged" "everyNamespace" -}}
 {{- if $hook.skipUnjudged -}}
 {{- $unjudged := printf "!request.userInfo.username.startsWith('system:serviceaccount:%s:') && !('system:masters' in request.userInfo.groups) && !(request.userInfo.username.startsWith('system:') && !request.userInfo.username.startsWith('system:serviceaccount:')) && !((request.resource.group == '' && request.resource.resource == 'events') || (request.resource.group == 'events.k8s.io' && request.resource.resource == 'events') || (request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases') || (request.resource.group == '' && request.resource.resource == 'endpoints') || (request.resource.group == 'discovery.k8s.io' && request.resource.resource == 'endpointslices')) && !(request.resource.group == '' && request.resource.resource == 'configmaps' && has(request.name) && request.name == 'kube-root-ca.crt') && !(request.resource.group == '' && request.resource.resource == 'serviceaccounts' && has(request.name) && request.name == 'default')" $root.Release.Namespace -}}
 {{- $_ := set $entry "matchConditions" (append ($hook.matchConditions | default list) (dict "name" "enclave.dev/skip-unjudged" "expression" $unjudged)) -}}
@@ -186,7 +188,7 @@ there would stop guarding it; they get the skip-control-plane matchCondition ins
 {{- $skip := dict "name" "enclave.dev/skip-control-plane" "expression" $expression -}}
 {{- $_ := set $entry "matchConditions" (append ($hook.matchConditions | default list) $skip) -}}
 {{- end -}}
-{{- if not $hook.skipControlPlane -}}
+{{- if not (or $hook.skipControlPlane $hook.everyNamespace) -}}
 {{- $selector := deepCopy ($hook.namespaceSelector | default dict) -}}
 {{- $_ := set $selector "matchExpressions" (append ($selector.matchExpressions | default list) $exclusion) -}}
 {{- $_ = set $entry "namespaceSelector" $selector -}}

@@ -6,9 +6,9 @@ from typing import Any
 
 from admission_helpers import make_state, request, user
 
-from enclave_admission.globalquotas.usage import scoped, usage
 from enclave_admission.globalquotas.validation import validate, validate_quota
 from enclave_core.quantity import Quantity
+from enclave_core.resourceusage import scoped, usage
 from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot, GlobalQuotaView, ScopeRequirement
 
 ADMIN = user("root", "system:masters")

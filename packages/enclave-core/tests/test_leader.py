@@ -79,6 +79,7 @@ class View(Kube):
         query: Any = None,
         content_type: str = "application/json",
         request_timeout: float | None = 30.0,
+        accept: str = "application/json",
     ) -> JSON:
         self.timeouts.append(request_timeout)
         if path.startswith(LEASE_PATH.rsplit("/", 1)[0]):

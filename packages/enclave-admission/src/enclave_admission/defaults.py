@@ -7,9 +7,9 @@ Every choice scopes a hook as tightly as its rule allows:
 * **Enclave's kinds are matched in v1beta2 only, with ``matchPolicy: Equivalent``** (every hook): a write
   through v1beta1 is converted by kube-apiserver (through ``/convert``) before the hook sees it, so the
   deciding code reads one shape, the stored one, whatever version the client used.
-* **System namespaces are excluded from every hook but the namespace hooks** (``kube-system``,
-  ``kube-public``, ``kube-node-lease`` and Enclave's own namespace, by ``kubernetes.io/metadata.name NotIn``):
-  a webhook outage must never stop the cluster's own machinery there.
+* **System namespaces are excluded from every hook but the namespace hooks and the global quota
+  reservations** (``kube-system``, ``kube-public``, ``kube-node-lease`` and Enclave's own namespace, by
+  ``kubernetes.io/metadata.name NotIn``): a webhook outage must never stop the cluster's own machinery there.
 * **Namespace hooks see every namespace, system ones included**, and ``namespaces/status`` and
   ``namespaces/finalize``: labelling kube-system into a tenant or adopting an unlabelled namespace are the
   very attacks they stop (a namespace hook's namespaceSelector matches the namespace object itself, so
@@ -77,7 +77,10 @@ Every choice scopes a hook as tightly as its rule allows:
   their namespace: neither may be refused.
 * **Global quotas** (``globalquotas=True``, with enclave-globalquotas): reservations on CREATE and UPDATE of the
   kinds whose usage admission evaluates (pods, services, configmaps, secrets, persistentvolumeclaims,
-  replicationcontrollers) outside the system namespaces, and GlobalResourceQuota validation. Both fail open:
+  replicationcontrollers) in every namespace, the system ones and Enclave's own included (a quota counts every
+  namespace it selects; :data:`EVERY_NAMESPACE` argues why that is safe), for every requester (cluster
+  administrators and the cluster's controllers too: usage counts whoever creates the object, as a native
+  ResourceQuota's does), and GlobalResourceQuota validation. Both fail open:
   the provisioned ResourceQuotas keep enforcing every shared limit during an outage (only the race between
   two namespaces for the last unit reopens), and the controller validates a quota again and reports it, so
   a fail-closed hook would stop every pod in the cluster for no safety gained.
@@ -221,7 +224,15 @@ GLOBAL_QUOTA_RESOURCES = [
     "persistentvolumeclaims",
     "replicationcontrollers",
 ]
-"""The kinds whose usage admission evaluates for GlobalResourceQuotas (enclave_admission.globalquotas.usage)."""
+"""The kinds whose usage admission evaluates for GlobalResourceQuotas (enclave_core.resourceusage)."""
+
+
+EVERY_NAMESPACE = frozenset({"globalquotas.enclave.dev"})
+"""Hooks that see the system namespaces and Enclave's own too (no ``kubernetes.io/metadata.name NotIn``): a
+GlobalResourceQuota counts every namespace it selects, kube-system included, and a namespace the hook did not
+see would take the last unit without a reservation. Safe there because the hook fails open, reads nothing from
+the API to answer, answers at once from memory where no quota selects the namespace, and writes only
+QuantityLedgers, which no hook of Enclave's judges (the chart's ``everyNamespace: true``)."""
 
 
 def _globalquota_hooks() -> list[ValidatingWebhook]:
@@ -538,7 +549,7 @@ def webhooks(
         validating.append(_replication_protection_hook())
         validating.append(_replication_spec_hook())
     for webhook in validating:  # every hook but those that skip the control plane by user instead
-        if skip not in (webhook.match_conditions or []):
+        if skip not in (webhook.match_conditions or []) and webhook.name not in EVERY_NAMESPACE:
             _exclude_system_namespaces(webhook, namespace)
     for hook in mutating:
         if hook.name == "resources.mutate.enclave.dev":

@@ -28,15 +28,17 @@ from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError
 from enclave_core.ledger.resources import fold_resources
+from enclave_core.quantity import Quantity
 from enclave_core.runtime.loops import ControllerLoops
 from enclave_core.snapshots.configuration import EffectiveConfiguration
-from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
+from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotaView
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_globalquotas import naming
 from enclave_globalquotas import status as st
 from enclave_globalquotas.ledger import Deferrals, in_flight, ledger_body, ledger_name, newer, object_path
 from enclave_globalquotas.plan import Plan, Problem, QuotaPlan, build_plan, drift_patch, scopes_changed
+from enclave_globalquotas.recount import Pair, Recounts, count, kinds_for
 from enclave_globalquotas.rules import build_rule_plan
 from enclave_globalquotas.rules import drifted as rule_drifted
 
@@ -45,9 +47,18 @@ log = logging.getLogger(__name__)
 RECHECK_SECONDS = 1.0
 """How soon a pass that deferred a ResourceQuota because of a create in flight runs again."""
 
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+"""Lists of kinds counted by their number alone come back as metadata: a count of Secrets never holds one."""
+COUNTED_BY_NUMBER = frozenset({"configmaps", "secrets", "replicationcontrollers"})
+
 RECONCILES = Counter("enclave_globalquotas_reconciles_total", "Passes of the write loop", ["result"])
 PUBLISHES = Counter("enclave_globalquotas_snapshots_total", "GlobalResourceQuotas snapshots compiled", ["result"])
 WRITES = Counter("enclave_globalquotas_writes_total", "Writes to the cluster", ["kind", "operation"])
+COUNTS = Counter(
+    "enclave_globalquotas_counts_total",
+    "Namespaces counted because their ResourceQuota may report less than what exists",
+    ["result"],
+)
 QUOTAS = Gauge("enclave_globalquotas_quotas", "GlobalResourceQuotas observed")
 NOT_READY = Gauge("enclave_globalquotas_not_ready", "GlobalResourceQuotas whose Ready condition is False")
 RECONCILE_SECONDS = Histogram("enclave_globalquotas_reconcile_seconds", "Duration of one write-loop pass")
@@ -80,6 +91,22 @@ def _ignorable(err: KubeError) -> bool:
     return err.not_found or (err.status == 403 and "being terminated" in err.message)
 
 
+def _seed(seeds: JSON, namespace: str, reported: dict[str, Quantity]) -> dict[str, Quantity] | None:
+    """The usage accepted for ``namespace`` before this process started (``status.namespaceUsage``), or None
+    when the namespace is new to the quota."""
+    entry = seeds.get(namespace)
+    if not isinstance(entry, dict):
+        return None
+    found: dict[str, Quantity] = {}
+    for name, value in (entry.get("used") or {}).items():
+        if name in reported:
+            try:
+                found[name] = Quantity.parse(value)
+            except ValueError:
+                continue
+    return found
+
+
 class GlobalQuotasController:
     def __init__(
         self,
@@ -110,6 +137,10 @@ class GlobalQuotasController:
         """ResourceQuotas read afresh while settling, newer than the watch until the watch catches up."""
         self._recheck: asyncio.TimerHandle | None = None
         self._deferrals = Deferrals()
+        self.recounts = Recounts()
+        """Namespaces whose ResourceQuota may report less than what exists, and their counts (recount.py)."""
+        self._settles: dict[str, int] = {}
+        """Namespace -> reservations settled there so far: a settle is a reason to count a suspect again."""
         change = self._changed
         self.quotas = Informer(kube, QUOTAS_PATH, on_change=change, name="globalresourcequotas")
         self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
@@ -160,6 +191,7 @@ class GlobalQuotasController:
             self.namespaces.items,
             self.quota_view(),
             ledger_namespace=self.ledger_namespace,
+            counted=self.recounts.overrides(),
         )
 
     def publish(self) -> Plan:
@@ -186,17 +218,21 @@ class GlobalQuotasController:
     async def reconcile(self) -> None:
         await self._rule_quotas()
         ledgers = await self._settle()
+        await self._recount(ledgers)
         plan = self.plan()
         # Leave the ResourceQuota of a namespace with a create in flight as it is: a hard change now would make
         # kube-controller-manager recount it while an object is charged but not stored (ledger.in_flight).
-        deferred = self._deferrals.hold(
-            in_flight(ledgers, self.settled, now=datetime.now(UTC)), asyncio.get_running_loop().time()
-        )
-        if deferred:
-            # Come back when the creates have landed (or their window ended), even if no event says so.
+        clock = asyncio.get_running_loop().time()
+        deferred = self._deferrals.hold(in_flight(ledgers, self.settled, now=datetime.now(UTC)), clock)
+        # Come back when the creates have landed (or their window ended), or when a suspect namespace is to be
+        # counted again, even if no event says so.
+        due = [clock + RECHECK_SECONDS] if deferred else []
+        due += [at for at in [self.recounts.recheck_at()] if at is not None]
+        if due:
             if self._recheck is not None:
                 self._recheck.cancel()
-            self._recheck = asyncio.get_running_loop().call_later(RECHECK_SECONDS, self.loops.again)
+            delay = max(min(due) - clock, 0.1)
+            self._recheck = asyncio.get_running_loop().call_later(delay, self.loops.again)
         errors: dict[str, list[Problem]] = {name: [] for name in plan.quotas}
         semaphore = asyncio.Semaphore(self.settings.concurrency)
 
@@ -317,10 +353,12 @@ class GlobalQuotasController:
             found = False
             for reservation_id, path in items:
                 try:
-                    if await self.kube.get_or_none(path) is not None:
+                    if await self._exists(path):
                         self.settled.add(reservation_id)
+                        self._settles[namespace] = self._settles.get(namespace, 0) + 1
                         found = True
-                except KubeError:
+                except KubeError as err:
+                    log.warning("could not read a reserved object", extra={"object": path, "error": str(err)})
                     continue
             if not found:
                 continue
@@ -337,6 +375,95 @@ class GlobalQuotasController:
                 if current is not None:
                     self.fresh[key] = current
         return ledgers
+
+    async def _recount(self, ledgers: list[QuantityLedger]) -> None:
+        """Count the objects of every namespace whose ResourceQuota may report less than what exists (its
+        report went down, or it is new to the quota), so the plan that follows uses the larger of report and
+        count (enclave_globalquotas.recount). No API read unless some report went down."""
+        plan = self.plan()
+        views = {view.name: view for view in plan.snapshot.quotas}
+        now = datetime.now(UTC)
+        pending: set[Pair] = set()
+        for ledger in ledgers:
+            block = ledger.status.resource_quota if ledger.status is not None else None
+            quota = ledger.spec.target_ref.name if ledger.spec is not None else ""
+            for reservation in (block.reservations or []) if block is not None else []:
+                expired = reservation.expires_at is not None and reservation.expires_at <= now
+                if reservation.id not in self.settled and not expired and reservation.object_ref.namespace:
+                    pending.add((quota, reservation.object_ref.namespace))
+        clock = asyncio.get_running_loop().time()
+        live = self.quota_view()
+        seen: list[tuple[Pair, dict[str, Quantity]]] = []
+        work: list[tuple[Pair, tuple[str, int]]] = []
+        for name, quota_plan in plan.quotas.items():
+            view = views.get(name)
+            if not quota_plan.valid or view is None or not kinds_for(quota_plan.hard):
+                continue
+            seeds = (quota_plan.raw.get("status") or {}).get("namespaceUsage") or {}
+            rq_name = naming.resource_quota_name(name)
+            for namespace in sorted(quota_plan.reported):
+                current = live.get(f"{namespace}/{rq_name}")
+                if current is None:
+                    continue
+                pair = (name, namespace)
+                reported = quota_plan.reported_usage[namespace]
+                seen.append((pair, reported))
+                key = (str(current["metadata"].get("resourceVersion", "")), self._settles.get(namespace, 0))
+                if self.recounts.wants_count(pair, reported, key, clock, seed=_seed(seeds, namespace, reported)):
+                    work.append((pair, key))
+        semaphore = asyncio.Semaphore(self.settings.concurrency)
+
+        async def one(pair: Pair, key: tuple[str, int]) -> None:
+            async with semaphore:
+                try:
+                    amounts = await self._count(views[pair[0]], pair[1])
+                except KubeError as err:
+                    COUNTS.labels("error").inc()
+                    log.warning("could not count a namespace", extra={"object": pair[1], "error": str(err)})
+                    self.recounts.failed(pair, key)
+                    return
+            COUNTS.labels("ok").inc()
+            self.recounts.counted(pair, amounts, key, clock)
+
+        await asyncio.gather(*(one(pair, key) for pair, key in work))
+        for pair, reported in seen:
+            effective = self.recounts.effective(pair, reported, pending=pair in pending, now=clock)
+            if effective != reported:
+                log.info(
+                    "ResourceQuota reports less than the namespace's objects; using the count",
+                    extra={"object": f"{pair[1]}/{pair[0]}", "reported": str(reported), "counted": str(effective)},
+                )
+        self.recounts.forget(pair for pair, _ in seen)
+
+    async def _count(self, quota: GlobalQuotaView, namespace: str) -> dict[str, Quantity]:
+        """What ``namespace``'s objects count for toward ``quota``: one list per evaluated kind (paged)."""
+        total: dict[str, Quantity] = {}
+        for kind in kinds_for(quota.hard):
+            path = resource_path("v1", kind, namespace=namespace)
+            accept = METADATA_ONLY if kind in COUNTED_BY_NUMBER else "application/json"
+            items: list[JSON] = []
+            token: str | None = None
+            while True:
+                query: dict[str, str | int | bool] = {"limit": 500}
+                if token:
+                    query["continue"] = token
+                page = await self.kube.request("GET", path, query=query, accept=accept)
+                items.extend(page.get("items") or [])
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    break
+            total.update(count(quota, kind, items))
+        return total
+
+    async def _exists(self, path: str) -> bool:
+        """Whether the object at ``path`` exists, read as metadata only (a Secret's data never comes here)."""
+        try:
+            await self.kube.request("GET", path, accept=METADATA_ONLY.replace("MetadataList", "Metadata"))
+        except KubeError as err:
+            if err.not_found:
+                return False
+            raise
+        return True
 
     async def _ledgers(self, plan: Plan, errors: dict[str, list[Problem]]) -> None:
         for obj in self.ledgers.values():

@@ -7,6 +7,11 @@ For every GlobalResourceQuota ``q`` with limits ``H`` and selected namespaces ``
 * the global headroom is ``max(H - sum(u), 0)`` per resource;
 * the ResourceQuota in ``n`` gets ``hard = u(n) + headroom``.
 
+Where a namespace's ResourceQuota may report less than what exists, ``u(n)`` is raised to the count of its
+objects (``counted``, from :mod:`enclave_globalquotas.recount`), and its ``hard`` is then the *reported* usage
+plus the headroom, so that kube-apiserver's quota plugin, which compares with the report, admits no more than
+the headroom there either.
+
 So each namespace may grow by exactly what is left globally, and kube-apiserver's own ResourceQuota admission
 refuses at the shared limit, for every kind of object and with the scopes honoured by Kubernetes itself. When
 usage moves in one namespace, every other namespace's hard moves with it; the namespace that changed keeps its
@@ -57,7 +62,10 @@ class QuotaPlan:
     namespaces: list[str] = field(default_factory=list)
     hard: dict[str, Quantity] = field(default_factory=dict)
     usage: dict[str, dict[str, Quantity]] = field(default_factory=dict)
-    """Namespace -> usage its ResourceQuota reports (resources of ``hard`` only)."""
+    """Namespace -> its usage (resources of ``hard`` only): what its ResourceQuota reports, raised to the count
+    of its objects where the report may be short."""
+    reported_usage: dict[str, dict[str, Quantity]] = field(default_factory=dict)
+    """Namespace -> what its ResourceQuota reports (``hard`` is computed from this)."""
     reported: set[str] = field(default_factory=set)
     """Namespaces whose ResourceQuota has reported usage for every resource of ``hard``."""
     used: dict[str, Quantity] = field(default_factory=dict)
@@ -167,8 +175,10 @@ def plan_quota(
     raw: JSON,
     namespaces: Mapping[str, JSON],
     resource_quotas: Mapping[str, JSON],
+    counted: Mapping[str, Mapping[str, Quantity]] | None = None,
 ) -> QuotaPlan:
-    """The plan of one GlobalResourceQuota; ``resource_quotas`` is keyed ``namespace/name``."""
+    """The plan of one GlobalResourceQuota; ``resource_quotas`` is keyed ``namespace/name``, ``counted`` maps a
+    namespace whose report may be short to the count of its objects."""
     meta = raw.get("metadata", {})
     name = str(meta.get("name", ""))
     plan = QuotaPlan(raw=raw, name=name, uid=str(meta.get("uid", "")), generation=int(meta.get("generation") or 0))
@@ -196,6 +206,10 @@ def plan_quota(
         used, complete = _parse_used(live, plan.hard)
         if live is not None and _scope_fields(live) != _scope_fields({"spec": quota_spec(quota)}):
             complete = False  # its usage was counted under other scopes; wait for the recount
+        plan.reported_usage[namespace] = dict(used)
+        for key, value in ((counted or {}).get(namespace) or {}).items():
+            if key in used and value > used[key]:
+                used[key] = value
         plan.usage[namespace] = used
         if complete or (live is None and terminating(namespaces[namespace])):
             plan.reported.add(namespace)
@@ -205,7 +219,7 @@ def plan_quota(
         live = resource_quotas.get(f"{namespace}/{rq_name}")
         if terminating(namespaces[namespace]) and live is None:
             continue  # kube-apiserver refuses new objects in a terminating namespace
-        hard = {key: plan.usage[namespace][key] + headroom[key] for key in plan.hard}
+        hard = {key: plan.reported_usage[namespace][key] + headroom[key] for key in plan.hard}
         plan.desired[namespace] = resource_quota_body(raw, quota, namespace, hard)
     return plan
 
@@ -262,13 +276,16 @@ def build_plan(
     resource_quotas: Mapping[str, JSON],
     *,
     ledger_namespace: str,
+    counted: Mapping[str, Mapping[str, Mapping[str, Quantity]]] | None = None,
 ) -> Plan:
-    """Every quota's plan, the managed ResourceQuotas nobody wants, and the snapshot admission reads."""
+    """Every quota's plan, the managed ResourceQuotas nobody wants, and the snapshot admission reads.
+    ``counted``: quota -> namespace -> the count of its objects, where its ResourceQuota may report short."""
     plan = Plan()
     for raw in sorted(quotas, key=lambda q: q["metadata"]["name"]):
         if raw.get("metadata", {}).get("deletionTimestamp"):
             continue  # its ResourceQuotas go with it (stale below, and the garbage collector)
-        quota_plan = plan_quota(raw, namespaces, resource_quotas)
+        name = str(raw.get("metadata", {}).get("name", ""))
+        quota_plan = plan_quota(raw, namespaces, resource_quotas, (counted or {}).get(name))
         plan.quotas[quota_plan.name] = quota_plan
     wanted: set[str] = set()
     kept: set[str] = set()  # quotas whose spec is refused keep the ResourceQuotas they had

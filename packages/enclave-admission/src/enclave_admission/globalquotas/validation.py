@@ -3,7 +3,7 @@
 
 ``/globalquotas`` sees CREATE and UPDATE of the kinds a native quota counts. For every GlobalResourceQuota
 selecting the request's namespace (the snapshot's namespace index: one lookup) it computes what the object
-counts for (:mod:`enclave_admission.globalquotas.usage`; an update holds only what grows). Nothing counted
+counts for (:mod:`enclave_core.resourceusage`; an update holds only what grows). Nothing counted
 means an answer from memory. Otherwise one reservation per quota on its QuantityLedger, in quota-name order,
 through the shared ledger client (``allocated + hold <= hard`` for every resource, written with the
 resourceVersion read); when a later quota refuses, the reservations already written are rolled back before the
@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from enclave_admission.globalquotas.usage import scoped, usage
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.api.ledger import QuantityLedgerStatus
@@ -36,6 +35,7 @@ from enclave_core.ledger import LedgerBusyError, LedgerMissingError
 from enclave_core.ledger.resources import ResourceHold, ResourceRefusal, reserve_resources, rollback_resources
 from enclave_core.quantity import Quantity, add_maps
 from enclave_core.resourcequota import spec_problems
+from enclave_core.resourceusage import scoped, usage
 from enclave_core.snapshots.globalquotas import GlobalQuotaView
 
 log = logging.getLogger(__name__)
@@ -51,13 +51,19 @@ class Need:
 
 
 def _object_ref(request: AdmissionRequest) -> ObjectRef:
+    """The object a reservation is for. Its name comes from the object when the request has none: a create
+    with ``generateName`` (every Pod a ReplicaSet or Job makes) reaches a validating hook with the name already
+    generated in the object but an empty ``request.name``, and the controller settles a reservation by finding
+    its object by name (one without would be held, on top of the ResourceQuota's charge, until it lapsed)."""
     obj = request.obj or {}
-    uid = (obj.get("metadata") or {}).get("uid")
+    metadata = obj.get("metadata") or {}
+    uid = metadata.get("uid")
+    name = request.name or metadata.get("name")
     return ObjectRef(
         api_version=request.api_version or "v1",
         kind=request.kind or "Unknown",
         api_group=request.group or None,
-        name=request.name or None,
+        name=str(name) if name else None,
         namespace=request.namespace or None,
         uid=str(uid) if uid else None,
     )

@@ -126,11 +126,12 @@ class Kube:
         query: Mapping[str, str | int | bool] | None = None,
         content_type: str = "application/json",
         request_timeout: float | None = 30.0,
+        accept: str = "application/json",
     ) -> JSON:
         url = path
         if query:
             url += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
-        headers = await self._headers(method, path, body, {"Accept": "application/json", "Content-Type": content_type})
+        headers = await self._headers(method, path, body, {"Accept": accept, "Content-Type": content_type})
         if self.fence is not None and _writes(method, path, query):
             if not self.fence():
                 FENCED_WRITES.labels("refused").inc()

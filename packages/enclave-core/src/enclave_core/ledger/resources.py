@@ -82,6 +82,17 @@ class ResourceRefusal:
         return f"exceeded GlobalResourceQuota {quota}: {'; '.join(parts)}"
 
 
+def _same_object(reservation: ResourceReservation, hold: ResourceHold) -> bool:
+    """Both name one object: same kind, group, namespace and a name (a create without one names no object)."""
+    mine, theirs = reservation.object_ref, hold.object_ref
+    return bool(theirs.name) and (mine.kind, mine.api_group, mine.namespace, mine.name) == (
+        theirs.kind,
+        theirs.api_group,
+        theirs.namespace,
+        theirs.name,
+    )
+
+
 def reserve_resources(
     status: QuantityLedgerStatus | None,
     hold: ResourceHold,
@@ -91,7 +102,13 @@ def reserve_resources(
     ttl: timedelta = RESOURCE_TTL,
 ) -> QuantityLedgerStatus | ResourceRefusal | None:
     """Append ``hold`` if it fits under ``hard`` for every resource; None when ``hold.id`` is already there
-    (a retry of an admitted request: admit again without a write)."""
+    (a retry of an admitted request: admit again without a write).
+
+    A create replaces an earlier create's reservation for the same object (kind, namespace and name): at most
+    one of them can be stored, so one reservation is enough. This is what a client's retry is: kube-apiserver's
+    quota plugin answers 409 when concurrent creates race on a ResourceQuota's status, the client sends the
+    create again, and the new request (a new id) would otherwise hold the unit a second time until the first
+    reservation lapsed, refusing a create the quota has room for."""
     block = status.resource_quota if status is not None else None
     if block is None or not block.initialized:
         return ResourceRefusal(initialised=False)
@@ -103,6 +120,18 @@ def reserve_resources(
     if not amount:
         return None
     allocated = add_maps(block.allocated or {})
+    replaced = [r for r in reservations if hold.delta is None and r.delta is None and _same_object(r, hold)]
+    if replaced:
+        released = add_maps(*(held_resources(r) for r in replaced))
+        allocated = {k: max(v - released.get(k, Quantity(0)), Quantity(0)) for k, v in allocated.items()}
+        reserved_left = add_maps(block.reserved or {}, {k: -v for k, v in released.items()})
+        block = block.model_copy(
+            update={
+                "allocated": _text(allocated),
+                "reserved": _text({k: max(v, Quantity(0)) for k, v in reserved_left.items()}),
+            }
+        )
+        reservations = [r for r in reservations if r not in replaced]
     over = {
         key: (value, allocated.get(key, Quantity(0)), hard[key])
         for key, value in amount.items()

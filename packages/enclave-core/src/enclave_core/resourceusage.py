@@ -1,5 +1,7 @@
 """What an object counts for toward a native quota: Kubernetes' quota evaluators for the kinds a shared quota
-is usually about, so admission can reserve before kube-apiserver's ResourceQuota plugin charges the object.
+is usually about, so admission can reserve before kube-apiserver's ResourceQuota plugin charges the object, and
+enclave-globalquotas can count a namespace whose ResourceQuota reports less than what exists
+(:mod:`enclave_globalquotas.recount`): one evaluation for both, so a count never disagrees with a reservation.
 
 Covered (Kubernetes 1.35, ``pkg/quota/v1/evaluator/core`` and the generic object count):
 
