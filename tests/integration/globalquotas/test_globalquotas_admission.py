@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ from enclave_admission.defaults import url_client, webhooks
 from enclave_testing.balancer import Balancer
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
-from enclave_testing.quotas import wait_for_quota_monitors
+from enclave_testing.quotas import burst, wait_for_quota_monitors
 from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll
 
@@ -166,29 +165,6 @@ def enclave(control_plane: ControlPlane, kube: Any, enclave_crds: list[str]) -> 
         for name in [*world.created, namespace]:
             with contextlib.suppress(ApiException):
                 core.delete_namespace(name)
-
-
-def burst(count: int, create: Callable[[int], Any]) -> tuple[int, list[str]]:
-    """Run ``create(i)`` concurrently; (admitted, refusal messages)."""
-
-    def one(index: int) -> str | None:
-        for _ in range(10):
-            try:
-                create(index)
-            except ApiException as err:
-                if err.status == 403:
-                    return str(err.body)
-                # kube-apiserver's own ResourceQuota admission answers 409 when concurrent creates race on the
-                # quota's status; a client retries (as kubectl and controllers do).
-                if err.status == 409 and "resourcequotas" in str(err.body):
-                    continue
-                raise
-            return None
-        raise AssertionError(f"create {index} kept conflicting on the ResourceQuota")
-
-    with ThreadPoolExecutor(max_workers=count) as pool:
-        outcomes = list(pool.map(one, range(count)))
-    return sum(o is None for o in outcomes), [o for o in outcomes if o is not None]
 
 
 def test_concurrent_creates_across_namespaces_admit_exactly_the_shared_limit(enclave: Enclave) -> None:

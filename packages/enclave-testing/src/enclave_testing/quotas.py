@@ -1,11 +1,16 @@
-"""Waiting for kube-controller-manager's resourcequota controller before a test relies on ResourceQuota status."""
+"""Waiting for kube-controller-manager's resourcequota controller before a test relies on ResourceQuota status,
+and bursts of concurrent creates against a quota."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from enclave_testing.waiting import poll
 
@@ -44,3 +49,26 @@ def wait_for_quota_monitors(core: client.CoreV1Api, namespace: str, timeout: flo
                 raise
         finally:
             core.delete_namespaced_resource_quota(name, namespace)
+
+
+def burst(count: int, create: Callable[[int], Any], attempts: int = 20) -> tuple[int, list[str]]:
+    """Run ``create(i)`` for ``count`` indexes at once; (admitted, refusal messages). Each create is sent again
+    on kube-apiserver's ResourceQuota conflict (409 when concurrent creates race on a quota's status), as
+    kubectl and controllers retry; a 403 is a refusal, anything else fails the test."""
+
+    def one(index: int) -> str | None:
+        for _ in range(attempts):
+            try:
+                create(index)
+            except ApiException as err:
+                if err.status == 403:
+                    return str(err.body)
+                if err.status == 409 and "resourcequotas" in str(err.body):
+                    continue
+                raise
+            return None
+        raise AssertionError(f"create {index} kept conflicting on the ResourceQuota")
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        outcomes = list(pool.map(one, range(count)))
+    return sum(o is None for o in outcomes), [o for o in outcomes if o is not None]

@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from enclave_testing.balancer import Balancer
 from enclave_testing.certificates import ComponentCertificates, enable_tls_reconciler
 from enclave_testing.components import COMPONENTS, ComponentSpec, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
@@ -40,6 +41,8 @@ class TenancyStack:
     tenants: list[str] = field(default_factory=list)
     certificates: ComponentCertificates | None = None
     """The serving and per-component client certificates, mounted for the processes as the kubelet would."""
+    balancer: Balancer | None = None
+    """In front of the admission replicas when there are several (``admission_replicas``)."""
 
     @property
     def kube(self) -> Any:
@@ -72,6 +75,9 @@ class TenancyStack:
             running.process.stop()
         if self.certificates is not None:
             self.certificates.close()
+        if self.balancer is not None:
+            self.balancer.__exit__(None, None, None)
+            self.balancer = None
         kube = self.kube
         custom = client.CustomObjectsApi(kube)
         selector = f"{STACK_LABEL}={self.config_name}"
@@ -162,6 +168,7 @@ def start_tenancy(
     quotas: bool = False,
     replication: bool = False,
     tenants_args: list[str] | None = None,
+    admission_replicas: int = 1,
 ) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
@@ -172,6 +179,8 @@ def start_tenancy(
     ``globalquotas`` likewise enclave-globalquotas and the GlobalResourceQuota hooks; ``quotas`` enclave-quotas
     and the custom quota hooks; ``replication`` enclave-replication and the replication hooks. ``tenants_args``
     are extra flags of enclave-tenants (``--namespace-grant=<clusterrole>=<account>``, as the chart passes).
+    ``admission_replicas`` above 1 runs that many admission servers behind one round-robin
+    :class:`~enclave_testing.balancer.Balancer` (as a Service spreads reviews over the chart's replicas).
     """
     from enclave_admission.defaults import url_client, webhooks
 
@@ -215,11 +224,18 @@ def start_tenancy(
             endpoints["quotas"] = start("quotas", {"config": endpoints["config"]}).grpc_target
         if replication:
             endpoints["replication"] = start("replication", {"config": endpoints["config"]}).grpc_target
-        admission = start(
-            "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]
-        )
+        admissions = [
+            start(
+                "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]
+            )
+            for _ in range(admission_replicas)
+        ]
+        url = admissions[0].webhook_url
+        if admission_replicas > 1:
+            stack.balancer = Balancer([a.webhook_port for a in admissions if a.webhook_port is not None]).__enter__()
+            url = stack.balancer.url
         rendered = webhooks(
-            url_client(admission.webhook_url),
+            url_client(url),
             namespace=stack.namespace,
             nodes=nodes,
             pools=pools,
@@ -242,7 +258,8 @@ def start_tenancy(
         custom = client.CustomObjectsApi(kube)
         poll(lambda: custom.get_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", stack.config_name))
         custom.patch_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", stack.config_name, {"spec": spec})
-        admission.wait_ready(60)
+        for admission in admissions:
+            admission.wait_ready(60)
         registrations = client.AdmissionregistrationV1Api(kube)
         poll(lambda: registrations.read_validating_webhook_configuration(f"{stack.config_name}-validating"))
     except BaseException:
