@@ -27,7 +27,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--tls-validity",
         default=env_default("ENCLAVE_TLS_VALIDITY", "8760h"),
-        help="validity of generated serving certificates; renewed when a third is left (env ENCLAVE_TLS_VALIDITY)",
+        help="validity of generated serving and component client certificates; renewed when a third is left "
+        "(env ENCLAVE_TLS_VALIDITY)",
     )
     parser.add_argument(
         "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full reconcile without changes"
