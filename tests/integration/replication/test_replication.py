@@ -462,3 +462,26 @@ def test_a_null_tenant_selector_selects_no_tenant(cluster: Cluster) -> None:
     cluster.ready("globaltenantresources", selected)
     assert cluster.config_map(target, "selected") is not None
     assert cluster.config_map(target, "nulled") is None
+
+
+def test_a_template_renders_the_tenants_free_form_data_and_follows_it(cluster: Cluster) -> None:
+    """``Tenant.spec.data`` is free-form data for replication templates: a generator reads it through
+    ``tenant.spec.data`` and re-renders when the tenant's data changes."""
+    tenant = unique("tdata")
+    label = {"data-test": tenant}
+    (target,) = cluster.tenant(tenant, label, namespaces=1)
+    data = {"region": "eu-west", "limits": {"cpu": "4"}}
+    cluster.custom.patch_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant, {"spec": {"data": data}})
+    template = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tenant-data\n"
+        'data:\n  region: "{{ tenant.spec.data.region }}"\n  cpu: "{{ tenant.spec.data.limits.cpu }}"\n'
+    )
+    name = unique("tdata")
+    cluster.create_global(
+        name, {"tenantSelector": {"matchLabels": label}, "resources": [{"generators": [{"template": template}]}]}
+    )
+    rendered = poll(lambda: (found := cluster.config_map(target, "tenant-data")) and found.data, what="rendered")
+    assert rendered == {"region": "eu-west", "cpu": "4"}
+    patch = {"spec": {"data": {"region": "us-east"}}}
+    cluster.custom.patch_cluster_custom_object("enclave.dev", "v1beta2", "tenants", tenant, patch)
+    poll(lambda: cluster.config_map(target, "tenant-data").data.get("region") == "us-east", what="re-rendered")
