@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from enclave_proxy.identity import Identity, bearer_token, from_certificate, impersonating, impersonation_headers
+import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from enclave_proxy.identity import (
+    Identity,
+    ImpersonationRefusedError,
+    _impersonations,
+    bearer_token,
+    from_certificate,
+    impersonating,
+    impersonation_headers,
+    requested_identity,
+)
 
 
 def test_certificate_subject_gives_user_and_groups() -> None:
@@ -40,3 +52,28 @@ def test_callers_impersonation_headers_are_found_whatever_their_case() -> None:
         "IMPERSONATE-GROUP",
         "impersonate-user",
     ]
+
+
+def test_requested_identity_is_built_as_kube_apiserver_builds_it() -> None:
+    headers = CIMultiDict([("Impersonate-User", "system:serviceaccount:ns:sa"), ("Impersonate-Extra-Scopes%2Fa", "x")])
+    wanted = requested_identity(CIMultiDictProxy(headers))
+    assert wanted is not None
+    assert wanted.groups == ("system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated")
+    assert wanted.extra == (("scopes/a", ("x",)),)
+    checks = _impersonations(wanted)
+    assert {"namespace": "ns", "resource": "serviceaccounts", "name": "sa", "verb": "impersonate"} in checks
+    assert {"resource": "groups", "name": "system:serviceaccounts", "verb": "impersonate"} in checks
+    assert all(check.get("name") != "system:authenticated" for check in checks)
+    assert {
+        "group": "authentication.k8s.io",
+        "resource": "userextras",
+        "subresource": "scopes/a",
+        "name": "x",
+        "verb": "impersonate",
+    } in checks
+    assert requested_identity(CIMultiDictProxy(CIMultiDict())) is None
+
+
+def test_groups_without_a_user_are_refused() -> None:
+    with pytest.raises(ImpersonationRefusedError, match="need Impersonate-User"):
+        requested_identity(CIMultiDictProxy(CIMultiDict([("Impersonate-Group", "system:masters")])))

@@ -38,6 +38,7 @@ PROXY_RULES: list[dict[str, Any]] = [
     # userextras/<key> for every key a token may carry (RBAC has no "userextras/*"), and uids
     {"apiGroups": ["authentication.k8s.io"], "resources": ["*"], "verbs": ["impersonate"]},
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
 ]

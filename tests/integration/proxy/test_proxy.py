@@ -16,6 +16,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,7 +124,7 @@ def test_forged_impersonation_header_is_refused(proxied: ProxyStack, caller: Cal
         owner.kubeconfig, "--as=admin", "--as-group=system:masters", "get", "pods", "-A", check=False
     )
     assert as_admin.returncode != 0
-    assert "does not forward impersonation" in as_admin.stderr
+    assert f'{owner.user} may not impersonate users "admin"' in as_admin.stderr
     code, body = raw(
         proxied,
         "/api/v1/namespaces/kube-system/secrets",
@@ -138,18 +139,40 @@ def test_caller_without_credentials_is_unauthorized(proxied: ProxyStack) -> None
     assert raw(proxied, "/version", {"Authorization": "Basic YWRtaW46YWRtaW4="})[0] == 401
 
 
-def test_administrator_certificate_passes_through(proxied: ProxyStack) -> None:
+def admin_kubeconfig(proxied: ProxyStack) -> Path:
+    """A kubeconfig for the proxy with a client certificate in ``system:masters``."""
     assert proxied.plane.ca is not None
     pair = proxied.plane.ca.issue("proxy-admin", organizations=["system:masters"], server=False, client=True)
     (proxied.workdir / "admin.crt").write_bytes(pair.cert_pem)
     (proxied.workdir / "admin.key").write_bytes(pair.key_pem)
-    kubeconfig = proxied.kubeconfig(
+    return proxied.kubeconfig(
         "admin",
         {"client-certificate": str(proxied.workdir / "admin.crt"), "client-key": str(proxied.workdir / "admin.key")},
     )
-    out = proxied.kubectl(kubeconfig, "get", "namespaces", "-o", "name").stdout.split()
+
+
+def test_administrator_certificate_passes_through(proxied: ProxyStack) -> None:
+    out = proxied.kubectl(admin_kubeconfig(proxied), "get", "namespaces", "-o", "name").stdout.split()
     assert "namespace/default" in out
     assert "namespace/kube-system" in out
+
+
+def test_caller_who_may_impersonate_sees_what_the_impersonated_user_sees(
+    proxied: ProxyStack, caller: Callable[[str], Caller]
+) -> None:
+    owner = caller("owner-as")
+    _, mine = proxied.tenant_of(owner, 1)
+    kubeconfig = admin_kubeconfig(proxied)
+
+    def listed() -> set[str]:
+        out = proxied.kubectl(
+            kubeconfig, f"--as={owner.user}", "--as-group=system:serviceaccounts", "get", "namespaces", "-o", "name"
+        ).stdout
+        return {line.removeprefix("namespace/") for line in out.split()}
+
+    poll(lambda: listed() == set(mine), timeout=30, what="the owner's namespaces, as the owner")
+    refused = proxied.kubectl(kubeconfig, f"--as={owner.user}", "get", "secrets", "-n", "kube-system", check=False)
+    assert f'User "{owner.user}" cannot list resource "secrets"' in refused.stderr
 
 
 def test_upgrade_request_reaches_kube_apiserver_as_the_caller(

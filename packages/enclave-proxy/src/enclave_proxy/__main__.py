@@ -30,7 +30,7 @@ from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfigura
 from enclave_core.snapshots.subscriber import ItemsConsumer
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
 from enclave_proxy.forward import Upstream
-from enclave_proxy.identity import TokenReviewer
+from enclave_proxy.identity import ImpersonationReviewer, TokenReviewer
 from enclave_proxy.listing import NAMESPACES, NODES, ClusterIndex
 from enclave_proxy.server import ProxyServer
 from enclave_proxy.visibility import Visibility
@@ -203,7 +203,8 @@ async def body(process: component.Component) -> None:
         process.spawn(synced(index, gate), gate)
     upstream = Upstream(process.api, connections=args.upstream_connections)
     reviewer = TokenReviewer(kube, ttl=args.token_ttl)
-    server = ProxyServer(upstream, reviewer, visibility, indexes)
+    impersonation = ImpersonationReviewer(kube, ttl=args.token_ttl)
+    server = ProxyServer(upstream, reviewer, impersonation, visibility, indexes)
     runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
     await runner.setup()
     address = HostPort.parse(args.listen_address)

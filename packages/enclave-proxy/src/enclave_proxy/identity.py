@@ -11,8 +11,9 @@ and read namespaces).
   seconds keyed by a SHA-256 of the token (the token itself is never kept), so a burst of kubectl requests
   costs one review; concurrent first uses of one token share the review in flight.
 
-A caller that sends ``Impersonate-*`` headers is refused outright (403) in this version: honouring them only
-as far as kube-apiserver lets the caller impersonate needs a SubjectAccessReview per header (docs/proxy.md).
+A caller that sends ``Impersonate-*`` headers acts as the identity they name only when SubjectAccessReviews
+asked about the caller itself say it may impersonate each part of it (:class:`ImpersonationReviewer`), as
+kube-apiserver would decide; the proxy's own right to impersonate never stands in for the caller's.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from enclave_core.kube.rest import Kube
 
@@ -48,7 +49,7 @@ class Identity:
     uid: str = ""
     extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
     via: str = "token"
-    """``token`` or ``certificate``: how the proxy authenticated the caller (logs and metrics)."""
+    """``token``, ``certificate`` or ``impersonation``: how the proxy came by this identity (logs and metrics)."""
 
 
 class AuthenticationUnavailableError(Exception):
@@ -171,5 +172,114 @@ def impersonation_headers(identity: Identity) -> CIMultiDict[str]:
 
 
 def impersonating(names: Iterable[str]) -> list[str]:
-    """The caller's own ``Impersonate-*`` headers (refused: see the module's docstring)."""
+    """The caller's own ``Impersonate-*`` headers (honoured only as :class:`ImpersonationReviewer` allows)."""
     return sorted({name for name in names if name.lower().startswith("impersonate-")})
+
+
+SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+class ImpersonationRefusedError(Exception):
+    """The caller asked to act as someone it may not impersonate (403), or asked malformedly (400)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def requested_identity(headers: Mapping[str, str] | CIMultiDictProxy[str]) -> Identity | None:
+    """The identity a caller's ``Impersonate-*`` headers ask for, as kube-apiserver builds it (None: none asked).
+
+    Groups default to none besides ``system:authenticated`` (and, for a ServiceAccount, its two groups); extra
+    keys are read from the header name, percent-decoded and lower-cased, as kube-apiserver reads them."""
+    multi = headers if isinstance(headers, CIMultiDictProxy) else CIMultiDictProxy(CIMultiDict(headers))
+    user = multi.get("Impersonate-User", "")
+    groups = list(multi.getall("Impersonate-Group", []))
+    uid = multi.get("Impersonate-Uid", "")
+    extra: dict[str, list[str]] = {}
+    for name, value in multi.items():
+        if name.lower().startswith("impersonate-extra-"):
+            extra.setdefault(unquote(name[len("impersonate-extra-") :]).lower(), []).append(value)
+    if not user:
+        if groups or uid or extra:
+            raise ImpersonationRefusedError(400, "Impersonate-Group, -Uid and -Extra-* need Impersonate-User")
+        return None
+    if user.startswith(SERVICE_ACCOUNT_PREFIX) and not groups:
+        namespace = user[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")[0]
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+    if user != "system:anonymous" and "system:authenticated" not in groups:
+        groups.append("system:authenticated")
+    return Identity(
+        user=user,
+        groups=tuple(groups),
+        uid=uid,
+        extra=tuple(sorted((key, tuple(values)) for key, values in extra.items())),
+        via="impersonation",
+    )
+
+
+def _impersonations(wanted: Identity) -> list[dict[str, str]]:
+    """The resource attributes kube-apiserver checks ``impersonate`` on, one per part of ``wanted``."""
+    checks: list[dict[str, str]] = []
+    if wanted.user.startswith(SERVICE_ACCOUNT_PREFIX) and wanted.user.count(":") == 3:
+        namespace, _, name = wanted.user[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")
+        checks.append({"namespace": namespace, "resource": "serviceaccounts", "name": name})
+    else:
+        checks.append({"resource": "users", "name": wanted.user})
+    for group in wanted.groups:
+        if group != "system:authenticated":
+            checks.append({"resource": "groups", "name": group})
+    if wanted.uid:
+        checks.append({"group": "authentication.k8s.io", "resource": "uids", "name": wanted.uid})
+    for key, values in wanted.extra:
+        for value in values:
+            checks.append(
+                {"group": "authentication.k8s.io", "resource": "userextras", "subresource": key, "name": value}
+            )
+    return [{**check, "verb": "impersonate"} for check in checks]
+
+
+@dataclass
+class ImpersonationReviewer:
+    """Whether a caller may act as the identity its ``Impersonate-*`` headers name: one SubjectAccessReview per
+    part (user or service account, each group, uid, each extra value), asked *about the caller*, so the caller's
+    own right decides and never the proxy's. Answers are cached for ``ttl`` seconds per (caller, part)."""
+
+    kube: Kube
+    ttl: float = 10.0
+    clock: Callable[[], float] = time.monotonic
+    _cache: dict[tuple[Identity, tuple[tuple[str, str], ...]], tuple[float, bool]] = field(default_factory=dict)
+
+    async def allowed(self, caller: Identity, wanted: Identity) -> Identity:
+        """``wanted`` when ``caller`` may impersonate every part of it; raises ImpersonationRefusedError (403)."""
+        for attributes in _impersonations(wanted):
+            if not await self._check(caller, attributes):
+                what = attributes.get("subresource") or attributes["resource"]
+                raise ImpersonationRefusedError(
+                    403, f'{caller.user} may not impersonate {what} "{attributes["name"]}" (kube-apiserver\'s RBAC)'
+                )
+        return wanted
+
+    async def _check(self, caller: Identity, attributes: dict[str, str]) -> bool:
+        key = (caller, tuple(sorted(attributes.items())))
+        now = self.clock()
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        spec: dict[str, Any] = {"user": caller.user, "groups": list(caller.groups), "resourceAttributes": attributes}
+        if caller.uid:
+            spec["uid"] = caller.uid
+        if caller.extra:
+            spec["extra"] = {extra_key: list(values) for extra_key, values in caller.extra}
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        try:
+            answer = await self.kube.create(SUBJECT_ACCESS_REVIEWS, body)
+        except Exception as err:  # kube-apiserver away or the proxy's right missing: not a "no"
+            log.warning("subject access review failed", extra={"error": str(err)})
+            raise AuthenticationUnavailableError(str(err)) from err
+        allowed = bool((answer.get("status") or {}).get("allowed"))
+        if len(self._cache) >= MAX_CACHED:
+            self._cache.clear()
+        self._cache[key] = (self.clock() + self.ttl, allowed)
+        return allowed

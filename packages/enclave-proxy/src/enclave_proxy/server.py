@@ -1,9 +1,10 @@
 """The HTTPS listener: authenticate, then answer from memory or pass through, in that order.
 
-1. A caller that sends any ``Impersonate-*`` header is refused (403): the proxy's own account may impersonate
-   anyone, so honouring the header would lend the caller the proxy's right (docs/proxy.md).
-2. The caller is authenticated: a verified client certificate, else a bearer token through TokenReview.
+1. The caller is authenticated: a verified client certificate, else a bearer token through TokenReview.
    Neither: 401, as kube-apiserver answers an anonymous request it does not allow.
+2. ``Impersonate-*`` headers the caller sends make it act as the identity they name only when
+   SubjectAccessReviews about the caller say it may impersonate every part of it (403 otherwise): the proxy's
+   own account may impersonate anyone, and that right must never stand in for the caller's.
 3. ``GET /api/v1/namespaces`` and ``GET /api/v1/nodes`` (list or watch) by a tenant user are answered from
    memory (:mod:`enclave_proxy.listing`).
 4. Everything else goes to kube-apiserver as the caller (:mod:`enclave_proxy.forward`).
@@ -25,11 +26,14 @@ from enclave_proxy.forward import MAX_BODY, Upstream
 from enclave_proxy.identity import (
     AuthenticationUnavailableError,
     Identity,
+    ImpersonationRefusedError,
+    ImpersonationReviewer,
     TokenReviewer,
     bearer_token,
     from_certificate,
     impersonating,
     impersonation_headers,
+    requested_identity,
 )
 from enclave_proxy.listing import ClusterIndex, list_body, serve_watch
 from enclave_proxy.query import SelectorError, selection
@@ -71,11 +75,13 @@ class ProxyServer:
         self,
         upstream: Upstream,
         reviewer: TokenReviewer,
+        impersonation: ImpersonationReviewer,
         visibility: Visibility,
         indexes: list[ClusterIndex],
     ) -> None:
         self.upstream = upstream
         self.reviewer = reviewer
+        self.impersonation = impersonation
         self.visibility = visibility
         self.routes = {path: index for index in indexes for path in index.kind.paths}
 
@@ -105,17 +111,16 @@ class ProxyServer:
         return response
 
     async def _route(self, request: web.Request) -> tuple[str, web.StreamResponse]:
-        forged = impersonating(request.headers.keys())
-        if forged:
-            message = (
-                f"enclave-proxy does not forward impersonation: send the request without {', '.join(forged)} "
-                "(or straight to kube-apiserver, which checks your right to impersonate)"
-            )
-            return "refused", status(403, "Forbidden", message)
         try:
             identity = await self.authenticate(request)
+            if identity is not None and impersonating(request.headers.keys()):
+                wanted = requested_identity(request.headers)
+                if wanted is not None:
+                    identity = await self.impersonation.allowed(identity, wanted)
         except AuthenticationUnavailableError:
-            return "refused", status(503, "ServiceUnavailable", "enclave-proxy cannot review the token now; retry")
+            return "refused", status(503, "ServiceUnavailable", "enclave-proxy cannot review the request now; retry")
+        except ImpersonationRefusedError as err:
+            return "refused", status(err.code, "Forbidden" if err.code == 403 else "BadRequest", str(err))
         if identity is None:
             return "refused", status(401, "Unauthorized", "Unauthorized")
         index = self.routes.get(request.path) if request.method == "GET" else None
