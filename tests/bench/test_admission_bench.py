@@ -11,8 +11,10 @@
    in the same run on the same control plane, in alternating blocks (the same object is stored either way),
    and kube-apiserver's own timing of each webhook call.
 
-Targets (shown, never asserted: this machine is shared and noisy): handler p99 < 5 ms at concurrency 32;
-end-to-end overhead of Enclave's webhooks < 5 ms at the median.
+Targets, shown: handler p99 < 5 ms at concurrency 32; end-to-end overhead of Enclave's webhooks < 5 ms at the
+median. They are wall-clock figures of a quiet host; what ``tox -e bench`` asserts (:mod:`sizes`; elsewhere a smoke
+size runs and nothing is judged) is the same-run ratio behind the first: the installed build's ``/namespaces`` at
+c=32 on one replica at least as fast as aiohttp answering a bare allow (twice as fast in every documented run).
 """
 
 from __future__ import annotations
@@ -27,13 +29,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from enclave_core.api.meta import Entity
@@ -42,38 +43,25 @@ from enclave_core.runtime.options import HostPort
 from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from admission.harness import Enclave, namespace_rights, start_enclave, stop_enclave
+from admission.harness import Enclave
 from loadgen import address_of, closed_loop, percentile
+from sizes import Budget, enforce, sized
 
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
 HANDLER_TARGET_P99_MS = 5.0
 E2E_TARGET_OVERHEAD_MS = 5.0
-DIRECT_RUNS = ((1, 1, 2000), (1, 32, 16000), (2, 32, 16000))
+DIRECT_RUNS = sized(((1, 1, 2000), (1, 32, 16000), (2, 32, 16000)), ((1, 1, 50), (1, 32, 200), (2, 32, 200)))
 """(replicas, concurrency, requests) per path."""
-ROUNDS = 5
-E2E_ROUNDS = 3
-E2E_BLOCK = 50
+ROUNDS = sized(5, 1)
+E2E_ROUNDS = sized(3, 1)
+E2E_BLOCK = sized(50, 3)
 """Creations per block: E2E_ROUNDS blocks of each kind, E2E_ROUNDS * E2E_BLOCK creations per row."""
 GROUP = "enclave.dev"
 WEBHOOK_DURATION = "apiserver_admission_webhook_admission_duration_seconds"
 ADMISSION_SOURCES = Path(__file__).resolve().parents[2] / "packages" / "enclave-admission" / "src"
 """Ahead of the installed wheel on PYTHONPATH, these run the admission modules interpreted."""
-
-
-@pytest.fixture(scope="module")
-def bench_enclave(
-    control_plane: Any, kube: Any, impersonate: Callable[..., Any], enclave_crds: list[str]
-) -> Iterator[Enclave]:
-    subjects = [{"kind": "Group", "name": "enclave.dev", "apiGroup": "rbac.authorization.k8s.io"}]
-    with namespace_rights(kube, "enclave-admission-bench", subjects):
-        # the production default resync; the tests use 5 s to see their own changes quickly
-        running = start_enclave(control_plane, kube, impersonate, spec={}, config_args=["--resync=60s"])
-        try:
-            yield running
-        finally:
-            stop_enclave(running)
 
 
 def review(path: str, owner: str, tenant: str, uid: str, index: int) -> dict[str, Any]:
@@ -201,7 +189,9 @@ def build(replica: Any) -> str:
         )
 
 
-def handler_rows(bench: Enclave, control_plane: Any, owner: str, tenant: Any) -> list[tuple[str, ...]]:
+def handler_rows(
+    bench: Enclave, control_plane: Any, owner: str, tenant: Any
+) -> tuple[list[tuple[str, ...]], list[Budget]]:
     """Every variant once per round, ROUNDS rounds, interleaved: a noisy moment of the shared machine lands on
     one sample of each row, not on all samples of one row. Beside the replicas of the installed build (mypyc
     compiled under tox) runs one from the package's plain sources, for the ratio between the two."""
@@ -243,7 +233,10 @@ def handler_rows(bench: Enclave, control_plane: Any, owner: str, tenant: Any) ->
     finally:
         second.process.stop()
         plain.process.stop()
-    return [row(variant, taken) for variant, taken in zip(variants, samples, strict=True)]
+    rates = [statistics.median([s.rate for s in taken]) for taken in samples]
+    floor_rate = next(rate for variant, rate in zip(variants, rates, strict=True) if variant.label.startswith("floor"))
+    budget = Budget("aiohttp bare allow's throughput / /namespaces' (c=32, 1 replica each)", floor_rate / rates[1], 1.0)
+    return [row(variant, taken) for variant, taken in zip(variants, samples, strict=True)], [budget]
 
 
 @contextlib.contextmanager
@@ -312,9 +305,16 @@ class Webhooks:
         return TENANT_LABEL in self.bench.labels(name)
 
     def set(self, on: bool) -> None:
-        admission = self.admission if on else None
+        # Off is both configurations with no webhook in them. Not ``spec.admission: null``: enclave-config leaves
+        # the generated configurations as they are then (a replica that never saw the old spec must not take the
+        # fence down), and not the sides removed either, which would move the CRDs' conversion webhook too.
+        off: dict[str, Any] = {"mutating": {"webhooks": []}, "validating": {"webhooks": []}}
         self.custom.patch_cluster_custom_object(
-            GROUP, "v1beta2", "serviceconfigurations", self.bench.config_name, {"spec": {"admission": admission}}
+            GROUP,
+            "v1beta2",
+            "serviceconfigurations",
+            self.bench.config_name,
+            {"spec": {"admission": self.admission if on else off}},
         )
         poll(lambda: self._called() == on, what=f"kube-apiserver {'calls' if on else 'no longer calls'} the webhooks")
 
@@ -390,7 +390,7 @@ def end_to_end_rows(bench: Enclave, owner: str, tenant: Any) -> list[tuple[str, 
 def test_admission_benchmark(bench_enclave: Enclave, control_plane: Any) -> None:
     owner = unique("bench-owner")
     tenant = bench_enclave.tenant(unique("bench"), owners=[Entity(kind="User", name=owner)])
-    rows = handler_rows(bench_enclave, control_plane, owner, tenant)
+    rows, budgets = handler_rows(bench_enclave, control_plane, owner, tenant)
     rows += end_to_end_rows(bench_enclave, owner, tenant)
     header = ("measurement", "throughput", "p50", "p99 (each round)", "CPU/review server / client", "")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -401,3 +401,4 @@ def test_admission_benchmark(bench_enclave: Enclave, control_plane: Any) -> None
     for namespace in core.list_namespace().items:
         if namespace.metadata.name.startswith(f"{tenant.name}-"):
             core.delete_namespace(namespace.metadata.name)
+    enforce(*budgets)

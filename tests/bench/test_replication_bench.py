@@ -1,5 +1,6 @@
 """Replication benchmark: convergence after a GlobalTenantResource change across 200 namespaces, and API writes
-per reconcile in steady state (target: 0). Printed as a table; never fails on timing.
+per reconcile in steady state (target: 0, asserted under ``tox -e bench``; elsewhere it runs at a smoke size:
+:mod:`sizes`). Printed as a table; never fails on timing.
 
 Run on demand: ``tox -e bench -- tests/bench/test_replication_bench.py`` (about a minute). One tenant with
 ``NAMESPACES`` namespaces gets a ConfigMap from one GlobalTenantResource; each round changes the ConfigMap's
@@ -21,13 +22,17 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
+from sizes import Budget, enforce, sized
 
 from enclave_testing.components import ComponentSpec, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.waiting import poll
 
-NAMESPACES = 200
-ROUNDS = 3
+NAMESPACES = sized(200, 3)
+ROUNDS = sized(3, 1)
+TOUCHES = sized(10, 2)
+WINDOW = sized(6.0, 2.5)
+"""Seconds of steady state measured after the touches: three resync periods (one and a bit when smoke-sized)."""
 GROUP, VERSION = "enclave.dev", "v1beta2"
 REPLICATION = ComponentSpec("replication", "enclave_replication", grpc=True)
 
@@ -174,11 +179,11 @@ def test_convergence_and_steady_state_writes(kube: Any, setup: tuple[RunningComp
         writes_before = metric(running, "enclave_replication_writes_total")
         reconciles_before = metric(running, "enclave_replication_reconciles_total")
         seconds_before = metric(running, "enclave_replication_reconcile_seconds_sum")
-        for index in range(10):
+        for index in range(TOUCHES):
             touch = {"metadata": {"annotations": {"bench/touch": str(index)}}}
             custom.patch_cluster_custom_object(GROUP, VERSION, "globaltenantresources", name, touch)
-            time.sleep(0.5)
-        time.sleep(6)  # three resync periods
+            time.sleep(0.5)  # the steady state is the measurement: these sleeps are its window, not waits
+        time.sleep(WINDOW)
         reconciles = metric(running, "enclave_replication_reconciles_total") - reconciles_before
         writes = metric(running, "enclave_replication_writes_total") - writes_before
         seconds = metric(running, "enclave_replication_reconcile_seconds_sum") - seconds_before
@@ -199,3 +204,4 @@ def test_convergence_and_steady_state_writes(kube: Any, setup: tuple[RunningComp
         f"(target 0); {1000 * seconds / max(reconciles, 1):.0f} ms per reconcile of {NAMESPACES} objects"
     )
     assert reconciles > 0
+    enforce(Budget("API writes per reconcile at rest", per, 0.05))
