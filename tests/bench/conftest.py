@@ -1,5 +1,10 @@
-"""Fixtures shared by the benchmarks: one Enclave for the admission and rules benchmarks, started once per session
-(each starting its own cost the smoke run of the default ``tox`` a stack's start-up)."""
+"""What the benchmarks share: one Enclave for the admission and rules benchmarks, started once per session (a
+fixture shared across modules has to live here: pytest gives a fixture imported into a second module a second
+instance).
+
+Left out of mypy (``pyproject.toml``): mypy maps every directory without ``__init__.py`` to top-level modules, and
+``conftest`` is taken by enclave-admission's tests. The harness it calls is checked where it is defined.
+"""
 
 from __future__ import annotations
 

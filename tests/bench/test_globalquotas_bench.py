@@ -9,7 +9,7 @@ read before and after each round. One change at a time, so each round measures o
 
 Run on demand: ``tox -e bench -- tests/bench/test_globalquotas_bench.py`` (about a minute); elsewhere at a smoke
 size (:mod:`sizes`). Never fails on timing; asserted is the write budget of a change: one ``hard`` patch per other
-namespace, the GlobalResourceQuota status and the ledger, nothing more.
+namespace, the GlobalResourceQuota status and the ledger, nothing more (the median over the rounds, at full size).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from sizes import sized
+from sizes import Budget, enforce, sized
 
 from enclave_core.quantity import Quantity
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
@@ -152,6 +152,8 @@ def test_usage_change_to_every_namespace_recomputed(kube: Any, world: tuple[Runn
         poll(partial(_written, component, before), timeout=30, interval=0.05, what="the change's writes counted")
         writes.append(_writes(component) - before)
 
+    median = statistics.median(writes)
+
     def p99(values: list[float]) -> float:
         return sorted(values)[min(len(values) - 1, int(len(values) * 0.99))]
 
@@ -166,8 +168,8 @@ def test_usage_change_to_every_namespace_recomputed(kube: Any, world: tuple[Runn
         f"| status.hard (enforced) | {statistics.median(status_ms):.0f} | {p99(status_ms):.0f} | {max(status_ms):.0f} |"
     )
     print(
-        f"API writes per change by enclave-globalquotas: median {statistics.median(writes):.0f}, "
+        f"API writes per change by enclave-globalquotas: median {median:.0f}, "
         f"min {min(writes):.0f}, max {max(writes):.0f} ({NAMESPACES - 1} other namespaces' hard, GlobalResourceQuota "
         "status, ledger)"
     )
-    assert statistics.median(writes) <= WRITES_PER_CHANGE, f"writes per change {writes}"
+    enforce(Budget("median writes per change / (other namespaces + status + ledger)", median / WRITES_PER_CHANGE, 1.05))
