@@ -37,8 +37,6 @@ from enclave_testing.controlplane import ControlPlane
 from enclave_testing.paths import repo_root
 from enclave_testing.waiting import poll as _poll
 
-pytestmark = pytest.mark.integration
-
 CHART = repo_root() / "charts" / "enclave"
 KUBE_VERSION = "1.35.4"
 """The version `helm template` assumes; the chart requires >=1.30 and helm's offline default is older."""

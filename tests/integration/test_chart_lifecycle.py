@@ -37,8 +37,6 @@ from enclave_testing.processes import free_port
 from enclave_testing.stack import remove_configuration
 from enclave_testing.waiting import poll
 
-pytestmark = pytest.mark.integration
-
 CHART = repo_root() / "charts" / "enclave"
 PREVIOUS = repo_root() / "tests" / "integration" / "fixtures" / "enclave-0.1.0.tgz"
 SPECS = {spec.name: spec for spec in COMPONENTS}

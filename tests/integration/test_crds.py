@@ -24,8 +24,6 @@ from enclave_core import API_GROUP, API_VERSION
 from enclave_core.api import KINDS, KindInfo, kind_info
 from enclave_testing.examples import example, status_example
 
-pytestmark = pytest.mark.integration
-
 DELETE = object()
 """Marker value: remove the key instead of setting it."""
 

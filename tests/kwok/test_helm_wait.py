@@ -30,8 +30,6 @@ from enclave_testing.crds import install_crds
 from enclave_testing.paths import repo_root
 from enclave_testing.waiting import poll
 
-pytestmark = pytest.mark.integration
-
 CHART = repo_root() / "charts" / "enclave"
 COMPONENTS = ["config", "tenants", "admission", "quotas", "globalquotas", "pools", "replication"]
 

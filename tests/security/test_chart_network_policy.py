@@ -24,8 +24,6 @@ from enclave_testing.controlplane import ControlPlane
 
 from .test_rbac_rules import CHART, KUBE_VERSION, every_component_values, render
 
-pytestmark = pytest.mark.integration
-
 PROMETHEUS = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
 
 

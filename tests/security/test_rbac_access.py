@@ -26,8 +26,6 @@ from enclave_testing.names import unique
 
 from .test_rbac_rules import CA_SECRET, every_component_values, render
 
-pytestmark = pytest.mark.integration
-
 
 @dataclass
 class Release:

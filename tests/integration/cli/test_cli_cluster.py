@@ -19,8 +19,6 @@ from enclave_testing.stack import TenancyStack
 
 from .conftest import CASES, WORLD, Remote, answer
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_cluster_answers_as_offline(cluster: tuple[TenancyStack, Remote], case: Case) -> None:

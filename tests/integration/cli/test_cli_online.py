@@ -25,8 +25,6 @@ from enclave_testing.waiting import poll
 
 from .conftest import GROUP, VERSION, Remote
 
-pytestmark = pytest.mark.integration
-
 
 def _run(capsys: pytest.CaptureFixture[str], plane: ControlPlane, *argv: str) -> tuple[int, str, str]:
     verb, *rest = argv

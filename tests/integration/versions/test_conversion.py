@@ -33,8 +33,6 @@ from enclave_testing.waiting import poll
 
 from .conftest import GROUP, Stack
 
-pytestmark = pytest.mark.integration
-
 
 def _edit_as_v1beta1(stack: Stack, kind: str, name: str, edit: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read as v1beta1, apply ``edit``, write back (retrying when a controller wrote status in between)."""
