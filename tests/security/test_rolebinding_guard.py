@@ -27,8 +27,6 @@ from enclave_testing.waiting import poll
 from .conftest import USERS, as_user, owned_namespace
 from .tenant_attacks import denied, granted
 
-pytestmark = pytest.mark.integration
-
 GRANTED_ROLE = "view"
 """The cluster role enclave-tenants grants (``--namespace-grant``) in every tenant namespace in this module."""
 GRANT_BINDING = f"enclave-component-{GRANTED_ROLE}"
