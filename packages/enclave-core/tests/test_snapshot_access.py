@@ -14,7 +14,7 @@ from enclave_core.pki import CertificateAuthority, KeyPair, component_of, compon
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot, WatchRequest
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.snapshots import access
-from enclave_core.snapshots.configuration import CONFIG_KIND, INVALIDATION_KIND
+from enclave_core.snapshots.configuration import CONFIG_KIND
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.rules import RULES_KIND
 from enclave_core.snapshots.server import SnapshotServer
@@ -30,7 +30,7 @@ DAY = timedelta(days=1)
     [
         ("enclave-admission", [RULES_KIND, TENANCY_KIND], True),
         ("enclave-admission", [CONFIG_KIND], True),
-        ("enclave-pools", [CONFIG_KIND, INVALIDATION_KIND], True),
+        ("enclave-pools", [CONFIG_KIND], True),
         ("enclave-pools", [RULES_KIND], False),
         ("enclave-tenants", [TENANCY_KIND], False),
         ("enclave-replication", [CONFIG_KIND, RULES_KIND], False),
@@ -55,7 +55,7 @@ def test_every_kind_has_subscribers_and_every_subscriber_a_certificate() -> None
     assert all(access.SUBSCRIBERS.values())
     assert "enclave-config" not in access.CLIENT_COMPONENTS, "config subscribes to nothing"
     assert set(access.CLIENT_COMPONENTS) == set().union(*access.SUBSCRIBERS.values())
-    assert access.readable("enclave-tenants") == sorted([CONFIG_KIND, INVALIDATION_KIND])
+    assert access.readable("enclave-tenants") == [CONFIG_KIND]
 
 
 def test_only_a_client_certificate_with_one_component_uri_is_an_identity() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,7 +27,7 @@ from pydantic import ValidationError
 
 from enclave_config import crds, policies, rbac, tls, webhooks
 from enclave_config.secrets import NamedSecrets, SecretsUnreadableError
-from enclave_core import GROUP_VERSION
+from enclave_core import GROUP_VERSION, invalidation
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.meta import Entity
 from enclave_core.api.validation import service_configuration_problems as problems
@@ -38,7 +37,7 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.snapshots import access
-from enclave_core.snapshots.configuration import CONFIG_KIND, INVALIDATION_KIND, EffectiveConfiguration, effective
+from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration, effective
 from enclave_core.snapshots.hub import SnapshotHub
 
 log = logging.getLogger(__name__)
@@ -184,7 +183,6 @@ class ConfigController:
     async def run(self) -> None:
         """Watch, then reconcile on every change and at least every resync period."""
         tasks = [asyncio.create_task(informer.run(), name=informer.name) for informer in self._informers()]
-        tasks.append(asyncio.create_task(self._invalidation_ticks(), name="cache-invalidation"))
         try:
             await asyncio.gather(*(informer.synced.wait() for informer in self._informers()))
             backoff = 0.5
@@ -282,6 +280,8 @@ class ConfigController:
 
     def _publish(self, current: EffectiveConfiguration) -> None:
         self.last_good = current
+        # This process's own caches follow the period it publishes (its subscribers do in runtime.grpc).
+        invalidation.set_period(parse_duration(current.spec.cache_invalidation).total_seconds())
         self.hub.publish(CONFIG_KIND, current.model_dump_json(by_alias=True).encode())
 
     async def _create_default(self) -> None:
@@ -547,20 +547,6 @@ class ConfigController:
         path = f"/apis/{GROUP_VERSION}/serviceconfigurations/{self.settings.name}/status"
         stored = await self.kube.merge_patch(path, {"status": new_status})
         self.configs.items[self.settings.name] = stored
-
-    # -- cache invalidation --------------------------------------------------------------------------------
-
-    async def _invalidation_ticks(self) -> None:
-        """Publish a tick every spec.cacheInvalidation; subscribers drop their caches on each."""
-        tick = 0
-        while True:
-            period = 86400.0
-            if self.last_good is not None:
-                period = max(1.0, parse_duration(self.last_good.spec.cache_invalidation).total_seconds())
-            await asyncio.sleep(period)
-            tick += 1
-            payload = {"tick": tick, "at": datetime.now(UTC).isoformat()}
-            self.hub.publish(INVALIDATION_KIND, json.dumps(payload).encode(), only_if_changed=False)
 
 
 def _aggregated(owner: JSON) -> tuple[str, str] | None:

@@ -330,7 +330,7 @@ class ServiceConfigurationSpec(ApiModel):
     """Global configuration of Enclave."""
 
     cache_invalidation: Annotated[Duration, REQUIRED] = "24h"
-    """Period of the CacheInvalidation tick published on ConfigService (Go duration); no component subscribes to it yet: every cache is a watch, rebuilt on relist."""
+    """Period after which every cache is rebuilt from a fresh read (Go duration): each component relists each watched kind and re-takes each snapshot once per period, less a random part of up to a fifth so caches do not all relist at once."""
     enable_tls_reconciler: Annotated[bool, REQUIRED] = Field(False, alias="enableTLSReconciler")
     """Generate a CA and serving certificates for the webhooks when not provided externally."""
     rbac: Annotated[Rbac, REQUIRED] = Field(default_factory=Rbac)

@@ -10,7 +10,9 @@ follows the apiserver's resourceVersion contract:
 - a watch that expired (410 Gone, as an ERROR event or as the answer to the watch request) relists at once;
   any other failure is logged and relists after a backoff (0.2 s doubling to 5 s, reset only by a watch
   that worked, so a watch failing right after each list cannot turn into a relist storm). A relist diffs against the
-  cache, so objects deleted while the watch was down are reported too.
+  cache, so objects deleted while the watch was down are reported too;
+- whatever the watch says, the cache is relisted once per ``spec.cacheInvalidation`` (less a random part of
+  it, :mod:`enclave_core.invalidation`): an event the watch never delivered is found by that relist's diff.
 
 ``on_change`` runs for every changed key; an exception in it is logged with its traceback and counted
 (``enclave_informer_handler_errors_total``), never swallowed silently and never a reason to relist (the
@@ -30,6 +32,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import Counter
 
+from enclave_core import invalidation
 from enclave_core.kube.rest import JSON, Kube, KubeError
 
 log = logging.getLogger(__name__)
@@ -104,6 +107,8 @@ class Informer:
         self._failing = False
         self._stored: dict[str, int] = {}
         """Key -> resourceVersion of the object :meth:`store` cached, until its watch event arrives."""
+        self._deadline = invalidation.Deadline()
+        """When the cache is next relisted whatever the watch says (``spec.cacheInvalidation``)."""
         _LIVE.add(self)
 
     @property
@@ -185,18 +190,28 @@ class Informer:
 
         try:
             while True:
+                due: asyncio.Timeout | None = None
                 try:
                     await self._relist()
                     self.failing = False
-                    while True:
-                        await self._watch(reset)
-                        reset()  # a watch that ended normally: the path to the apiserver is healthy
+                    self._deadline.restart()
+                    async with invalidation.expiring(self._deadline) as due:
+                        while True:
+                            await self._watch(reset)
+                            reset()  # a watch that ended normally: the path to the apiserver is healthy
                 except asyncio.CancelledError:
                     raise
                 except _WatchExpiredError:
                     RELISTS.labels(self.name, "expired").inc()
                     log.info("watch expired (410); relisting", extra={"informer": self.name})
                 except Exception as err:
+                    if due is not None and due.expired():
+                        # spec.cacheInvalidation ran out (the TimeoutError of ``expiring``, not of a read): relist
+                        # at once; what the watch missed is reported by the relist's diff.
+                        RELISTS.labels(self.name, "invalidation").inc()
+                        invalidation.invalidated(self.name)
+                        log.debug("cache invalidated; relisting", extra={"informer": self.name})
+                        continue
                     # Blind only when the apiserver cannot be reached or answers 5xx; a 4xx is an answer (a
                     # resource not served, a right missing), reported in the log, and says nothing about the rest.
                     self.failing = self.failing or _unreachable(err)

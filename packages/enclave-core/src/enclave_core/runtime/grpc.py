@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import grpc
 
+from enclave_core import invalidation
 from enclave_core.durations import parse_duration
 from enclave_core.kube import informer
 from enclave_core.kube.rest import Kube
@@ -30,9 +32,12 @@ from enclave_core.kube.tls_secret import TlsSecretSource
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.runtime.component import Component
 from enclave_core.runtime.options import env_default
+from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.server import SnapshotServer
 from enclave_core.snapshots.subscriber import ItemsConsumer, SnapshotSubscriber
+
+log = logging.getLogger(__name__)
 
 
 def _add_ca_flag(parser: argparse.ArgumentParser) -> None:
@@ -111,8 +116,13 @@ def subscribe(
     it for ``--snapshot-staleness`` (the last good one keeps serving decisions meanwhile). With ``items``, an
     itemized kind arrives as items and deltas (``accept`` still takes whole payloads from older publishers).
     ``gate=False``: the check is reported in ``/readyz`` but never makes the process unready (the consumer
-    copes with the snapshot's absence itself, as admission's hooks do)."""
+    copes with the snapshot's absence itself, as admission's hooks do).
+
+    Every subscription to the ServiceConfiguration also sets the process's cache invalidation period from
+    it (``spec.cacheInvalidation``, :mod:`enclave_core.invalidation`), so no component wires that itself."""
     args = process.args
+    if kind == CONFIG_KIND:
+        accept = _following_invalidation(accept)
     if args.grpc_ca_file and not (args.grpc_client_cert and args.grpc_client_key):
         raise ValueError(
             "--grpc-ca-file needs --grpc-client-cert and --grpc-client-key: publishers accept only clients "
@@ -136,6 +146,20 @@ def subscribe(
     )
     process.spawn(subscriber.run(), f"subscriber-{kind}")
     return subscriber
+
+
+def _following_invalidation(accept: Callable[[Snapshot], None]) -> Callable[[Snapshot], None]:
+    """``accept``, then the accepted configuration's ``spec.cacheInvalidation`` as the process's period."""
+
+    def accept_and_follow(snapshot: Snapshot) -> None:
+        accept(snapshot)
+        try:
+            config = EffectiveConfiguration.model_validate_json(snapshot.payload)
+            invalidation.set_period(parse_duration(config.spec.cache_invalidation).total_seconds())
+        except ValueError:  # the consumer took it; the period alone stays as it was
+            log.warning("cannot read spec.cacheInvalidation; keeping the period", extra={"kind": snapshot.kind})
+
+    return accept_and_follow
 
 
 async def _wait_for_files(*paths: str) -> None:

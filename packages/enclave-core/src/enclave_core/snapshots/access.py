@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from enclave_core.snapshots.configuration import CONFIG_KIND, INVALIDATION_KIND
+from enclave_core.snapshots.configuration import CONFIG_KIND
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND
 from enclave_core.snapshots.pools import POOLS_KIND
 from enclave_core.snapshots.quotas import QUOTAS_KIND
@@ -36,7 +36,6 @@ _CONFIGURED = frozenset({ADMISSION, TENANTS, QUOTAS, GLOBALQUOTAS, POOLS, REPLIC
 
 SUBSCRIBERS: Final[Mapping[str, frozenset[str]]] = {
     CONFIG_KIND: _CONFIGURED,
-    INVALIDATION_KIND: _CONFIGURED,
     TENANCY_KIND: frozenset({ADMISSION, PROXY}),  # the proxy: which namespaces a tenant user may list
     RULES_KIND: frozenset({ADMISSION}),
     QUOTAS_KIND: frozenset({ADMISSION}),

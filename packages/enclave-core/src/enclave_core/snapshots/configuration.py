@@ -17,7 +17,6 @@ from enclave_core.api.meta import ApiModel, Entity
 from enclave_core.snapshots.payload import SnapshotPayload
 
 CONFIG_KIND: Final = "ServiceConfiguration"
-INVALIDATION_KIND: Final = "CacheInvalidation"
 DEFAULT_USER_GROUP: Final = "enclave.dev"
 
 

@@ -19,6 +19,12 @@ Readiness does not lie:
   applies once a publisher has announced that it sends heartbeats (``enclave-heartbeat-seconds`` in the
   stream's initial metadata; one release behind, it would not), so a publisher that stops right after the
   first snapshot, before any heartbeat, is judged stale too.
+
+Once per ``spec.cacheInvalidation`` (less a random part of it, :mod:`enclave_core.invalidation`) the stream
+is closed and opened again, and the first whole snapshot of each kind on the new stream goes to the consumer
+even when its revision is the one already held, every item parsed anew: whatever the consumer derived from
+the old state (admission's compiled rules and indexes) is rebuilt from a fresh copy. Readiness does not
+change meanwhile (the last good state stays in use until the fresh one is accepted).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any
 import grpc
 from prometheus_client import Counter, Gauge
 
+from enclave_core import invalidation
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot, WatchRequest
 
 log = logging.getLogger(__name__)
@@ -158,6 +165,10 @@ class SnapshotSubscriber:
         self._partial: dict[str, _Partial] = {}
         self._accepted_raw: dict[str, dict[str, bytes]] = {}
         self._accepted_parsed: dict[str, dict[str, Any]] = {}
+        self._deadline = invalidation.Deadline()
+        self._refresh: set[str] = set()
+        """Kinds whose next whole snapshot goes to the consumer even at the revision it holds, parsed anew (the
+        cache was invalidated)."""
         for kind in kinds:
             AGE.labels(kind).set_function(functools.partial(self.age, kind))
             STALE.labels(kind).set_function(functools.partial(self._stale_value, kind))
@@ -221,6 +232,7 @@ class SnapshotSubscriber:
         """Until cancelled: connect, stream, and on any failure back off and reconnect."""
         backoff = self.initial_backoff
         while True:
+            due: asyncio.Timeout | None = None
             try:
                 self._stream_raw.clear()
                 self._partial.clear()
@@ -236,21 +248,27 @@ class SnapshotSubscriber:
                         metadata = await stream.initial_metadata()
                         if any(key == HEARTBEAT_METADATA for key, _ in metadata or ()):
                             self.state.heartbeats_announced = True
-                    while True:
-                        snapshot = await self._next(stream)
-                        if snapshot is None:
-                            break
-                        if not self.state.connected:
-                            self.state.connected = True
-                            log.info("snapshot stream connected", extra={"target": self.target})
-                        backoff = self.initial_backoff
-                        if self.items is not None and not snapshot.heartbeat and not snapshot.payload:
-                            await self.receive_items(snapshot)
-                        else:
-                            self.receive(snapshot)
+                    self._deadline.restart()
+                    async with invalidation.expiring(self._deadline) as due:
+                        while True:
+                            snapshot = await self._next(stream)
+                            if snapshot is None:
+                                break
+                            if not self.state.connected:
+                                self.state.connected = True
+                                log.info("snapshot stream connected", extra={"target": self.target})
+                            backoff = self.initial_backoff
+                            if self.items is not None and not snapshot.heartbeat and not snapshot.payload:
+                                await self.receive_items(snapshot)
+                            else:
+                                self.receive(snapshot)
             except asyncio.CancelledError:
                 raise
             except TimeoutError:
+                if due is not None and due.expired():
+                    # spec.cacheInvalidation ran out: a new stream at once, its snapshots taken whole.
+                    self.invalidate()
+                    continue
                 log.warning(
                     "snapshot stream silent past three heartbeats; reconnecting",
                     extra={"target": self.target, "heartbeat": self.heartbeat},
@@ -272,6 +290,12 @@ class SnapshotSubscriber:
             RECONNECTS.labels(self.target).inc()
             await asyncio.sleep(backoff * (0.5 + random.random()))  # jitter spreads a fleet's reconnects
             backoff = min(self.max_backoff, backoff * 2)
+
+    def invalidate(self) -> None:
+        """Take the next whole snapshot of every kind as new (see the module docstring); counted per kind."""
+        for kind in self.kinds:
+            invalidation.invalidated(f"snapshot:{kind}")
+        self._refresh.update(self.kinds)
 
     async def _next(self, stream: Any) -> Snapshot | None:
         """The next message; None at the end of the stream. Once the publisher has shown it sends heartbeats,
@@ -302,10 +326,14 @@ class SnapshotSubscriber:
             if same and previous is not None and previous.revision == snapshot.revision:
                 self._confirm(snapshot)
             return
+        refresh = snapshot.kind in self._refresh
         if same and previous is not None and previous.revision >= snapshot.revision:
-            if previous.revision == snapshot.revision:
+            if previous.revision == snapshot.revision and not refresh:
                 self._confirm(snapshot)  # re-sent after a reconnect: still current
-            return
+                return
+            if previous.revision > snapshot.revision:
+                return
+        self._refresh.discard(snapshot.kind)
         try:
             self.on_snapshot(snapshot)
         except Exception:  # a bad payload must not kill the stream; the previous state stays in use
@@ -345,17 +373,20 @@ class SnapshotSubscriber:
             raw = partial.upserts
         self._stream_raw[kind] = raw
         previous = self.state.latest.get(kind)
+        refresh = not partial.delta and kind in self._refresh
         if (
             previous is not None
             and previous.incarnation == message.incarnation
             and previous.revision >= message.revision
+            and not (refresh and previous.revision == message.revision)
         ):
             if previous.revision == message.revision:
                 if kind in self._accepted_raw:
                     self._accepted_raw[kind] = raw  # the same revision re-sent: same content, now the delta base
                 self._confirm(message)
             return
-        accepted = self._accepted_raw.get(kind, {})
+        self._refresh.discard(kind)
+        accepted = {} if refresh else self._accepted_raw.get(kind, {})
         if partial.delta and base is accepted:
             # The usual case: the consumer holds what the delta applies to, so only the delta is compared.
             changed = [key for key, value in partial.upserts.items() if accepted.get(key) != value]
@@ -368,7 +399,7 @@ class SnapshotSubscriber:
         )
         try:
             parsed_changed = await self._parse(raw, changed)
-            parsed = dict(self._accepted_parsed.get(kind, {}))
+            parsed = {} if refresh else dict(self._accepted_parsed.get(kind, {}))
             parsed.update(parsed_changed)
             for key in removed:
                 parsed.pop(key, None)

@@ -46,8 +46,9 @@ class ConfigServiceServicer:
 
     def Watch(self, request, context):
         """Streams the effective configuration (kind "ServiceConfiguration": defaults applied, deprecated fields
-        converted, validated) at once and on every change, and a "CacheInvalidation" tick every
-        spec.cacheInvalidation. The stream stays open; subscribers reconnect with backoff when it drops.
+        converted, validated) at once and on every change; subscribers take spec.cacheInvalidation from it as
+        the period of their own, spread, cache invalidation. The stream stays open; subscribers reconnect with
+        backoff when it drops.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
