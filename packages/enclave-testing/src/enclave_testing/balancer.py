@@ -14,24 +14,20 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Sequence
+from typing import Self
 
 
-class Balancer:
-    """``with Balancer(ports) as balancer: ... balancer.port``."""
+class LoopThread:
+    """A server of the test's own on an event loop in a daemon thread: ``with`` runs ``_start`` there (which sets
+    ``port``) and, on the way out, ``_stop``, then ends the thread. Synchronous tests use it as they would a
+    process."""
 
-    def __init__(self, ports: Sequence[int], host: str = "127.0.0.1") -> None:
-        self.ports = list(ports)
-        self.host = host
+    def __init__(self, name: str) -> None:
         self.port = 0
-        self.connections: dict[int, int] = dict.fromkeys(self.ports, 0)
-        """Connections handed to each backend port so far."""
-        self._next = itertools.cycle(range(len(self.ports)))
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="balancer", daemon=True)
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
 
-    def __enter__(self) -> Balancer:
+    def __enter__(self) -> Self:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         return self
@@ -40,6 +36,26 @@ class Balancer:
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self) -> None:
+        raise NotImplementedError
+
+
+class Balancer(LoopThread):
+    """``with Balancer(ports) as balancer: ... balancer.port``."""
+
+    def __init__(self, ports: Sequence[int], host: str = "127.0.0.1") -> None:
+        super().__init__("balancer")
+        self.ports = list(ports)
+        self.host = host
+        self.connections: dict[int, int] = dict.fromkeys(self.ports, 0)
+        """Connections handed to each backend port so far."""
+        self._next = itertools.cycle(range(len(self.ports)))
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
 
     @property
     def url(self) -> str:
