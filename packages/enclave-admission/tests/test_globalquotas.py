@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission_helpers import make_state, request, user
+from admission_helpers import make_state, request, review, user
 
-from enclave_admission.globalquotas.validation import validate, validate_quota
+from enclave_admission.defaults import url_client, webhooks
+from enclave_admission.globalquotas.validation import _object_ref, validate, validate_quota
+from enclave_admission.review import AdmissionRequest
 from enclave_core.quantity import Quantity
 from enclave_core.resourceusage import scoped, usage
 from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot, GlobalQuotaView, ScopeRequirement
@@ -94,6 +96,24 @@ def test_only_selected_namespaces_and_growing_updates_reserve() -> None:
     assert validate(elsewhere, state).reason == "NotCounted"  # type: ignore[union-attr]
     unchanged = request(ADMIN, "UPDATE", service, service, resource="services", kind="Service", namespace="a")
     assert validate(unchanged, state).reason == "WithinQuota"  # type: ignore[union-attr]
+
+
+def test_reservations_name_generated_objects_and_the_hook_sees_everyone_everywhere() -> None:
+    """A create with generateName reaches a validating hook with an empty request.name and the generated name
+    in the object: the reservation names the object, so the controller can settle it once it exists. And the
+    reservation hook skips no requester and no namespace (a quota counts every namespace it selects)."""
+    generated = {"metadata": {"generateName": "web-", "name": "web-x7k2p", "namespace": "a"}, "spec": {}}
+    body = review(ADMIN, "CREATE", generated, resource="pods", kind="Pod", namespace="a")
+    body["request"]["name"] = ""
+    assert _object_ref(AdmissionRequest.from_review(body)).name == "web-x7k2p"
+    validating = webhooks(url_client("https://127.0.0.1:8443"), globalquotas=True).validating
+    assert validating is not None
+    hooks = {hook.name: hook for hook in validating.webhooks or []}
+    reservations = hooks["globalquotas.enclave.dev"]
+    assert reservations.namespace_selector is None
+    assert not reservations.match_conditions
+    assert reservations.failure_policy == "Ignore"
+    assert hooks["globalresourcequotas.enclave.dev"].namespace_selector is not None
 
 
 def test_quota_validation_names_the_field() -> None:
