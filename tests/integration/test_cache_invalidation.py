@@ -7,6 +7,10 @@ the component's watches stay connected and hear nothing, as when an event is los
 Tenant) the watch's resourceVersion moves past it, so no resumed watch replays it either. Only a relist finds
 it: ``status.tenants``, which enclave-config derives from its Tenant cache, shows the missed Tenant (and then
 drops it) within a few periods of 3 s, and the component's metrics count the relists.
+
+The whole tenancy stack at 2 s shows the period reaching every component through the configuration snapshot:
+enclave-tenants relists, admission re-takes its Tenancy snapshot whole and keeps deciding from it (an owner's
+namespace admitted, a stranger's claim refused) while it stays ready.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from enclave_core.snapshots.tenancy import TENANCY_KIND, TENANT_LABEL
 from enclave_testing.balancer import LoopThread
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
-from enclave_testing.stack import remove_configuration
+from enclave_testing.stack import TenancyStack, create_namespace, remove_configuration, start_tenancy
 from enclave_testing.waiting import poll
 
 pytestmark = pytest.mark.integration
@@ -216,3 +221,45 @@ def test_a_tenant_the_watch_never_reported_is_found_and_dropped_by_the_relists(
 
 def _deleted_dropped(proxy: DroppingProxy, name: str) -> bool:
     return any(b'"DELETED"' in line and name.encode() in line for line in list(proxy.dropped))
+
+
+USERS = "cache-users"
+
+
+@pytest.fixture
+def stack(control_plane: ControlPlane, enclave_crds: list[str]) -> Iterator[TenancyStack]:
+    running = start_tenancy(control_plane, [{"kind": "Group", "name": USERS}], extra_spec={"cacheInvalidation": "2s"})
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def test_admission_retakes_its_snapshots_each_period_and_keeps_deciding(stack: TenancyStack) -> None:
+    components = {running.spec.name: running for running in stack.processes}
+    admission, tenants = components["admission"], components["tenants"]
+    tenant, owner, stranger = unique("retaken"), unique("owner"), unique("stranger")
+    stack.tenant(tenant, [{"kind": "User", "name": owner}])
+    core = client.CoreV1Api(stack.kube)
+    created: list[str] = []
+    try:
+        retaken = f"snapshot:{TENANCY_KIND}"
+        poll(lambda: _metric(admission, "enclave_cache_invalidations_total", retaken) >= 2, timeout=60)
+        poll(lambda: _metric(tenants, "enclave_cache_invalidations_total", "tenants") >= 2, timeout=60)
+        before = _metric(admission, "enclave_cache_invalidations_total", retaken)
+        # Decided from a snapshot taken whole after at least two invalidations, and still ready meanwhile.
+        created.append(f"{tenant}-ns")
+        create_namespace(stack.plane.impersonate(owner, [USERS]), created[-1])
+        assert (core.read_namespace(created[-1]).metadata.labels or {}).get(TENANT_LABEL) == tenant
+        with pytest.raises(ApiException) as refused:
+            client.CoreV1Api(stack.plane.impersonate(stranger, [USERS])).create_namespace(
+                {"metadata": {"name": f"{tenant}-stranger", "labels": {TENANT_LABEL: tenant}}}
+            )
+        assert refused.value.status == 403, refused.value.body
+        poll(lambda: _metric(admission, "enclave_cache_invalidations_total", retaken) > before, timeout=30)
+        with urllib.request.urlopen(f"{admission.probe_url}/readyz", timeout=5) as answer:
+            assert answer.status == 200
+    finally:
+        for name in created:
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(name)
