@@ -8,7 +8,6 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from enclave_proxy.identity import (
     Identity,
     ImpersonationRefusedError,
-    _impersonations,
     bearer_token,
     from_certificate,
     impersonating,
@@ -58,20 +57,30 @@ def test_requested_identity_is_built_as_kube_apiserver_builds_it() -> None:
     headers = CIMultiDict([("Impersonate-User", "system:serviceaccount:ns:sa"), ("Impersonate-Extra-Scopes%2Fa", "x")])
     wanted = requested_identity(CIMultiDictProxy(headers))
     assert wanted is not None
-    assert wanted.groups == ("system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated")
-    assert wanted.extra == (("scopes/a", ("x",)),)
-    checks = _impersonations(wanted)
-    assert {"namespace": "ns", "resource": "serviceaccounts", "name": "sa", "verb": "impersonate"} in checks
-    assert {"resource": "groups", "name": "system:serviceaccounts", "verb": "impersonate"} in checks
-    assert all(check.get("name") != "system:authenticated" for check in checks)
-    assert {
-        "group": "authentication.k8s.io",
-        "resource": "userextras",
-        "subresource": "scopes/a",
-        "name": "x",
-        "verb": "impersonate",
-    } in checks
+    assert wanted.identity.groups == ("system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated")
+    assert wanted.identity.extra == (("scopes/a", ("x",)),)
+    checks = [dict(check) for check in wanted.checks]
+    # the service account and the extra are checked; the groups kube-apiserver adds by itself are not
+    assert checks == [
+        {"namespace": "ns", "resource": "serviceaccounts", "name": "sa", "verb": "impersonate"},
+        {
+            "group": "authentication.k8s.io",
+            "resource": "userextras",
+            "subresource": "scopes/a",
+            "name": "x",
+            "verb": "impersonate",
+        },
+    ]
     assert requested_identity(CIMultiDictProxy(CIMultiDict())) is None
+
+
+def test_every_group_asked_for_is_checked_even_system_authenticated() -> None:
+    headers = CIMultiDict([("Impersonate-User", "system:anonymous"), ("Impersonate-Group", "system:authenticated")])
+    wanted = requested_identity(CIMultiDictProxy(headers))
+    assert wanted is not None
+    assert {"resource": "groups", "name": "system:authenticated", "verb": "impersonate"} in [
+        dict(check) for check in wanted.checks
+    ]
 
 
 def test_groups_without_a_user_are_refused() -> None:

@@ -119,7 +119,8 @@ class ProxyStack:
         self, kubeconfig: Path, *args: str, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [str(self.kubectl_path), f"--kubeconfig={kubeconfig}", *args],
+            # a discovery cache of this run's own (kubectl keys it by host:port, which another run may have had)
+            [str(self.kubectl_path), f"--kubeconfig={kubeconfig}", f"--cache-dir={self.workdir / 'kube-cache'}", *args],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -188,56 +188,59 @@ class ImpersonationRefusedError(Exception):
         self.code = code
 
 
-def requested_identity(headers: Mapping[str, str] | CIMultiDictProxy[str]) -> Identity | None:
+@dataclass(frozen=True)
+class Impersonation:
+    """What a caller's ``Impersonate-*`` headers ask for: the identity, and the ``impersonate`` checks
+    kube-apiserver would make for exactly the headers sent (groups it adds itself are not checked)."""
+
+    identity: Identity
+    checks: tuple[tuple[tuple[str, str], ...], ...]
+
+
+def requested_identity(headers: Mapping[str, str] | CIMultiDictProxy[str]) -> Impersonation | None:
     """The identity a caller's ``Impersonate-*`` headers ask for, as kube-apiserver builds it (None: none asked).
 
     Groups default to none besides ``system:authenticated`` (and, for a ServiceAccount, its two groups); extra
     keys are read from the header name, percent-decoded and lower-cased, as kube-apiserver reads them."""
     multi = headers if isinstance(headers, CIMultiDictProxy) else CIMultiDictProxy(CIMultiDict(headers))
     user = multi.get("Impersonate-User", "")
-    groups = list(multi.getall("Impersonate-Group", []))
+    asked = list(multi.getall("Impersonate-Group", []))
     uid = multi.get("Impersonate-Uid", "")
     extra: dict[str, list[str]] = {}
     for name, value in multi.items():
         if name.lower().startswith("impersonate-extra-"):
             extra.setdefault(unquote(name[len("impersonate-extra-") :]).lower(), []).append(value)
     if not user:
-        if groups or uid or extra:
+        if asked or uid or extra:
             raise ImpersonationRefusedError(400, "Impersonate-Group, -Uid and -Extra-* need Impersonate-User")
         return None
-    if user.startswith(SERVICE_ACCOUNT_PREFIX) and not groups:
-        namespace = user[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")[0]
-        groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+    checks: list[dict[str, str]] = []
+    groups = list(asked)
+    if user.startswith(SERVICE_ACCOUNT_PREFIX) and user.count(":") == 3:
+        namespace, _, name = user[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")
+        checks.append({"namespace": namespace, "resource": "serviceaccounts", "name": name})
+        if not asked:
+            groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+    else:
+        checks.append({"resource": "users", "name": user})
+    checks += [{"resource": "groups", "name": group} for group in asked]
+    if uid:
+        checks.append({"group": "authentication.k8s.io", "resource": "uids", "name": uid})
+    for key, values in extra.items():
+        for value in values:
+            checks.append(
+                {"group": "authentication.k8s.io", "resource": "userextras", "subresource": key, "name": value}
+            )
     if user != "system:anonymous" and "system:authenticated" not in groups:
         groups.append("system:authenticated")
-    return Identity(
+    identity = Identity(
         user=user,
         groups=tuple(groups),
         uid=uid,
         extra=tuple(sorted((key, tuple(values)) for key, values in extra.items())),
         via="impersonation",
     )
-
-
-def _impersonations(wanted: Identity) -> list[dict[str, str]]:
-    """The resource attributes kube-apiserver checks ``impersonate`` on, one per part of ``wanted``."""
-    checks: list[dict[str, str]] = []
-    if wanted.user.startswith(SERVICE_ACCOUNT_PREFIX) and wanted.user.count(":") == 3:
-        namespace, _, name = wanted.user[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")
-        checks.append({"namespace": namespace, "resource": "serviceaccounts", "name": name})
-    else:
-        checks.append({"resource": "users", "name": wanted.user})
-    for group in wanted.groups:
-        if group != "system:authenticated":
-            checks.append({"resource": "groups", "name": group})
-    if wanted.uid:
-        checks.append({"group": "authentication.k8s.io", "resource": "uids", "name": wanted.uid})
-    for key, values in wanted.extra:
-        for value in values:
-            checks.append(
-                {"group": "authentication.k8s.io", "resource": "userextras", "subresource": key, "name": value}
-            )
-    return [{**check, "verb": "impersonate"} for check in checks]
+    return Impersonation(identity, tuple(tuple(sorted({**c, "verb": "impersonate"}.items())) for c in checks))
 
 
 @dataclass
@@ -251,15 +254,17 @@ class ImpersonationReviewer:
     clock: Callable[[], float] = time.monotonic
     _cache: dict[tuple[Identity, tuple[tuple[str, str], ...]], tuple[float, bool]] = field(default_factory=dict)
 
-    async def allowed(self, caller: Identity, wanted: Identity) -> Identity:
-        """``wanted`` when ``caller`` may impersonate every part of it; raises ImpersonationRefusedError (403)."""
-        for attributes in _impersonations(wanted):
+    async def allowed(self, caller: Identity, wanted: Impersonation) -> Identity:
+        """The identity ``wanted`` names when ``caller`` may impersonate every part asked for; raises
+        ImpersonationRefusedError (403) naming the first part it may not."""
+        for check in wanted.checks:
+            attributes = dict(check)
             if not await self._check(caller, attributes):
                 what = attributes.get("subresource") or attributes["resource"]
                 raise ImpersonationRefusedError(
                     403, f'{caller.user} may not impersonate {what} "{attributes["name"]}" (kube-apiserver\'s RBAC)'
                 )
-        return wanted
+        return wanted.identity
 
     async def _check(self, caller: Identity, attributes: dict[str, str]) -> bool:
         key = (caller, tuple(sorted(attributes.items())))
