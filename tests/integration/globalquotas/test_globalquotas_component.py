@@ -283,3 +283,32 @@ def test_rule_status_quota_becomes_a_global_quota_for_its_namespace(shared: Shar
         shared.wait_gone(lambda: shared.rq(dev, generated), "its ResourceQuota")
     finally:
         shared.custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
+
+
+def test_tenant_rule_quota_scopes_and_scope_selector_reach_the_namespace_quota(shared: Shared) -> None:
+    """A rule quota's ``scopes`` and ``scopeSelector`` are carried into the GlobalResourceQuota it becomes and
+    into the ResourceQuota of the tenant's namespace (where kube-apiserver applies them, as
+    test_scopes_and_scope_selector_are_honoured proves): dropping them would count every pod."""
+    tenant = f"rqs-{shared.token}"
+    dev = shared.namespace("sdev", selected=False, labels={"enclave.dev/tenant": tenant})
+    selector = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["low"]}]}
+    quota = {"name": "pods", "hard": {"pods": 2}, "scopes": ["NotTerminating"], "scopeSelector": selector}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Tenant",
+        "metadata": {"name": tenant},
+        "spec": {"owners": [{"kind": "User", "name": "alice"}], "rules": [{"quota": [quota]}]},
+    }
+    shared.custom.create_cluster_custom_object(GROUP, VERSION, "tenants", body)
+    generated = f"{tenant}-rule0-pods"
+    try:
+        shared.wait_hard(generated, {dev: {"pods": "2"}})
+        spec = shared.get(generated)["spec"]["quota"]
+        assert spec["scopes"] == ["NotTerminating"]
+        assert spec["scopeSelector"] == selector
+        native = shared.rq(dev, generated).spec
+        assert native.scopes == ["NotTerminating"]
+        expression = native.scope_selector.match_expressions[0]
+        assert (expression.scope_name, expression.operator, expression.values) == ("PriorityClass", "In", ["low"])
+    finally:
+        shared.custom.delete_cluster_custom_object(GROUP, VERSION, "tenants", tenant)
