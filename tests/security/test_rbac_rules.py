@@ -194,6 +194,12 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
         _rule(["enclave.dev"], ["tenants", "rulestatuses"], READ),
         _rule([""], ["resourcequotas"], [*READ, "create", "update", "patch", "delete"]),
         _rule([""], ["namespaces"], READ),
+        # settling a reservation (get) and counting a namespace whose ResourceQuota under-reports (list); no Secrets
+        _rule(
+            [""],
+            ["pods", "services", "configmaps", "persistentvolumeclaims", "replicationcontrollers"],
+            ["get", "list"],
+        ),
         EVENTS,
         _own_namespace(),
     },

@@ -41,9 +41,10 @@ def test_kinds_of_resource_names() -> None:
     assert kind_of("requests.storage") == "persistentvolumeclaims"
     assert kind_of("gold.storageclass.storage.k8s.io/requests.storage") == "persistentvolumeclaims"
     assert kind_of("count/deployments.apps") is None
-    assert kinds_for(["pods", "requests.cpu", "count/deployments.apps", "secrets"]) == {
+    assert kind_of("secrets") is None  # never read: an account that may read Secrets reads the CA key
+    assert kinds_for(["pods", "requests.cpu", "count/deployments.apps", "configmaps"]) == {
         "pods": ["pods", "requests.cpu"],
-        "secrets": ["secrets"],
+        "configmaps": ["configmaps"],
     }
 
 
@@ -61,8 +62,9 @@ def test_count_follows_the_evaluators_and_scopes() -> None:
         "services": Q(2),
         "services.nodeports": Q(2),
     }
-    # Metadata-only items (configmaps, secrets) count by their number.
-    assert count(view({"count/secrets": "5"}), "secrets", [{"metadata": {"name": "a"}}] * 3) == {"count/secrets": Q(3)}
+    # Metadata-only items (configmaps, replication controllers) count by their number.
+    items = [{"metadata": {"name": "a"}}] * 3
+    assert count(view({"count/configmaps": "5"}), "configmaps", items) == {"count/configmaps": Q(3)}
     assert count(view({"pods": "1"}), "services", services) == {}
 
 

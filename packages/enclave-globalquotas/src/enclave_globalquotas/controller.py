@@ -48,8 +48,8 @@ RECHECK_SECONDS = 1.0
 """How soon a pass that deferred a ResourceQuota because of a create in flight runs again."""
 
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-"""Lists of kinds counted by their number alone come back as metadata: a count of Secrets never holds one."""
-COUNTED_BY_NUMBER = frozenset({"configmaps", "secrets", "replicationcontrollers"})
+"""Lists of kinds counted by their number alone come back as metadata: a count of ConfigMaps holds no data."""
+COUNTED_BY_NUMBER = frozenset({"configmaps", "replicationcontrollers"})
 
 RECONCILES = Counter("enclave_globalquotas_reconciles_total", "Passes of the write loop", ["result"])
 PUBLISHES = Counter("enclave_globalquotas_snapshots_total", "GlobalResourceQuotas snapshots compiled", ["result"])
@@ -456,7 +456,7 @@ class GlobalQuotasController:
         return total
 
     async def _exists(self, path: str) -> bool:
-        """Whether the object at ``path`` exists, read as metadata only (a Secret's data never comes here)."""
+        """Whether the object at ``path`` exists, read as metadata only (its data is not needed)."""
         try:
             await self.kube.request("GET", path, accept=METADATA_ONLY.replace("MetadataList", "Metadata"))
         except KubeError as err:

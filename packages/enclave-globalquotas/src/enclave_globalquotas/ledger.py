@@ -84,14 +84,16 @@ _PLURALS = {
     "Pod": "pods",
     "Service": "services",
     "ConfigMap": "configmaps",
-    "Secret": "secrets",
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "ReplicationController": "replicationcontrollers",
 }
+"""The kinds whose objects the controller may read (get, list). Not Secrets: an account that may get Secrets in
+Enclave's namespace reads the CA key and every component's client certificate, so a Secret's reservation is
+never settled early and lapses (30 s) instead, the quota erring on the side of refusing meanwhile."""
 
 
 def object_path(reservation: ResourceReservation) -> str | None:
-    """The API path of a reservation's object (the kinds admission reserves for), or None."""
+    """The API path of a reservation's object (the kinds the controller may read), or None."""
     ref = reservation.object_ref
     plural = _PLURALS.get(ref.kind) if not ref.api_group else None
     if plural is None or not ref.name or not ref.namespace:

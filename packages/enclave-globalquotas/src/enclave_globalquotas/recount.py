@@ -22,8 +22,8 @@ when its ResourceQuota first reports (a recount for a new ResourceQuota can miss
 way). In a steady state, and for creates (which only raise the report), nothing is counted: the reads happen
 only on a decrease and are bounded by one LIST per evaluated kind per change of that namespace's ResourceQuota.
 
-Only what :mod:`enclave_core.resourceusage` evaluates is counted (the resources admission reserves for); any
-other resource (``count/<resource>.<group>`` of other kinds) keeps the ResourceQuota's report.
+Only what :mod:`enclave_core.resourceusage` evaluates is counted (the resources admission reserves for), Secrets
+aside (:data:`KINDS`); any other resource keeps the ResourceQuota's report.
 """
 
 from __future__ import annotations
@@ -44,9 +44,11 @@ WINDOW: Final = 5.0
 """Seconds after a decrease within which an object charged before the recount is stored (as
 :data:`enclave_globalquotas.ledger.IN_FLIGHT`): the count that clears a suspicion is taken after it."""
 
-KINDS: Final = ("pods", "services", "configmaps", "secrets", "persistentvolumeclaims", "replicationcontrollers")
-"""The core kinds :mod:`enclave_core.resourceusage` evaluates (``resourcequotas`` aside: Enclave's own
-ResourceQuotas are in every selected namespace and change only by the controllers that own them)."""
+KINDS: Final = ("pods", "services", "configmaps", "persistentvolumeclaims", "replicationcontrollers")
+"""The core kinds :mod:`enclave_core.resourceusage` evaluates and the controller may list. ``resourcequotas``
+aside (Enclave's own ResourceQuotas are in every selected namespace and change only by the controllers that own
+them), and ``secrets``: an account that may list Secrets reads the CA key and every component's client
+certificate in Enclave's namespace, so Secrets keep the ResourceQuota's report."""
 
 _POD_NAMES = ("cpu", "memory", "ephemeral-storage")
 _STORAGE_CLASS = ".storageclass.storage.k8s.io/"
@@ -57,6 +59,8 @@ def kind_of(resource: str) -> str | None:
     name = resource.removeprefix("count/")
     if name in KINDS:
         return name
+    if name == "secrets":
+        return None
     if resource.startswith("services."):
         return "services"
     if resource in _POD_NAMES or resource.startswith(("requests.", "limits.", "hugepages-")):
