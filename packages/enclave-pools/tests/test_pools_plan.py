@@ -343,3 +343,12 @@ def test_the_claim_patch_nulls_what_the_stored_allocation_no_longer_says() -> No
         "allocation": {"hard": {"pods": "2", "services": None}, "used": None},
         "pool": None,
     }
+
+
+def test_a_scope_selector_is_copied_into_the_quota() -> None:
+    """``quota.scopeSelector`` narrows the provisioned ResourceQuota as scopes do (kube-apiserver applies it)."""
+    selector = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["low"]}]}
+    raw = pool("p", {})
+    raw["spec"].update({"quota": {"hard": {"pods": "4"}, "scopeSelector": selector}})
+    plan = p.build_plan([raw], [], NAMESPACES)
+    assert plan.pools["p"].quotas["n1"]["scopeSelector"] == selector
