@@ -47,6 +47,15 @@ def raw(proxied: ProxyStack, path: str, headers: dict[str, str]) -> tuple[int, d
         return err.code, json.loads(err.read())
 
 
+def owner_is_admin(proxied: ProxyStack, owner: Caller, namespace: str) -> None:
+    """Wait until the owner's ``admin`` binding in ``namespace`` (enclave-tenants writes it) lets it read there."""
+    poll(
+        lambda: proxied.kubectl(owner.kubeconfig, "get", "configmaps", "-n", namespace, check=False).returncode == 0,
+        timeout=30,
+        what=f"the owner's admin binding in {namespace}",
+    )
+
+
 def test_tenant_owner_lists_exactly_its_namespaces(proxied: ProxyStack, caller: Callable[[str], Caller]) -> None:
     owner, stranger = caller("owner-list"), caller("stranger-list")
     _, mine = proxied.tenant_of(owner, 2)
@@ -68,11 +77,7 @@ def test_namespaced_request_passes_through_with_the_callers_rights(
 ) -> None:
     owner = caller("owner-pass")
     _, mine = proxied.tenant_of(owner, 1)
-    poll(
-        lambda: proxied.kubectl(owner.kubeconfig, "get", "configmaps", "-n", mine[0], check=False).returncode == 0,
-        timeout=30,
-        what="the owner's admin binding in its namespace",
-    )
+    owner_is_admin(proxied, owner, mine[0])
     refused = proxied.kubectl(owner.kubeconfig, "get", "configmaps", "-n", "kube-system", check=False)
     assert refused.returncode != 0
     assert "Forbidden" in refused.stderr
@@ -181,11 +186,7 @@ def test_upgrade_request_reaches_kube_apiserver_as_the_caller(
 ) -> None:
     owner = caller("owner-exec")
     _, mine = proxied.tenant_of(owner, 1)
-    poll(
-        lambda: proxied.kubectl(owner.kubeconfig, "get", "pods", "-n", mine[0], check=False).returncode == 0,
-        timeout=30,
-        what="the owner's admin binding in its namespace",
-    )
+    owner_is_admin(proxied, owner, mine[0])
     missing = proxied.kubectl(owner.kubeconfig, "exec", "-n", mine[0], "no-such-pod", "--", "true", check=False)
     assert 'pods "no-such-pod" not found' in missing.stderr
     refused = proxied.kubectl(owner.kubeconfig, "exec", "-n", "kube-system", "no-such-pod", "--", "true", check=False)
