@@ -87,8 +87,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env_default("ENCLAVE_WEBHOOK_ADDRESS", "0.0.0.0:9443"),
         help="host:port of the HTTPS webhook listener (env ENCLAVE_WEBHOOK_ADDRESS)",
     )
-    parser.add_argument("--tls-cert-file", default=env_default("ENCLAVE_TLS_CERT_FILE", ""))
-    parser.add_argument("--tls-key-file", default=env_default("ENCLAVE_TLS_KEY_FILE", ""))
+    parser.add_argument(
+        "--tls-cert-file",
+        default=env_default("ENCLAVE_TLS_CERT_FILE", ""),
+        help="PEM serving certificate of the webhook, when not read from --tls-secret-name (env ENCLAVE_TLS_CERT_FILE)",
+    )
+    parser.add_argument(
+        "--tls-key-file",
+        default=env_default("ENCLAVE_TLS_KEY_FILE", ""),
+        help="PEM key of --tls-cert-file (env ENCLAVE_TLS_KEY_FILE)",
+    )
     parser.add_argument(
         "--tls-secret-name",
         default=env_default("ENCLAVE_TLS_SECRET_NAME", ""),

@@ -11,7 +11,7 @@ from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, env_default
+from enclave_core.runtime.options import add_common_flags, add_resync_flag, env_default
 from enclave_core.snapshots.hub import SnapshotHub
 
 
@@ -30,9 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="validity of generated serving and component client certificates; renewed when a third is left "
         "(env ENCLAVE_TLS_VALIDITY)",
     )
-    parser.add_argument(
-        "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full reconcile without changes"
-    )
+    add_resync_flag(parser)
     parser.add_argument(
         "--owner-cluster-role",
         default=env_default("ENCLAVE_OWNER_CLUSTER_ROLE", ""),

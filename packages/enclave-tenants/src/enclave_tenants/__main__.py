@@ -15,7 +15,7 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, env_default, env_flag
+from enclave_core.runtime.options import add_common_flags, add_resync_flag, env_default, env_flag
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_tenants.bindings import MANAGER, Grant
@@ -32,9 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_flags(parser, probe_port=8082, gc=TENANTS_GC_THRESHOLDS)
     grpc.add_server_flags(parser)
     grpc.add_subscription_flags(parser, "config")
-    parser.add_argument(
-        "--resync", default=env_default("ENCLAVE_RESYNC", "60s"), help="period of a full pass without changes"
-    )
+    add_resync_flag(parser)
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -58,11 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--namespace-grant",
         action="append",
-        default=[],
+        default=[grant for grant in env_default("ENCLAVE_NAMESPACE_GRANTS", "").split(",") if grant.strip()],
         metavar="CLUSTERROLE=SERVICEACCOUNT",
         help="bind CLUSTERROLE in every tenant namespace to SERVICEACCOUNT of --namespace (repeatable): what an "
         "Enclave component needs only in tenant namespaces, e.g. its list/patch for managed metadata or "
-        "enclave-replication's impersonation of tenant service accounts, is granted there and nowhere else",
+        "enclave-replication's impersonation of tenant service accounts, is granted there and nowhere else "
+        "(env ENCLAVE_NAMESPACE_GRANTS, comma-separated, before the flags)",
     )
     args = parser.parse_args(argv)
     try:

@@ -58,8 +58,16 @@ def add_server_flags(parser: argparse.ArgumentParser, default_port: int = 9090) 
         default=env_default("ENCLAVE_GRPC_ADDRESS", f"127.0.0.1:{default_port}"),
         help="snapshot service listener; a non-loopback address needs TLS (env ENCLAVE_GRPC_ADDRESS)",
     )
-    parser.add_argument("--grpc-tls-cert", default=env_default("ENCLAVE_GRPC_TLS_CERT", ""), help="PEM file")
-    parser.add_argument("--grpc-tls-key", default=env_default("ENCLAVE_GRPC_TLS_KEY", ""), help="PEM file")
+    parser.add_argument(
+        "--grpc-tls-cert",
+        default=env_default("ENCLAVE_GRPC_TLS_CERT", ""),
+        help="PEM serving certificate of the snapshot service (env ENCLAVE_GRPC_TLS_CERT)",
+    )
+    parser.add_argument(
+        "--grpc-tls-key",
+        default=env_default("ENCLAVE_GRPC_TLS_KEY", ""),
+        help="PEM key of --grpc-tls-cert (env ENCLAVE_GRPC_TLS_KEY)",
+    )
     parser.add_argument(
         "--grpc-tls-secret",
         default=env_default("ENCLAVE_GRPC_TLS_SECRET", ""),

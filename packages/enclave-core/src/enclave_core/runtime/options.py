@@ -95,8 +95,17 @@ def add_common_flags(
         default=env_default("ENCLAVE_PROBE_ADDRESS", f"0.0.0.0:{probe_port}"),
         help="host:port serving /healthz, /readyz and /metrics (env ENCLAVE_PROBE_ADDRESS)",
     )
-    parser.add_argument("--log-level", default=env_default("ENCLAVE_LOG_LEVEL", "info"))
-    parser.add_argument("--log-format", choices=["json", "text"], default=env_default("ENCLAVE_LOG_FORMAT", "json"))
+    parser.add_argument(
+        "--log-level",
+        default=env_default("ENCLAVE_LOG_LEVEL", "info"),
+        help="debug, info, warning or error (env ENCLAVE_LOG_LEVEL)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["json", "text"],
+        default=env_default("ENCLAVE_LOG_FORMAT", "json"),
+        help="one JSON object per line, or text for a terminal (env ENCLAVE_LOG_FORMAT)",
+    )
     parser.add_argument(
         "--event-loop",
         choices=["uvloop", "asyncio"],
@@ -115,7 +124,8 @@ def add_common_flags(
             "--leader-elect",
             action=argparse.BooleanOptionalAction,
             default=env_flag("ENCLAVE_LEADER_ELECT", True),
-            help="run as one active replica behind a Lease; off only for single-replica development",
+            help="run as one active replica behind a Lease; off only for single-replica development "
+            "(env ENCLAVE_LEADER_ELECT)",
         )
         timings = {
             "lease-duration": ("15", "seconds a standby waits after the Lease last changed before taking it"),
