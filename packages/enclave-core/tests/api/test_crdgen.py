@@ -6,6 +6,7 @@ these checks catch both without a cluster (the integration tests install the rea
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,11 @@ def test_check_reports_drift_and_write_fixes_it(tmp_path: Path, capsys: pytest.C
     assert not (tmp_path / "gone.enclave.dev.yaml").exists()
 
 
+generated = functools.cache(generate)
+"""The CRDs rendered once for the tests that only read them: rendering every kind takes seconds, and the
+per-kind tests each rendered all of them again."""
+
+
 def test_generation_is_deterministic() -> None:
     assert generate() == generate()
     assert sorted(generate()) == sorted(f"{info.plural}.enclave.dev.yaml" for info in KINDS)
@@ -70,7 +76,7 @@ def test_generation_is_deterministic() -> None:
 
 @BY_KIND
 def test_crd_names_scope_and_subresources(info: KindInfo) -> None:
-    crd = yaml.safe_load(generate()[f"{info.crd_name}.yaml"])
+    crd = yaml.safe_load(generated()[f"{info.crd_name}.yaml"])
     spec = crd["spec"]
     assert crd["metadata"]["name"] == info.crd_name
     assert spec["scope"] == info.scope
@@ -90,14 +96,14 @@ def test_crd_names_scope_and_subresources(info: KindInfo) -> None:
 
 
 def test_v1beta1_schemas_are_the_older_shapes() -> None:
-    tenant = yaml.safe_load(generate()["tenants.enclave.dev.yaml"])["spec"]["versions"][0]
+    tenant = yaml.safe_load(generated()["tenants.enclave.dev.yaml"])["spec"]["versions"][0]
     spec = tenant["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert "namespaceQuota" in spec
     assert "namespaceOptions" not in spec
     assert "rules" not in spec
     quota = next(c for c in tenant["additionalPrinterColumns"] if c["name"] == "Quota")
     assert quota["jsonPath"] == ".spec.namespaceQuota"
-    configuration = yaml.safe_load(generate()["serviceconfigurations.enclave.dev.yaml"])["spec"]["versions"][0]
+    configuration = yaml.safe_load(generated()["serviceconfigurations.enclave.dev.yaml"])["spec"]["versions"][0]
     schema = configuration["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert "users" not in schema["properties"]
     assert "admission" not in schema["properties"]
@@ -106,7 +112,7 @@ def test_v1beta1_schemas_are_the_older_shapes() -> None:
 
 @BY_KIND
 def test_schema_is_structural(info: KindInfo) -> None:
-    text = generate()[f"{info.crd_name}.yaml"]
+    text = generated()[f"{info.crd_name}.yaml"]
     assert "$ref" not in text
     for path, node in [*_walk(_schema(info)), *_walk(_schema(info, 0))]:
         int_or_string = node.get("x-kubernetes-int-or-string") is True
@@ -199,7 +205,7 @@ def test_tenant_name_rule_is_at_the_root() -> None:
 
 
 def test_files_start_with_the_generated_header() -> None:
-    for text in generate().values():
+    for text in generated().values():
         assert text.startswith(HEADER)
         assert yaml.safe_load(text)["kind"] == "CustomResourceDefinition"
 
