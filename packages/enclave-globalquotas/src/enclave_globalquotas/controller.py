@@ -86,11 +86,6 @@ def _remember(informer: Informer, key: str, stored: JSON) -> None:
         informer.items[key] = chosen
 
 
-def _ignorable(err: KubeError) -> bool:
-    """The namespace went away or started terminating while we wrote: nothing to fix, the next pass knows."""
-    return err.not_found or (err.status == 403 and "being terminated" in err.message)
-
-
 def _seed(seeds: JSON, namespace: str, reported: dict[str, Quantity]) -> dict[str, Quantity] | None:
     """The usage accepted for ``namespace`` before this process started (``status.namespaceUsage``), or None
     when the namespace is new to the quota."""
@@ -289,7 +284,7 @@ class GlobalQuotasController:
                 WRITES.labels("ResourceQuota", "patch").inc()
             _remember(self.resource_quotas, key, stored)
         except KubeError as err:
-            if not _ignorable(err):
+            if not err.gone:
                 problems.append(Problem("ApplyFailed", f"ResourceQuota {namespace}/{name}: {err}"))
 
     async def _adopt(self, path: str, quota: QuotaPlan, desired: JSON, problems: list[Problem]) -> JSON | None:
@@ -319,7 +314,7 @@ class GlobalQuotasController:
         try:
             await self.kube.delete(resource_path("v1", "resourcequotas", namespace=namespace, name=name))
         except KubeError as err:
-            if not _ignorable(err):
+            if not err.gone:
                 log.warning("could not delete ResourceQuota", extra={"object": key, "error": str(err)})
             return
         self.resource_quotas.items.pop(key, None)

@@ -26,7 +26,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from enclave_core import GROUP_VERSION
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
-from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_kind
 from enclave_core.runtime.loops import ControllerLoops
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.pools import POOLS_KIND
@@ -56,15 +56,6 @@ class Settings:
     """Full pass without any change, a safety net for missed events."""
     concurrency: int = 16
     """Quota and claim writes in flight at once."""
-
-
-def _ignorable(err: KubeError) -> bool:
-    """The object or its namespace went away while we wrote: the next pass knows."""
-    return err.not_found or (err.status == 403 and "being terminated" in err.message)
-
-
-def _with_kind(obj: JSON, kind: str) -> JSON:
-    return {**obj, "apiVersion": obj.get("apiVersion") or GROUP_VERSION, "kind": obj.get("kind") or kind}
 
 
 class PoolsController:
@@ -262,7 +253,7 @@ class PoolsController:
         try:
             self.quotas.items[key] = await self.kube.apply(path, pl.quota_body(pool, namespace))
         except KubeError as err:
-            if not _ignorable(err):
+            if not err.gone:
                 errors.setdefault(pool.name, []).append(f"ResourceQuota {key}: {err}")
                 return False
             return True
@@ -275,7 +266,7 @@ class PoolsController:
         try:
             await self.kube.delete(path)
         except KubeError as err:
-            if not _ignorable(err):
+            if not err.gone:
                 log.warning("deleting a pool quota failed", extra={"quota": path, "error": str(err)})
             return
         self.quotas.items.pop(f"{meta['namespace']}/{meta['name']}", None)
@@ -291,7 +282,7 @@ class PoolsController:
             stored = await self.kube.merge_patch(f"{path}/status", body)
         except KubeError as err:
             # 409: the uid precondition failed (the claim was deleted and created again); the watch says so.
-            if not _ignorable(err) and not err.conflict:
+            if not err.gone and not err.conflict:
                 log.warning("claim status write failed", extra={"claim": claim.key, "error": str(err)})
                 failed.append(claim.key)
             return
@@ -302,7 +293,9 @@ class PoolsController:
             # Binding is said by the status alone (as a PVC's is); a claim that waits or is refused, or loses its
             # binding, also gets an Event, once per reason.
             waiting = verdict.reason in (pl.POOL_EXHAUSTED, pl.QUEUE_EXHAUSTED, pl.POOL_DELETED)
-            self._event(_with_kind(stored, "ResourcePoolClaim"), "Normal" if waiting else "Warning", verdict)
+            self._event(
+                with_kind(stored, GROUP_VERSION, "ResourcePoolClaim"), "Normal" if waiting else "Warning", verdict
+            )
 
     def _event(self, obj: JSON, kind: EventType, verdict: pl.Verdict) -> None:
         """Queue a claim's Event: posted off the pass, so a burst of bindings is not slowed by as many Event
@@ -370,4 +363,6 @@ class PoolsController:
             return
         self._warned[key] = signature
         log.warning("object not ready", extra={"object": key, "reason": reason, "detail": signature[1]})
-        await self.events.emit(_with_kind(raw, kind), "Warning", reason, signature[1], namespace=self.events_namespace)
+        await self.events.emit(
+            with_kind(raw, GROUP_VERSION, kind), "Warning", reason, signature[1], namespace=self.events_namespace
+        )

@@ -41,7 +41,7 @@ from enclave_core.durations import parse_duration
 from enclave_core.kube.connection import Connection
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
-from enclave_core.kube.rest import JSON, Kube, KubeError
+from enclave_core.kube.rest import JSON, Kube, KubeError, with_kind
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.replication import REPLICATION_KIND, ManagedObject, ReplicationSnapshot
@@ -155,10 +155,6 @@ def covers(live: Any, desired: Any) -> bool:
 
 def _annotations(obj: JSON) -> dict[str, str]:
     return obj.get("metadata", {}).get("annotations") or {}
-
-
-def _with_kind(obj: JSON, kind: str) -> JSON:
-    return {**obj, "apiVersion": obj.get("apiVersion") or GROUP_VERSION, "kind": obj.get("kind") or kind}
 
 
 class ReplicationController:
@@ -1052,7 +1048,7 @@ class ReplicationController:
         await self._emit(owner, raw, "Warning", reason, message)
 
     async def _emit(self, owner: Owner, raw: JSON, event_type: EventType, reason: str, message: str) -> None:
-        obj = _with_kind(raw, owner.kind)
+        obj = with_kind(raw, GROUP_VERSION, owner.kind)
         await self.events.emit(obj, event_type, reason, message[:1024], namespace=self.events_namespace)
 
 

@@ -27,7 +27,7 @@ from enclave_core.api.ledger import QuantityLedgerStatus
 from enclave_core.api.tenancy import Tenant
 from enclave_core.kube.events import MESSAGE_LIMIT, EventRecorder, EventType
 from enclave_core.kube.informer import Informer, keep_managed_fields, share
-from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_kind
 from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError, fold, new_ledger
 from enclave_core.quantity import Quantity
 from enclave_core.runtime import memory
@@ -89,11 +89,6 @@ class _Outcome:
 
     actions: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-
-
-def _ignorable(err: KubeError) -> bool:
-    """The namespace went away or started terminating while we wrote: nothing to fix, the next pass knows."""
-    return err.not_found or (err.status == 403 and "being terminated" in err.message)
 
 
 class TenantsController:
@@ -675,7 +670,7 @@ class TenantsController:
             try:
                 await self.kube.delete(path)
             except KubeError as err:
-                if not _ignorable(err):
+                if not err.gone:
                     outcome.errors.append(f"RoleBinding {name}/{binding}: {err}")
                 continue
             self.bindings.items.pop(f"{name}/{binding}", None)
@@ -702,7 +697,7 @@ class TenantsController:
                 WRITES.labels("Namespace", "patch").inc()
                 outcome.actions.append("removed owner references to other tenants")
         except KubeError as err:
-            if not _ignorable(err):
+            if not err.gone:
                 outcome.errors.append(f"namespace {name}: {err}")
             return
         created: list[str] = []
@@ -721,7 +716,7 @@ class TenantsController:
                 self._index_binding(name, binding_name)
                 WRITES.labels("RoleBinding", "apply").inc()
             except KubeError as err:
-                if _ignorable(err):
+                if err.gone:
                     return
                 outcome.errors.append(f"RoleBinding {name}/{binding_name}: {err}")
                 continue
@@ -742,7 +737,7 @@ class TenantsController:
                 "metadata": {"name": namespace},
             }
             await self.events.emit(
-                _with_kind(live, "v1", "Namespace"),
+                with_kind(live, "v1", "Namespace"),
                 "Normal",
                 "RoleBindingsRemoved",
                 f"namespace {namespace} is in no tenant: {'; '.join(outcome.actions)}",
@@ -758,7 +753,7 @@ class TenantsController:
             WRITES.labels("Namespace", "release").inc()
             log.info("namespace released", extra={"namespace": name})
         except KubeError as err:
-            if not _ignorable(err):
+            if not err.gone:
                 log.warning("could not release namespace", extra={"namespace": name, "error": str(err)})
 
     # -- status and events ---------------------------------------------------------------------------------
@@ -869,7 +864,7 @@ class TenantsController:
         except KubeError as err:
             if err.conflict:  # created meanwhile (another pass, a user): the watch brings it, the next pass writes
                 return
-            if not _ignorable(err):
+            if not err.gone:
                 log.warning("RuleStatus write failed", extra={"namespace": plan.namespace, "error": str(err)})
             return
         # Not looked at again when it holds what was just compiled (the watch's echoes of these writes are not
@@ -910,7 +905,7 @@ class TenantsController:
 
     async def _emit(self, raw: JSON, kind: str, event_type: EventType, reason: str, message: str) -> None:
         """Events about our cluster-scoped kinds go to the configuration's events namespace."""
-        obj = _with_kind(raw, GROUP_VERSION, kind)
+        obj = with_kind(raw, GROUP_VERSION, kind)
         await self.events.emit(obj, event_type, reason, message, namespace=self.policy.events_namespace)
 
 
@@ -991,8 +986,3 @@ def _volume_trim(obj: JSON) -> JSON:
     """PersistentVolumes: only their name and labels go into the Rules snapshot."""
     meta = obj.get("metadata") or {}
     return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}}}
-
-
-def _with_kind(obj: JSON, api_version: str, kind: str) -> JSON:
-    """Objects from a list carry no apiVersion/kind; an event's involvedObject needs them."""
-    return {**obj, "apiVersion": obj.get("apiVersion") or api_version, "kind": obj.get("kind") or kind}

@@ -53,6 +53,18 @@ class KubeError(Exception):
     def conflict(self) -> bool:
         return self.status == 409
 
+    @property
+    def gone(self) -> bool:
+        """The object or its namespace went away, or the namespace started terminating, while a controller wrote:
+        nothing to fix, the next pass knows (kube-apiserver answers a create in a terminating namespace 403)."""
+        return self.status == 404 or (self.status == 403 and "being terminated" in self.message)
+
+
+def with_kind(obj: JSON, api_version: str, kind: str) -> JSON:
+    """``obj`` with its ``apiVersion`` and ``kind``: objects of a list carry neither (kube-apiserver states them once
+    on the list), and an Event's involvedObject or a server-side apply needs both."""
+    return {**obj, "apiVersion": obj.get("apiVersion") or api_version, "kind": obj.get("kind") or kind}
+
 
 def resource_path(
     api_version: str,
