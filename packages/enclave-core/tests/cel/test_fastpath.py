@@ -7,6 +7,7 @@ must be identical, and wherever the fast path answers at all its value must be t
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -129,15 +130,22 @@ def test_other_constructs_are_left_to_the_runtime(engines: tuple[cel.CelFacade, 
     assert fast.compile(text, cel.RULE_CONDITION_ENV).compiled._fast is None  # type: ignore[attr-defined]
 
 
+@functools.cache
+def _programs(text: str) -> tuple[Any, Any]:
+    """``text`` compiled with and without the fast path, once for all examples: compiling is the costly part (it
+    took a minute of the unit run, every probe twice per example), and what the property compares is evaluation."""
+    fast, slow = cel.CelFacade(CelExprEngine()), cel.CelFacade(CelExprEngine(fast_path=False))
+    return fast.compile(text, cel.RULE_CONDITION_ENV), slow.compile(text, cel.RULE_CONDITION_ENV)
+
+
 @settings(max_examples=150, deadline=None)
 @given(obj=st.dictionaries(st.sampled_from("abc"), _json, max_size=3))
 def test_fast_path_answers_as_the_runtime(obj: dict[str, Any]) -> None:
-    fast, slow = cel.CelFacade(CelExprEngine()), cel.CelFacade(CelExprEngine(fast_path=False))
     data = {**variables(), "object": obj}
     for text in PROBES:
-        program = fast.compile(text, cel.RULE_CONDITION_ENV)
-        reference = slow.compile(text, cel.RULE_CONDITION_ENV).evaluate(data)
-        answered = program.compiled._fast(data)  # type: ignore[attr-defined]
+        program, slow_program = _programs(text)
+        reference = slow_program.evaluate(data)
+        answered = program.compiled._fast(data)
         if answered is not fastpath.UNANSWERED:
             assert isinstance(reference, cel.Ok), (text, obj, answered, reference)
             assert type(answered) is type(reference.value), (text, obj)
