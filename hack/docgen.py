@@ -4,8 +4,8 @@ The reference is one table per object type (as API references of Kubernetes oper
 are), reached from each kind's ``spec`` and ``status``. It replaces the text between the two
 markers in docs/api.md; the rest of that file is written by hand. Run::
 
-    python -m enclave_core.api.docgen --write docs/api.md
-    python -m enclave_core.api.docgen --check docs/api.md
+    python hack/docgen.py --write docs/api.md
+    python hack/docgen.py --check docs/api.md
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from enclave_core.api.schema import Required
 
 __all__ = ["BEGIN", "END", "render_reference", "splice"]
 
-BEGIN: Final = "<!-- BEGIN GENERATED REFERENCE (python -m enclave_core.api.docgen --write docs/api.md) -->"
+BEGIN: Final = "<!-- BEGIN GENERATED REFERENCE (python hack/docgen.py --write docs/api.md) -->"
 END: Final = "<!-- END GENERATED REFERENCE -->"
 
 
@@ -210,7 +210,7 @@ def splice(document: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m enclave_core.api.docgen", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python hack/docgen.py", description=__doc__.split("\n")[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", type=Path, metavar="FILE")
     group.add_argument("--check", type=Path, metavar="FILE")
@@ -222,9 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path.write_text(updated, encoding="utf-8")
         return 0
     if updated != text:
-        print(
-            f"{path}: field reference is stale; run python -m enclave_core.api.docgen --write {path}", file=sys.stderr
-        )
+        print(f"{path}: field reference is stale; run python hack/docgen.py --write {path}", file=sys.stderr)
         return 1
     return 0
 
