@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from enclave_replication.controller import _condition, _orphan_patch
+from enclave_replication.apply import _condition, _orphan_patch
 from enclave_replication.names import Owner
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -9,7 +9,7 @@ import pytest
 from enclave_core.api.replication import GlobalTenantResourceSpec, TenantResourceSpec
 from enclave_core.selectors import LabelSelector
 from enclave_replication import plan
-from enclave_replication.controller import covers
+from enclave_replication.apply import covers
 from enclave_replication.names import Owner
 from enclave_replication.targets import Target, global_targets, namespaces_by_tenant, select_tenants
 
