@@ -8,11 +8,9 @@ from datetime import timedelta
 
 from enclave_config.controller import ConfigController, Settings
 from enclave_core.durations import parse_duration
-from enclave_core.kube.events import EventRecorder
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, add_resync_flag, env_default
-from enclave_core.snapshots.hub import SnapshotHub
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,9 +62,6 @@ def grpc_service_names(namespace: str) -> tuple[str, ...]:
 
 async def body(process: component.Component) -> None:
     args = process.args
-    assert process.api is not None
-    kube = process.kube("enclave-config")
-    hub = SnapshotHub(args.identity)
     settings = Settings(
         name=args.service_configuration_name,
         namespace=args.namespace,
@@ -76,11 +71,14 @@ async def body(process: component.Component) -> None:
         owner_cluster_role=args.owner_cluster_role,
         manage_crds=args.manage_crds,
     )
-    controller = ConfigController(kube, settings, hub, EventRecorder(kube, "enclave-config"))
-    process.state["controller"] = controller
-    process.started.set()
-    register = config_pb2_grpc.add_ConfigServiceServicer_to_server
-    await grpc.run_controller(process, kube, hub, register, "Config", controller, {"reconciled": controller.reconciled})
+    await grpc.run_snapshot_controller(
+        process,
+        "enclave-config",
+        lambda kube, hub, events: ConfigController(kube, settings, hub, events),
+        config_pb2_grpc.add_ConfigServiceServicer_to_server,
+        "Config",
+        gates=("reconciled",),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

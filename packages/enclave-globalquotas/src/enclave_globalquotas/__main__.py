@@ -10,13 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from enclave_core.kube.events import EventRecorder
-from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.globalquotas.v1 import globalquotas_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, add_controller_flags, check_controller_flags
-from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
-from enclave_core.snapshots.hub import SnapshotHub
 from enclave_globalquotas.controller import GlobalQuotasController, Settings
 from enclave_globalquotas.naming import MANAGER
 
@@ -34,31 +30,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def body(process: component.Component) -> None:
     args = process.args
-    assert process.api is not None
-    kube = process.kube(MANAGER)
-    hub = SnapshotHub(args.identity)
     settings = Settings(resync_seconds=args.resync_seconds, concurrency=args.concurrency)
-    controller = GlobalQuotasController(
-        kube,
-        settings,
-        hub,
-        EventRecorder(kube, MANAGER),
-        ledger_namespace=args.namespace,
-        wait_for_configuration=bool(args.config_endpoint),
+    await grpc.run_snapshot_controller(
+        process,
+        MANAGER,
+        lambda kube, hub, events: GlobalQuotasController(
+            kube,
+            settings,
+            hub,
+            events,
+            ledger_namespace=args.namespace,
+            wait_for_configuration=bool(args.config_endpoint),
+        ),
+        globalquotas_pb2_grpc.add_GlobalQuotaServiceServicer_to_server,
+        "GlobalQuotaService",
+        configure=GlobalQuotasController.set_configuration,
     )
-    process.state["controller"] = controller
-    process.started.set()
-    if args.config_endpoint:
-        grpc.subscribe(
-            process,
-            args.config_endpoint,
-            config_pb2_grpc.ConfigServiceStub,
-            CONFIG_KIND,
-            lambda snapshot: controller.set_configuration(EffectiveConfiguration.model_validate_json(snapshot.payload)),
-        )
-    register = globalquotas_pb2_grpc.add_GlobalQuotaServiceServicer_to_server
-    gates = {"informers-synced": controller.synced, "reconciled": controller.reconciled}
-    await grpc.run_controller(process, kube, hub, register, "GlobalQuotaService", controller, gates)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,14 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from enclave_core.kube.events import EventRecorder
-from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
-from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, add_controller_flags, check_controller_flags
-from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
-from enclave_core.snapshots.hub import SnapshotHub
 from enclave_pools.controller import PoolsController, Settings
 from enclave_pools.plan import MANAGER
 
@@ -36,23 +31,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def body(process: component.Component) -> None:
     args = process.args
-    assert process.api is not None
-    kube = process.kube(MANAGER)
-    hub = SnapshotHub(args.identity)
     settings = Settings(resync_seconds=args.resync_seconds, concurrency=args.concurrency)
-    controller = PoolsController(kube, settings, hub, EventRecorder(kube, MANAGER))
-    process.state["controller"] = controller
-    process.started.set()
-    if args.config_endpoint:
-
-        def accept(snapshot: Snapshot) -> None:
-            config = EffectiveConfiguration.model_validate_json(snapshot.payload)
-            controller.set_events_namespace(config.spec.events.namespace)
-
-        grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept)
-    register = pools_pb2_grpc.add_PoolServiceServicer_to_server
-    gates = {"informers-synced": controller.synced, "reconciled": controller.reconciled}
-    await grpc.run_controller(process, kube, hub, register, "PoolService", controller, gates)
+    await grpc.run_snapshot_controller(
+        process,
+        MANAGER,
+        lambda kube, hub, events: PoolsController(kube, settings, hub, events),
+        pools_pb2_grpc.add_PoolServiceServicer_to_server,
+        "PoolService",
+        configure=lambda controller, config: controller.set_events_namespace(config.spec.events.namespace),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,14 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from enclave_core.kube.events import EventRecorder
-from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
-from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_common_flags, add_resync_flag, check_resync_flag, env_default, env_flag
-from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
-from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_quotas.controller import DEFAULT_CONFIGURATION, MANAGER, QuotasController, Settings
 
 
@@ -56,9 +52,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def body(process: component.Component) -> None:
     args = process.args
-    assert process.api is not None
-    kube = process.kube(MANAGER)
-    hub = SnapshotHub(args.identity)
     settings = Settings(
         namespace=args.namespace,
         webhook_configuration=args.webhook_configuration or DEFAULT_CONFIGURATION,
@@ -66,23 +59,22 @@ async def body(process: component.Component) -> None:
         resync_seconds=args.resync_seconds,
         metrics_tenant_labels=args.metrics_tenant_labels,
     )
-    controller = QuotasController(kube, settings, hub, EventRecorder(kube, MANAGER))
-    process.state["controller"] = controller
-    process.started.set()
-    if args.config_endpoint:
 
-        def accept(snapshot: Snapshot) -> None:
-            config = EffectiveConfiguration.model_validate_json(snapshot.payload)
-            # A GlobalCustomQuota is cluster-scoped: its Events go where the ServiceConfiguration says.
-            controller.set_events_namespace(config.spec.events.namespace)
-            if not args.webhook_configuration:
-                # the hook lives in the configuration the ServiceConfiguration names: follow it
-                controller.set_webhook_configuration(config.validating_configuration_name)
+    def configure(controller: QuotasController, config: EffectiveConfiguration) -> None:
+        # A GlobalCustomQuota is cluster-scoped: its Events go where the ServiceConfiguration says.
+        controller.set_events_namespace(config.spec.events.namespace)
+        if not args.webhook_configuration:
+            # the hook lives in the configuration the ServiceConfiguration names: follow it
+            controller.set_webhook_configuration(config.validating_configuration_name)
 
-        grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept)
-    register = quotas_pb2_grpc.add_QuotaServiceServicer_to_server
-    gates = {"informers-synced": controller.synced, "reconciled": controller.reconciled}
-    await grpc.run_controller(process, kube, hub, register, "QuotaService", controller, gates)
+    await grpc.run_snapshot_controller(
+        process,
+        MANAGER,
+        lambda kube, hub, events: QuotasController(kube, settings, hub, events),
+        quotas_pb2_grpc.add_QuotaServiceServicer_to_server,
+        "QuotaService",
+        configure=configure,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,13 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from enclave_core.kube.events import EventRecorder
-from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, env_default
-from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
-from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.runtime.options import add_common_flags, add_concurrency_flag, add_env_option
 from enclave_replication.adoption import DEFAULT_ADOPTABLE
 from enclave_replication.controller import ReplicationController, Settings
 from enclave_replication.names import COMPONENT
@@ -28,24 +24,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_flags(parser, probe_port=8085)
     grpc.add_server_flags(parser, default_port=9093)
     grpc.add_subscription_flags(parser, "config")
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=int(env_default("ENCLAVE_CONCURRENCY", "4")),
-        help="replication objects reconciled in parallel (env ENCLAVE_CONCURRENCY)",
-    )
-    parser.add_argument(
-        "--writes",
-        type=int,
-        default=int(env_default("ENCLAVE_WRITES", "16")),
-        help="writes in flight per replication object (env ENCLAVE_WRITES)",
-    )
-    parser.add_argument(
-        "--adopt-field-managers",
-        default=env_default("ENCLAVE_ADOPT_FIELD_MANAGERS", ",".join(DEFAULT_ADOPTABLE)),
-        help="comma-separated field managers (a trailing * matches a prefix) whose objects policy.creation Merge "
-        "may adopt; an object another manager keeps is reported as AdoptionConflict "
-        "(env ENCLAVE_ADOPT_FIELD_MANAGERS)",
+    add_concurrency_flag(parser, 4, "replication objects reconciled in parallel")
+    add_env_option(parser, "writes", "16", "writes in flight per replication object", type=int)
+    add_env_option(
+        parser,
+        "adopt-field-managers",
+        ",".join(DEFAULT_ADOPTABLE),
+        "comma-separated field managers (a trailing * matches a prefix) whose objects policy.creation Merge "
+        "may adopt; an object another manager keeps is reported as AdoptionConflict",
     )
     add_render_flags(parser)
     args = parser.parse_args(argv)
@@ -60,70 +46,56 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def add_render_flags(parser: argparse.ArgumentParser) -> None:
     """The budget of one template render in the worker pool (enclave_replication.sandbox)."""
-    parser.add_argument(
-        "--render-cpu-seconds",
+    add_env_option(
+        parser,
+        "render-cpu-seconds",
+        "2",
+        "CPU seconds one template render may use (RLIMIT_CPU in its worker, counted in whole seconds)",
         type=float,
-        default=float(env_default("ENCLAVE_RENDER_CPU_SECONDS", "2")),
-        help="CPU seconds one template render may use (RLIMIT_CPU in its worker, counted in whole seconds) "
-        "(env ENCLAVE_RENDER_CPU_SECONDS)",
     )
-    parser.add_argument(
-        "--render-wall-seconds",
-        type=float,
-        default=float(env_default("ENCLAVE_RENDER_WALL_SECONDS", "10")),
-        help="wall seconds after which a render's worker is killed (env ENCLAVE_RENDER_WALL_SECONDS)",
+    add_env_option(
+        parser, "render-wall-seconds", "10", "wall seconds after which a render's worker is killed", type=float
     )
-    parser.add_argument(
-        "--render-memory-mib",
+    add_env_option(
+        parser,
+        "render-memory-mib",
+        "128",
+        "memory a render worker may allocate beyond its own start-up size (RLIMIT_AS)",
         type=int,
-        default=int(env_default("ENCLAVE_RENDER_MEMORY_MIB", "128")),
-        help="memory a render worker may allocate beyond its own start-up size (RLIMIT_AS) "
-        "(env ENCLAVE_RENDER_MEMORY_MIB)",
     )
-    parser.add_argument(
-        "--render-workers",
+    add_env_option(
+        parser,
+        "render-workers",
+        "2",
+        "render worker processes, started on the first render; one tenant uses at most one at a time",
         type=int,
-        default=int(env_default("ENCLAVE_RENDER_WORKERS", "2")),
-        help="render worker processes, started on the first render; one tenant uses at most one at a time "
-        "(env ENCLAVE_RENDER_WORKERS)",
     )
 
 
 async def body(process: component.Component) -> None:
     args = process.args
-    assert process.api is not None
-    kube = process.kube(COMPONENT)
-    hub = SnapshotHub(args.identity)
-    controller = ReplicationController(
-        kube,
-        hub,
-        EventRecorder(kube, COMPONENT),
-        Settings(
-            concurrency=args.concurrency,
-            writes=args.writes,
-            adoptable_managers=tuple(m.strip() for m in args.adopt_field_managers.split(",") if m.strip()),
-            render=Budget(
-                cpu_seconds=args.render_cpu_seconds,
-                wall_seconds=args.render_wall_seconds,
-                memory_bytes=args.render_memory_mib << 20,
-                workers=args.render_workers,
-            ),
+    settings = Settings(
+        concurrency=args.concurrency,
+        writes=args.writes,
+        adoptable_managers=tuple(m.strip() for m in args.adopt_field_managers.split(",") if m.strip()),
+        render=Budget(
+            cpu_seconds=args.render_cpu_seconds,
+            wall_seconds=args.render_wall_seconds,
+            memory_bytes=args.render_memory_mib << 20,
+            workers=args.render_workers,
         ),
-        wait_for_configuration=bool(args.config_endpoint),
     )
-    process.state["controller"] = controller
-    process.started.set()
-    if args.config_endpoint:
-        grpc.subscribe(
-            process,
-            args.config_endpoint,
-            config_pb2_grpc.ConfigServiceStub,
-            CONFIG_KIND,
-            lambda snapshot: controller.set_configuration(EffectiveConfiguration.model_validate_json(snapshot.payload)),
-        )
-    register = replication_pb2_grpc.add_ReplicationServiceServicer_to_server
-    gates = {"informers-synced": controller.synced}
-    await grpc.run_controller(process, kube, hub, register, "ReplicationService", controller, gates)
+    await grpc.run_snapshot_controller(
+        process,
+        COMPONENT,
+        lambda kube, hub, events: ReplicationController(
+            kube, hub, events, settings, wait_for_configuration=bool(args.config_endpoint)
+        ),
+        replication_pb2_grpc.add_ReplicationServiceServicer_to_server,
+        "ReplicationService",
+        gates=("informers-synced",),
+        configure=ReplicationController.set_configuration,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

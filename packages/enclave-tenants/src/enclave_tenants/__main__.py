@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from enclave_core.durations import parse_duration
-from enclave_core.kube.events import EventRecorder
-from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, add_resync_flag, env_default, env_flag
-from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
-from enclave_core.snapshots.hub import SnapshotHub
+from enclave_core.runtime.options import (
+    add_common_flags,
+    add_controller_flags,
+    add_env_option,
+    check_controller_flags,
+    env_default,
+    env_flag,
+)
 from enclave_tenants.bindings import MANAGER, Grant
 from enclave_tenants.controller import Settings, TenantsController
 
@@ -32,19 +34,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_flags(parser, probe_port=8082, gc=TENANTS_GC_THRESHOLDS)
     grpc.add_server_flags(parser)
     grpc.add_subscription_flags(parser, "config")
-    add_resync_flag(parser)
-    parser.add_argument(
-        "--concurrency",
+    add_controller_flags(parser, concurrency=32, concurrency_help="namespaces written in parallel")
+    add_env_option(
+        parser,
+        "batch-size",
+        "300",
+        "namespaces written per round of the write loop; each round is followed by the statuses it affects, "
+        "so status follows a long burst",
         type=int,
-        default=int(env_default("ENCLAVE_CONCURRENCY", "32")),
-        help="namespaces written in parallel (env ENCLAVE_CONCURRENCY)",
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=int(env_default("ENCLAVE_BATCH_SIZE", "300")),
-        help="namespaces written per round of the write loop; each round is followed by the statuses it affects, "
-        "so status follows a long burst (env ENCLAVE_BATCH_SIZE)",
     )
     parser.add_argument(
         "--managed-metadata",
@@ -68,12 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.grants = tuple(Grant.parse(text, args.namespace) for text in args.namespace_grant)
     except ValueError as err:
         parser.error(f"--namespace-grant: {err}")
-    try:
-        parse_duration(args.resync)
-    except ValueError as err:
-        parser.error(f"--resync: {err}")
-    if args.concurrency < 1:
-        parser.error("--concurrency must be at least 1")
+    args.resync_seconds = check_controller_flags(parser, args)
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     return args
@@ -81,34 +73,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def body(process: component.Component) -> None:
     args = process.args
-    assert process.api is not None
-    kube = process.kube(MANAGER)
-    hub = SnapshotHub(args.identity)
     settings = Settings(
-        resync_seconds=parse_duration(args.resync).total_seconds(),
+        resync_seconds=args.resync_seconds,
         concurrency=args.concurrency,
         batch_size=args.batch_size,
         namespace=args.namespace,
         managed_metadata=args.managed_metadata,
         grants=args.grants,
     )
-    controller = TenantsController(
-        kube, settings, hub, EventRecorder(kube, MANAGER), wait_for_configuration=bool(args.config_endpoint)
+    await grpc.run_snapshot_controller(
+        process,
+        MANAGER,
+        lambda kube, hub, events: TenantsController(
+            kube, settings, hub, events, wait_for_configuration=bool(args.config_endpoint)
+        ),
+        tenants_pb2_grpc.add_TenantServiceServicer_to_server,
+        "TenantService",
+        configure=TenantsController.set_configuration,
     )
-    process.state["controller"] = controller
-    process.started.set()
-    if args.config_endpoint:
-        # Follow enclave-config's effective configuration; the readiness gate waits for the first one.
-        grpc.subscribe(
-            process,
-            args.config_endpoint,
-            config_pb2_grpc.ConfigServiceStub,
-            CONFIG_KIND,
-            lambda snapshot: controller.set_configuration(EffectiveConfiguration.model_validate_json(snapshot.payload)),
-        )
-    register = tenants_pb2_grpc.add_TenantServiceServicer_to_server
-    gates = {"informers-synced": controller.synced, "reconciled": controller.reconciled}
-    await grpc.run_controller(process, kube, hub, register, "TenantService", controller, gates)
 
 
 def main(argv: list[str] | None = None) -> int:

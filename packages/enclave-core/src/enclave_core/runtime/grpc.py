@@ -19,16 +19,18 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
 from enclave_core import invalidation
 from enclave_core.durations import parse_duration
 from enclave_core.kube import informer
+from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.rest import Kube
 from enclave_core.kube.tls_secret import TlsSecretSource
+from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.runtime.component import Component
 from enclave_core.runtime.options import env_default
@@ -236,6 +238,56 @@ class Controller(Protocol):
     gates follow are passed as ``gates``, since controllers name and order them differently)."""
 
     async def run(self) -> None: ...
+
+
+class SnapshotController(Controller, Protocol):
+    """What :func:`run_snapshot_controller` needs: the run loop, and writes switched on while leading
+    (:func:`enclave_core.runtime.component.lead_controller`)."""
+
+    def set_leading(self, leading: bool) -> None: ...
+
+
+C = TypeVar("C", bound=SnapshotController)
+
+GATE_EVENTS = {"informers-synced": "synced", "reconciled": "reconciled"}
+"""Readiness gate -> the controller's ``asyncio.Event`` attribute that opens it (every controller spells them so)."""
+
+
+async def run_snapshot_controller(
+    process: Component,
+    manager: str,
+    build: Callable[[Kube, SnapshotHub, EventRecorder], C],
+    register: Callable[[Any, grpc.aio.Server], None],
+    service: str,
+    *,
+    gates: Sequence[str] = ("informers-synced", "reconciled"),
+    configure: Callable[[C, EffectiveConfiguration], None] | None = None,
+) -> None:
+    """The body of every controller component (run with ``component.lead_controller`` as the leader work).
+
+    ``build`` makes the controller from the Lease-fenced API client writing as field manager ``manager``, the hub
+    it publishes and an Event recorder of ``manager``; it goes to ``process.state`` for the leader work. With
+    ``--config-endpoint`` set, ``configure`` takes each effective configuration enclave-config publishes (the
+    readiness gate ``snapshot:ServiceConfiguration`` waits for the first). Then the hub is served as ``service``
+    (``register`` adds its servicer) and the controller runs, each of ``gates`` (names in :data:`GATE_EVENTS`)
+    opening in order as its event is set.
+    """
+    args = process.args
+    assert process.api is not None
+    kube = process.kube(manager)
+    hub = SnapshotHub(args.identity)
+    controller = build(kube, hub, EventRecorder(kube, manager))
+    process.state["controller"] = controller
+    process.started.set()
+    endpoint = getattr(args, "config_endpoint", "")
+    if endpoint and configure is not None:
+
+        def accept(snapshot: Snapshot) -> None:
+            configure(controller, EffectiveConfiguration.model_validate_json(snapshot.payload))
+
+        subscribe(process, endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept)
+    events = {name: getattr(controller, GATE_EVENTS[name]) for name in gates}
+    await run_controller(process, kube, hub, register, service, controller, events)
 
 
 async def run_controller(

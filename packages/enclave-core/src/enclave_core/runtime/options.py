@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 def env_default(env: str, default: str) -> str:
@@ -17,16 +19,29 @@ def env_flag(env: str, default: bool) -> bool:
     return default if raw is None else raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def add_env_option(
+    parser: argparse.ArgumentParser, flag: str, default: str, help: str, *, type: Callable[[str], Any] | None = None
+) -> None:
+    """``--<flag>`` with its environment twin ``ENCLAVE_<FLAG>`` (dashes as underscores) filling the default and
+    named at the end of ``help``, so the twin cannot be misspelt or left out of the help (and the README's table)."""
+    env = "ENCLAVE_" + flag.upper().replace("-", "_")
+    raw = env_default(env, default)
+    if type is None:
+        parser.add_argument(f"--{flag}", default=raw, help=f"{help} (env {env})")
+    else:
+        parser.add_argument(f"--{flag}", type=type, default=type(raw), help=f"{help} (env {env})")
+
+
+def add_concurrency_flag(parser: argparse.ArgumentParser, default: int, help: str) -> None:
+    """``--concurrency``: how many writes (or objects) a controller keeps in flight."""
+    add_env_option(parser, "concurrency", str(default), help, type=int)
+
+
 def add_controller_flags(parser: argparse.ArgumentParser, *, concurrency: int, concurrency_help: str) -> None:
     """``--resync`` (a full pass without changes, default 60s) and ``--concurrency`` (writes in flight), the
     flags of a level-based controller; check them with :func:`check_controller_flags` after parsing."""
     add_resync_flag(parser)
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=int(env_default("ENCLAVE_CONCURRENCY", str(concurrency))),
-        help=f"{concurrency_help} (env ENCLAVE_CONCURRENCY)",
-    )
+    add_concurrency_flag(parser, concurrency, concurrency_help)
 
 
 def add_resync_flag(parser: argparse.ArgumentParser) -> None:
