@@ -115,6 +115,7 @@ class ComponentCertificates:
 
     def __init__(self, api: Any, namespace: str, root: Path | None = None) -> None:
         self.root = root or Path(tempfile.mkdtemp(prefix="enclave-certs-"))
+        self.root.mkdir(parents=True, exist_ok=True)  # `enclave_testing.up --workdir` names one not made yet
         self.root.chmod(0o755)  # the image tests run components as the image's user
         self.mounts = SecretMounts(api, namespace, self.root)
         self.serving = self.mounts.mount(SERVING_SECRET, SERVING_KEYS)
