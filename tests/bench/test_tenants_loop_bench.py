@@ -30,7 +30,8 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_tenants.__main__ import TENANTS_GC_THRESHOLDS
-from enclave_tenants.controller import TENANTS_PATH, Settings, TenantsController
+from enclave_tenants.caches import TENANTS_PATH
+from enclave_tenants.controller import Settings, TenantsController
 from enclave_testing.memorykube import Echo, MemoryKube
 
 TENANTS = int(os.environ.get("ENCLAVE_BENCH_TENANTS", sized("1000", "10")))

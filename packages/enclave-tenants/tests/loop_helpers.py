@@ -11,7 +11,8 @@ from tenants_helpers import namespace, tenant
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer
 from enclave_core.snapshots.hub import SnapshotHub
-from enclave_tenants.controller import TENANTS_PATH, Settings, TenantsController
+from enclave_tenants.caches import TENANTS_PATH
+from enclave_tenants.controller import Settings, TenantsController
 from enclave_testing.memorykube import Echo, MemoryKube
 
 JSON = dict[str, Any]

@@ -8,7 +8,7 @@ from enclave_core.kube import managedfields
 from enclave_core.kube.rest import JSON
 from enclave_tenants import bindings as rb
 from enclave_tenants import namespaces as ns
-from enclave_tenants.controller import _binding_trim, _namespace_trim, _rule_status_trim
+from enclave_tenants.caches import _binding_trim, _namespace_trim, _rule_status_trim
 
 TENANT_UID = "adde3ee4-09d6-4ecc-8493-5779ebee8ea8"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enclave_tenants.controller import EVENT_MESSAGE_LIMIT, synced_message
+from enclave_tenants.reporting import EVENT_MESSAGE_LIMIT, synced_message
 
 
 def test_one_namespace_is_told_as_before() -> None:

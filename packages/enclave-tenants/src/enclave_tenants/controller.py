@@ -14,56 +14,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 import time
-from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-from prometheus_client import Counter, Gauge, Histogram
-
-from enclave_core import GROUP_VERSION
-from enclave_core.api.ledger import QuantityLedgerStatus
 from enclave_core.api.tenancy import Tenant
-from enclave_core.kube.events import MESSAGE_LIMIT, EventRecorder, EventType
-from enclave_core.kube.informer import Informer, keep_managed_fields, share
-from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_kind
-from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError, fold, new_ledger
-from enclave_core.quantity import Quantity
+from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.informer import Informer, keep_managed_fields
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.ledger import LedgerClient
 from enclave_core.runtime import memory
-from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.rules import RULE_STATUS_NAME, RULES_KIND
 from enclave_core.snapshots.tenancy import PROMOTED_LABEL, TENANCY_KIND, TenantView
-from enclave_tenants import bindings as rb
-from enclave_tenants import ledgers
-from enclave_tenants import managed as mg
-from enclave_tenants import namespaces as ns
-from enclave_tenants import rules as rl
-from enclave_tenants import status as st
-from enclave_tenants import work as wk
+from enclave_tenants import bindings, ledgers, namespaces, rules, work
+from enclave_tenants.caches import (
+    BINDINGS_PATH,
+    BUDGETS_PATH,
+    OWNERS_PATH,
+    RULE_STATUSES_PATH,
+    TENANTS_PATH,
+    VOLUMES_PATH,
+    _binding_trim,
+    _namespace_trim,
+    _rule_status_trim,
+    _volume_trim,
+)
+from enclave_tenants.metrics import NAMESPACES, PUBLISHES, RECONCILE_SECONDS, RECONCILES, TENANTS, WRITES
+from enclave_tenants.namespace_quota import NamespaceQuota
 from enclave_tenants.plan import Plan, build_plan
 from enclave_tenants.policy import Policy
+from enclave_tenants.reporting import Reporting, _Outcome
 
 log = logging.getLogger(__name__)
 
-RECONCILES = Counter("enclave_tenants_reconciles_total", "Passes of the tenants write loop", ["result"])
-PUBLISHES = Counter("enclave_tenants_snapshots_total", "Tenancy snapshots compiled", ["result"])
-WRITES = Counter("enclave_tenants_writes_total", "Writes to the cluster", ["kind", "operation"])
-TENANTS = Gauge("enclave_tenants_tenants", "Tenants observed")
-NAMESPACES = Gauge("enclave_tenants_namespaces", "Namespaces that belong to a tenant")
-NOT_READY = Gauge("enclave_tenants_not_ready", "Tenants whose Ready condition is False")
-RECONCILE_SECONDS = Histogram("enclave_tenants_reconcile_seconds", "Duration of one write-loop pass")
-
 PUBLISH_YIELD_AFTER = 0.05
 """Seconds a snapshot compile may take before the next one waits as long (see ``_publish_loop``)."""
-
-TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
-OWNERS_PATH = f"/apis/{GROUP_VERSION}/tenantowners"
-BINDINGS_PATH = "/apis/rbac.authorization.k8s.io/v1/rolebindings"
-RULE_STATUSES_PATH = f"/apis/{GROUP_VERSION}/rulestatuses"
-VOLUMES_PATH = "/api/v1/persistentvolumes"
-BUDGETS_PATH = "/apis/policy/v1/poddisruptionbudgets"
 
 
 @dataclass(frozen=True)
@@ -79,19 +65,13 @@ class Settings:
     managed_metadata: bool = True
     """Reconcile rules' managed values onto existing objects (off: admission alone sets them, on writes, and the
     controller needs no list/patch grant on every namespaced resource)."""
-    grants: tuple[rb.Grant, ...] = ()
+    grants: tuple[bindings.Grant, ...] = ()
     """Cluster roles bound in every tenant namespace to Enclave's own service accounts (``--namespace-grant``)."""
 
 
-@dataclass
-class _Outcome:
-    """What one namespace's writes did, for the tenant's events and Ready condition."""
+class TenantsController(Reporting, NamespaceQuota):
+    """The informers, the publish loop and the write loop (see the module docstring)."""
 
-    actions: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
-class TenantsController:
     def __init__(
         self,
         kube: Kube,
@@ -119,12 +99,12 @@ class TenantsController:
         self._write_trigger = asyncio.Event()
         self._views: dict[str, TenantView] = {}
         self._encoded: dict[str, tuple[TenantView, bytes]] = {}
-        self._rules: dict[str, rl.NamespaceRulePlan] = {}
+        self._rules: dict[str, rules.NamespaceRulePlan] = {}
         """The last compiled rules per tenant namespace (the write loop writes their RuleStatus status)."""
         self._managed: dict[str, str] = {}
         """Namespace -> signature of the managed metadata last reconciled onto its objects."""
         self._warned: dict[str, tuple[str, str]] = {}
-        self._dirty = wk.Dirty()
+        self._dirty = work.Dirty()
         """Where the write loop may find work (hints; see :mod:`enclave_tenants.work`)."""
         self._plan: Plan | None = None
         self._plan_stale = True
@@ -166,7 +146,7 @@ class TenantsController:
         self.bindings = Informer(
             kube,
             BINDINGS_PATH,
-            label_selector=f"{rb.MANAGED_BY}={rb.MANAGER}",
+            label_selector=f"{bindings.MANAGED_BY}={bindings.MANAGER}",
             on_change=self._binding_changed,
             name="rolebindings",
             transform=_binding_trim,
@@ -206,110 +186,6 @@ class TenantsController:
             self.volumes,
             self.budgets,
         ]
-
-    # -- what changed (informer handlers: hints for the write loop, triggers for both loops) ---------------
-
-    def _ledger_changed(self, key: str) -> None:
-        obj = self.ledger_cache.get(key)
-        if obj is None:
-            self.ledgers.forget(key.rpartition("/")[2])
-        else:
-            self.ledgers.observe(obj)
-        self._ledgers_due = True
-        self._replan()
-
-    def _publish_only(self, _key: str) -> None:
-        """PersistentVolumes and PodDisruptionBudgets only change the Rules snapshot: nothing to write."""
-        self._publish_trigger.set()
-
-    def _replan(self) -> None:
-        self._plan_stale = True
-        self._changed()
-
-    def _spec_changed(self, kind: str, name: str, obj: JSON | None) -> bool:
-        """Whether the Tenant or TenantOwner changed outside its status (our status writes come back too)."""
-        key = f"{kind}/{name}"
-        signature = wk.spec_signature(obj)
-        if self._signatures.get(key) == signature:
-            return False
-        if obj is None:
-            self._signatures.pop(key, None)
-        else:
-            self._signatures[key] = signature
-        return True
-
-    def _tenant_changed(self, name: str) -> None:
-        if self._spec_changed("Tenant", name, self.tenants.get(name)):
-            self._dirty.tenants.add(name)
-            self._dirty.owners = True
-            self._ledgers_due = True
-            self._replan()
-        else:
-            self._dirty.statuses.add(name)
-            self._write_trigger.set()
-
-    def _owner_changed(self, name: str) -> None:
-        if self._spec_changed("TenantOwner", name, self.owners.get(name)):
-            self._dirty.mark_everything()  # an owner may join any number of tenants by its labels
-            self._replan()
-        else:
-            self._dirty.owners = True
-            self._write_trigger.set()
-
-    def _namespace_changed(self, name: str) -> None:
-        self._dirty.namespaces.add(name)
-        self._dirty.rules.add(name)
-        self._ledgers_due = True
-        self._replan()
-
-    def _binding_changed(self, key: str) -> None:
-        namespace, _, name = key.partition("/")
-        # Interned: the index keeps them, and 20,000 fresh copies of a few distinct names were ~1 MB.
-        namespace, name = sys.intern(namespace), sys.intern(name)
-        self._index_binding(namespace, name)
-        self._dirty.namespaces.add(namespace)
-        self._write_trigger.set()
-
-    def _index_binding(self, namespace: str, name: str) -> None:
-        """Keep ``_binding_names`` (namespace -> names of our cached RoleBindings) as the cache is."""
-        names = self._binding_names.get(namespace, ())
-        cached = f"{namespace}/{name}" in self.bindings.items
-        if cached == (name in names):
-            return
-        # Tuples, not sets: a namespace has a few names, and 10,000 sets were ~4 MB.
-        updated = (*names, name) if cached else tuple(other for other in names if other != name)
-        if updated:
-            self._binding_names[namespace] = updated
-        else:
-            del self._binding_names[namespace]
-
-    def _rule_status_changed(self, key: str) -> None:
-        namespace = key.partition("/")[0]
-        self._dirty.namespaces.add(namespace)
-        self._dirty.rules.add(namespace)
-        self._changed()
-
-    def _account_changed(self, key: str) -> None:
-        self._dirty.accounts.add(key.partition("/")[0])
-        self._replan()
-
-    def _changed(self, _key: str = "") -> None:
-        self._publish_trigger.set()
-        self._write_trigger.set()
-
-    def set_leading(self, leading: bool) -> None:
-        self.leading = leading
-        self._dirty.mark_everything()
-        self._changed()
-
-    def set_configuration(self, config: EffectiveConfiguration) -> None:
-        policy = Policy.from_configuration(config)
-        if policy != self.policy or not self.configuration.is_set():
-            log.info("configuration received", extra={"configuration": config.name, "generation": config.generation})
-        self.policy = policy
-        self.configuration.set()
-        self._dirty.mark_everything()
-        self._replan()
 
     # -- loops ---------------------------------------------------------------------------------------------
 
@@ -366,7 +242,7 @@ class TenantsController:
                 self._ledgers_due = True
             more, failed, pause = False, False, 0.0
             if not self.leading:
-                self._dirty = wk.Dirty()  # the new leader starts from everything; keep nothing meanwhile
+                self._dirty = work.Dirty()  # the new leader starts from everything; keep nothing meanwhile
             elif self._dirty or self._ledgers_due:
                 if self._plan_stale and self._plan_seconds > PUBLISH_YIELD_AFTER:
                     # As the publish loop does: at most half of the process goes to planning; namespaces that
@@ -420,7 +296,7 @@ class TenantsController:
         self._views = {name: p.view for name, p in plan.tenants.items() if p.view is not None}
         return plan
 
-    def compile_rules(self, plan: Plan) -> dict[str, rl.NamespaceRulePlan]:
+    def compile_rules(self, plan: Plan) -> dict[str, rules.NamespaceRulePlan]:
         """The rules of every tenant namespace (see :mod:`enclave_tenants.rules`), from the same informers."""
         own = {
             item["metadata"]["namespace"]: item
@@ -430,7 +306,7 @@ class TenantsController:
         live = {item["metadata"]["name"]: item for item in self.namespaces.values()}
         tenants = {name: tenant_plan.tenant for name, tenant_plan in plan.tenants.items()}
         # The last compile: a terminating namespace whose RuleStatus the namespace controller deleted keeps it.
-        return rl.compile_namespaces(tenants, plan.namespace_tenant, live, own, previous=self._rules)
+        return rules.compile_namespaces(tenants, plan.namespace_tenant, live, own, previous=self._rules)
 
     def publish(self) -> Plan:
         plan = self.plan(writes=False)
@@ -448,9 +324,9 @@ class TenantsController:
             log.debug("tenancy snapshot published", extra={"tenants": len(plan.snapshot.tenants)})
         self._rules = self.compile_rules(plan)
         tenants = {name: tenant_plan.tenant for name, tenant_plan in plan.tenants.items()}
-        rules = rl.snapshot(self._rules, self.volumes.values(), self.budgets.values(), tenants)
-        if self.hub.publish(RULES_KIND, rules.payload()) is not None:
-            log.debug("rules snapshot published", extra={"namespaces": len(rules.namespaces)})
+        rules_snapshot = rules.snapshot(self._rules, self.volumes.values(), self.budgets.values(), tenants)
+        if self.hub.publish(RULES_KIND, rules_snapshot.payload()) is not None:
+            log.debug("rules snapshot published", extra={"namespaces": len(rules_snapshot.namespaces)})
         PUBLISHES.labels("ok").inc()
         TENANTS.set(len(plan.tenants))
         NAMESPACES.set(len(plan.namespace_tenant))
@@ -498,7 +374,7 @@ class TenantsController:
         for name in looked:
             rank = self._rank(plan, name, index.get(name, ()), name in release)
             if rank is None and name in dirty.rules:
-                rank = wk.CHECK
+                rank = work.CHECK
             if rank is None:
                 dirty.queued.pop(name, None)
                 continue
@@ -545,7 +421,7 @@ class TenantsController:
         dirty.settle()
         return bool(dirty)
 
-    def _compile_rules(self, plan: Plan, names: set[str]) -> dict[str, rl.NamespaceRulePlan]:
+    def _compile_rules(self, plan: Plan, names: set[str]) -> dict[str, rules.NamespaceRulePlan]:
         """The rules of ``names`` (those in a tenant and not terminating: nothing is written into a namespace
         being deleted), compiled as the publish loop compiles every namespace."""
         wanted = {name: plan.namespace_tenant[name] for name in names if name in plan.namespace_tenant}
@@ -555,14 +431,14 @@ class TenantsController:
             name: item for name in wanted if (item := self.rule_statuses.get(f"{name}/{RULE_STATUS_NAME}")) is not None
         }
         tenants = {name: plan.tenants[name].tenant for name in set(wanted.values())}
-        compiled = rl.compile_namespaces(tenants, wanted, self.namespaces.items, own)
+        compiled = rules.compile_namespaces(tenants, wanted, self.namespaces.items, own)
         return {name: item for name, item in compiled.items() if not item.terminating}
 
     def _rank(
         self,
         plan: Plan,
         name: str,
-        bindings: Iterable[str],
+        binding_names: Iterable[str],
         released: bool,
     ) -> int | None:
         """How urgently namespace ``name`` needs a write (:data:`work.MISSING` or :data:`work.DRIFTED`), or None
@@ -574,85 +450,28 @@ class TenantsController:
         wanted = plan.bindings.get(name, {})
         if body is not None and live is not None:
             tenant = plan.namespace_tenant[name]
-            if ns.needs_apply(live, body, rb.MANAGER):
-                ranks.append(wk.MISSING if ns.tenant_of(live) != tenant else wk.DRIFTED)
+            if namespaces.needs_apply(live, body, bindings.MANAGER):
+                ranks.append(work.MISSING if namespaces.tenant_of(live) != tenant else work.DRIFTED)
             uid = str(plan.tenants[tenant].raw["metadata"].get("uid", ""))
-            if ns.foreign_tenant_references(live, uid):
-                ranks.append(wk.DRIFTED)
+            if namespaces.foreign_tenant_references(live, uid):
+                ranks.append(work.DRIFTED)
             for binding_name, desired in wanted.items():
                 current = self.bindings.get(f"{name}/{binding_name}")
                 if current is None:
-                    ranks.append(wk.MISSING)
+                    ranks.append(work.MISSING)
                     break
-                if rb.drifted(current, desired):
-                    ranks.append(wk.DRIFTED)
+                if bindings.drifted(current, desired):
+                    ranks.append(work.DRIFTED)
         if released:
-            ranks.append(wk.DRIFTED)
-        if name not in plan.frozen and any(binding not in wanted for binding in bindings):
-            ranks.append(wk.DRIFTED)
+            ranks.append(work.DRIFTED)
+        if name not in plan.frozen and any(binding not in wanted for binding in binding_names):
+            ranks.append(work.DRIFTED)
         if body is not None and live is not None and self.rule_statuses.get(f"{name}/{RULE_STATUS_NAME}") is None:
-            ranks.append(wk.MISSING)
+            ranks.append(work.MISSING)
         return min(ranks) if ranks else None
 
-    async def _namespace_ledgers(self, plan: Plan) -> None:
-        """Each tenant with a namespace quota has its ledger, folded; ledgers of others are removed."""
-        wanted: set[str] = set()
-        due = float("inf")
-        now = datetime.now(UTC)
-        for name, tenant_plan in plan.tenants.items():
-            tenant = tenant_plan.tenant
-            options = tenant.spec.namespace_options if tenant is not None else None
-            if tenant is None or options is None or options.quota is None:
-                continue
-            uid = str(tenant_plan.raw["metadata"].get("uid", ""))
-            ledger = ledgers.name_of(name, uid)
-            wanted.add(ledger)
-            live = self.ledger_cache.get(f"{self.settings.namespace}/{ledger}")
-            try:
-                if live is not None and (live.get("spec") or {}).get("targetRef", {}).get("uid") != uid:
-                    await self.ledgers.delete(ledger)  # left over from a deleted tenant of the same name
-                    live = None
-                if live is None:
-                    body = new_ledger(
-                        ledgers.target(name, uid), self.settings.namespace, {ledgers.MANAGED_BY: ledgers.MANAGER}
-                    )
-                    await self.ledgers.ensure(body)
-                    WRITES.labels("QuantityLedger", "create").inc()
-                present = set(tenant_plan.namespaces)
-                used = Quantity.from_units(len(present))
-
-                def step(
-                    status: QuantityLedgerStatus | None, present: set[str] = present, used: Quantity = used
-                ) -> QuantityLedgerStatus:
-                    return fold(
-                        status,
-                        used,
-                        settled=lambda r: (r.object_ref.name or "") in present,
-                        gone=lambda hint: (hint.object_ref.name or "") not in present,
-                        now=now,
-                    )
-
-                _, stored = await self.ledgers.update(ledger, step)
-                if stored is not None:
-                    WRITES.labels("QuantityLedger", "fold").inc()
-            except (KubeError, LedgerMissingError, LedgerBusyError) as err:
-                log.warning("namespace quota ledger not folded", extra={"tenant": name, "error": str(err)})
-                due = min(due, 1.0)
-                continue
-            cached = self.ledgers.cached(ledger)
-            for reservation in (cached.status.reservations or []) if cached and cached.status else []:
-                if reservation.expires_at is not None:
-                    due = min(due, max((reservation.expires_at - now).total_seconds(), 0.0) + 0.1)
-        for key, raw in list(self.ledger_cache.items.items()):
-            name = raw["metadata"]["name"]
-            if name not in wanted:
-                await self.ledgers.delete(name)
-                self.ledger_cache.items.pop(key, None)
-                WRITES.labels("QuantityLedger", "delete").inc()
-        self._fold_at = time.monotonic() + due  # an unconfirmed reservation's expiry (inf: none)
-
     async def _write_namespace(
-        self, plan: Plan, name: str, bindings: Iterable[str], released: bool, outcome: _Outcome
+        self, plan: Plan, name: str, binding_names: Iterable[str], released: bool, outcome: _Outcome
     ) -> None:
         """One namespace: its metadata and RoleBindings (when in a writable tenant), managed RoleBindings nobody
         should have any more, and the release of fields we applied when it left its tenant."""
@@ -663,7 +482,7 @@ class TenantsController:
             await self._release(name)
         if name in plan.frozen:
             return
-        for binding in bindings:
+        for binding in binding_names:
             if binding in wanted or self.bindings.get(f"{name}/{binding}") is None:
                 continue
             path = resource_path("rbac.authorization.k8s.io/v1", "rolebindings", namespace=name, name=binding)
@@ -685,13 +504,13 @@ class TenantsController:
         body = plan.namespace_bodies[name]
         try:
             live = self.namespaces.get(name) or {}
-            if ns.needs_apply(live, body, rb.MANAGER):
+            if namespaces.needs_apply(live, body, bindings.MANAGER):
                 live = await self.kube.apply(resource_path("v1", "namespaces", name=name), body)
                 live = self.namespaces.store(live)
                 WRITES.labels("Namespace", "apply").inc()
                 outcome.actions.append("applied labels, annotations and owner reference")
-            if ns.foreign_tenant_references(live, uid):
-                patch = ns.without_foreign_references_patch(live, uid)
+            if namespaces.foreign_tenant_references(live, uid):
+                patch = namespaces.without_foreign_references_patch(live, uid)
                 live = await self.kube.json_patch(resource_path("v1", "namespaces", name=name), patch)
                 live = self.namespaces.store(live)
                 WRITES.labels("Namespace", "patch").inc()
@@ -705,11 +524,11 @@ class TenantsController:
         for binding_name, desired in wanted.items():
             key = f"{name}/{binding_name}"
             live_binding = self.bindings.get(key)
-            if not rb.drifted(live_binding, desired):
+            if not bindings.drifted(live_binding, desired):
                 continue
             path = resource_path("rbac.authorization.k8s.io/v1", "rolebindings", namespace=name, name=binding_name)
             try:
-                if live_binding is not None and rb.roleref_changed(live_binding, desired):
+                if live_binding is not None and bindings.roleref_changed(live_binding, desired):
                     await self.kube.delete(path)
                     WRITES.labels("RoleBinding", "delete").inc()
                 self.bindings.store(await self.kube.apply(path, desired), notify=False)
@@ -726,29 +545,11 @@ class TenantsController:
         if updated:
             outcome.actions.append(f"restored RoleBindings {', '.join(sorted(updated))}")
 
-    async def _unassigned_events(self, plan: Plan, outcomes: dict[str, _Outcome]) -> None:
-        """A namespace in no tenant whose RoleBindings we removed: say so on the namespace itself."""
-        for namespace, outcome in outcomes.items():
-            if namespace in plan.namespace_tenant or not outcome.actions:
-                continue
-            live = self.namespaces.get(namespace) or {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": namespace},
-            }
-            await self.events.emit(
-                with_kind(live, "v1", "Namespace"),
-                "Normal",
-                "RoleBindingsRemoved",
-                f"namespace {namespace} is in no tenant: {'; '.join(outcome.actions)}",
-                namespace=self.policy.events_namespace,
-            )
-
     async def _release(self, name: str) -> None:
         """The namespace left its tenant: give up every field we applied on it."""
         try:
             self.namespaces.store(
-                await self.kube.apply(resource_path("v1", "namespaces", name=name), ns.release_body(name))
+                await self.kube.apply(resource_path("v1", "namespaces", name=name), namespaces.release_body(name))
             )
             WRITES.labels("Namespace", "release").inc()
             log.info("namespace released", extra={"namespace": name})
@@ -756,233 +557,6 @@ class TenantsController:
             if not err.gone:
                 log.warning("could not release namespace", extra={"namespace": name, "error": str(err)})
 
-    # -- status and events ---------------------------------------------------------------------------------
-
-    async def _tenant_statuses(self, plan: Plan, names: set[str], outcomes: dict[str, _Outcome]) -> None:
-        """Events of this round's namespace writes, then the Warning and status of each tenant in ``names``:
-        ``concurrency`` at a time (one after the other, 10,000 namespaces' events took minutes of round trips).
-        A status is compared with the cached Tenant (not the plan's copy, which may predate our last write)."""
-        now = datetime.now(UTC)
-        semaphore = asyncio.Semaphore(self.settings.concurrency)
-        problems_of: dict[str, list[st.Problem]] = {}
-        synced: list[Awaitable[None]] = []
-        for name in sorted(names):
-            tenant_plan = plan.tenants[name]
-            problems = problems_of[name] = list(tenant_plan.problems)
-            done: list[str] = []
-            for namespace in tenant_plan.namespaces:
-                outcome = outcomes.get(namespace)
-                if outcome is None:
-                    continue
-                problems += [st.Problem(reason="ApplyFailed", message=e) for e in outcome.errors]
-                if outcome.actions:
-                    done.append(f"namespace {namespace}: " + "; ".join(outcome.actions))
-            if done:
-                message = synced_message(done)
-                synced.append(self._emit(tenant_plan.raw, "Tenant", "Normal", "NamespaceSynced", message))
-
-        async def bounded(work: Awaitable[None]) -> None:
-            async with semaphore:
-                await work
-
-        async def tenant(name: str) -> None:
-            tenant_plan, problems = plan.tenants[name], problems_of[name]
-            raw = self.tenants.get(name)
-            if raw is None:
-                return  # deleted meanwhile
-            await self._warn("Tenant", raw, problems)
-            cordoned = bool(tenant_plan.tenant and tenant_plan.tenant.spec.cordoned)
-            status = st.tenant_status(
-                raw,
-                namespaces=tenant_plan.namespaces,
-                owners=tenant_plan.owners,
-                cordoned=cordoned,
-                problems=problems,
-                now=now,
-                unlisted=tenant_plan.unlisted,
-            )
-            if not await self._write_status(self.tenants, TENANTS_PATH, name, raw, status):
-                self._retry_statuses.add(name)
-
-        await asyncio.gather(*(bounded(work) for work in synced))
-        await asyncio.gather(*(bounded(tenant(name)) for name in sorted(names)))
-        for name, problems in problems_of.items():
-            self._not_ready[name] = bool(problems)
-        NOT_READY.set(sum(self._not_ready.values()))
-
-    async def _owner_statuses(self, plan: Plan) -> None:
-        now = datetime.now(UTC)
-        for name, owner_plan in plan.owners.items():
-            raw = self.owners.get(name)
-            if raw is None:
-                continue
-            await self._warn("TenantOwner", raw, owner_plan.problems)
-            status = st.owner_status(raw, tenants=owner_plan.tenants, problems=owner_plan.problems, now=now)
-            await self._write_status(self.owners, OWNERS_PATH, name, raw, status)
-
-    async def _managed_metadata(self, compiled: dict[str, rl.NamespaceRulePlan]) -> None:
-        """Reconcile managed label/annotation values onto existing objects of ``compiled`` namespaces whose
-        managed set changed (see :mod:`enclave_tenants.managed`); nothing in a steady state."""
-        if not self.settings.managed_metadata:
-            return
-        changed = {}
-        for namespace, plan in compiled.items():
-            found = mg.entries(plan.rules)
-            signature = mg.signature(found)
-            if self._managed.get(namespace) != signature:
-                changed[namespace] = (found, signature)
-        if not changed:
-            return
-        resources: list[mg.Resource] | None = None
-        for namespace, (found, signature) in changed.items():
-            if found:
-                if resources is None:
-                    resources = await mg.discover(self.kube)
-                patched, errors = await mg.reconcile(self.kube, namespace, found, resources)
-                if patched:
-                    WRITES.labels("managed-metadata", "patch").inc(patched)
-                    log.info("managed metadata reconciled", extra={"namespace": namespace, "objects": patched})
-                if errors:
-                    log.warning("managed metadata incomplete", extra={"namespace": namespace, "errors": errors[:5]})
-                    continue  # not recorded: the next pass tries again
-            self._managed[namespace] = signature
-
-    async def _rule_status(self, plan: rl.NamespaceRulePlan) -> None:
-        """Create the namespace's ``RuleStatus/default`` when missing, then keep its status on the compiled rules."""
-        path = resource_path(GROUP_VERSION, "rulestatuses", namespace=plan.namespace)
-        compiled_from = (plan.live or {}).get("spec")
-        try:
-            if plan.live is None:
-                plan.live = self.rule_statuses.store(
-                    await self.kube.create(path, rl.new_rule_status(plan.namespace)), notify=False
-                )
-                WRITES.labels("RuleStatus", "create").inc()
-            status = rl.desired_status(plan, datetime.now(UTC))
-            if not rl.status_changed(plan.live, status):
-                return
-            stored = await self.kube.merge_patch(f"{path}/{RULE_STATUS_NAME}/status", {"status": status})
-        except KubeError as err:
-            if err.conflict:  # created meanwhile (another pass, a user): the watch brings it, the next pass writes
-                return
-            if not err.gone:
-                log.warning("RuleStatus write failed", extra={"namespace": plan.namespace, "error": str(err)})
-            return
-        # Not looked at again when it holds what was just compiled (the watch's echoes of these writes are not
-        # either); when its spec changed meanwhile (a user's edit, whose own event is older than this response),
-        # it is looked at as that event would have had it.
-        stored = self.rule_statuses.store(stored, notify=False)
-        if (stored.get("spec") or None) != (compiled_from or None):
-            self._rule_status_changed(f"{plan.namespace}/{RULE_STATUS_NAME}")
-        WRITES.labels("RuleStatus", "status").inc()
-
-    async def _write_status(self, informer: Informer, base: str, name: str, raw: JSON, status: JSON) -> bool:
-        """Write ``status`` when it differs from the stored one; False when that failed (to be retried)."""
-        if not st.changed(raw, status):
-            return True
-        try:
-            stored = await self.kube.merge_patch(f"{base}/{name}/status", {"status": status})
-        except KubeError as err:
-            if err.not_found:
-                return True
-            log.warning("status write failed", extra={"object": f"{base}/{name}", "error": str(err)})
-            return False
-        informer.store(stored)  # its handler tells a status-only change (ours) from a spec edit meanwhile
-        WRITES.labels(informer.name, "status").inc()
-        return True
-
-    async def _warn(self, kind: str, raw: JSON, problems: list[st.Problem]) -> None:
-        """One Warning per distinct problem set (not one per pass); cleared when the object is fine again."""
-        key = f"{kind}/{raw['metadata']['name']}"
-        if not problems:
-            self._warned.pop(key, None)
-            return
-        signature = (problems[0].reason, "; ".join(p.message for p in problems)[: st.MESSAGE_LIMIT])
-        if self._warned.get(key) == signature:
-            return
-        self._warned[key] = signature
-        log.warning("object not ready", extra={"object": key, "reason": signature[0], "detail": signature[1]})
-        await self._emit(raw, kind, "Warning", signature[0], signature[1])
-
-    async def _emit(self, raw: JSON, kind: str, event_type: EventType, reason: str, message: str) -> None:
-        """Events about our cluster-scoped kinds go to the configuration's events namespace."""
-        obj = with_kind(raw, GROUP_VERSION, kind)
-        await self.events.emit(obj, event_type, reason, message, namespace=self.policy.events_namespace)
-
-
-EVENT_MESSAGE_LIMIT = MESSAGE_LIMIT
-"""The recorder's limit: the message is built to fit it rather than be cut by it."""
-
-
-def synced_message(done: list[str]) -> str:
-    """One Event per tenant and pass for what was written in its namespaces (one per namespace was a write per
-    namespace: 10,000 Events for 10,000 new namespaces); namespaces past the size limit are counted."""
-    if len(done) == 1:
-        return done[0][:EVENT_MESSAGE_LIMIT]
-    head = f"{len(done)} namespaces: "
-    shown: list[str] = []
-    for index, item in enumerate(done):
-        rest = f"; and {len(done) - index} more"
-        if len(head) + len("; ".join([*shown, item])) + len(rest) > EVENT_MESSAGE_LIMIT:
-            return head + "; ".join(shown) + rest
-        shown.append(item)
-    return head + "; ".join(shown)
-
 
 def _members(plan: Plan) -> dict[str, list[str]]:
     return {name: tenant_plan.namespaces for name, tenant_plan in plan.tenants.items()}
-
-
-def _namespace_trim(obj: JSON) -> JSON:
-    """Namespaces as the controller reads them: metadata with what our own apply entries own, and the phase
-    (their ``spec.finalizers`` and status conditions are never read; 10,000 of them are cached). What a
-    tenant's namespaces have in common (labels but the name, the owner reference, our fields) is held once."""
-    meta = obj.get("metadata") or {}
-    entries = [
-        {key: entry[key] for key in _ENTRY_FIELDS if key in entry}
-        for entry in meta.get("managedFields") or []
-        if entry.get("manager") == rb.MANAGER
-    ]
-    kept = {key: value for key, value in meta.items() if key != "managedFields"}
-    if entries:
-        kept["managedFields"] = entries
-    phase = (obj.get("status") or {}).get("phase")
-    trimmed: JSON = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": kept}
-    trimmed["status"] = {"phase": phase} if phase else {}
-    shared: JSON = share(trimmed)
-    return shared
-
-
-_ENTRY_FIELDS = ("manager", "operation", "subresource", "fieldsV1")
-"""What :mod:`enclave_core.kube.managedfields` reads of a managedFields entry (not its time or format)."""
-
-
-def _binding_trim(obj: JSON) -> JSON:
-    """Our RoleBindings as :func:`bindings.drifted` compares them: name, labels, roleRef and subjects (and the
-    resourceVersion that tells a watch echo). 20,000 of them at 10,000 namespaces; a tenant's hold the same
-    labels, roleRef and subjects, which :func:`share` keeps once."""
-    meta = obj.get("metadata") or {}
-    trimmed: JSON = {
-        "metadata": {key: meta[key] for key in _BINDING_METADATA if key in meta},
-        "roleRef": obj.get("roleRef"),
-        "subjects": obj.get("subjects") or [],
-    }
-    shared: JSON = share(trimmed)
-    return shared
-
-
-_BINDING_METADATA = ("name", "namespace", "resourceVersion", "labels", "deletionTimestamp")
-
-
-def _rule_status_trim(obj: JSON) -> JSON:
-    """RuleStatuses without managedFields or creation time; the rest (spec, status, generation, uid for Events)
-    is read. Their conditions and rules repeat across a tenant's namespaces and are held once."""
-    meta = obj.get("metadata") or {}
-    kept = {key: value for key, value in meta.items() if key not in ("managedFields", "creationTimestamp")}
-    shared: JSON = share({**obj, "metadata": kept})
-    return shared
-
-
-def _volume_trim(obj: JSON) -> JSON:
-    """PersistentVolumes: only their name and labels go into the Rules snapshot."""
-    meta = obj.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}}}

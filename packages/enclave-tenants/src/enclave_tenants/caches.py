@@ -1,0 +1,212 @@
+"""What the tenants controller caches, and what a change in those caches means.
+
+The controller reads only informer caches (a steady state costs no API call). This module holds the collections
+it watches, how each cached object is trimmed (at 10,000 namespaces the caches are most of the process's memory:
+only what is read is kept, and what a tenant's objects have in common is held once), and the informer handlers
+that turn a change into hints for the write loop (:mod:`enclave_tenants.work`) and triggers for both loops.
+
+``Caches`` is a base of :class:`enclave_tenants.controller.TenantsController`, whose ``__init__`` sets the state
+declared here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from enclave_core import GROUP_VERSION
+from enclave_core.kube.informer import Informer, share
+from enclave_core.kube.rest import JSON
+from enclave_core.ledger import LedgerClient
+from enclave_core.snapshots.configuration import EffectiveConfiguration
+from enclave_tenants import bindings, work
+from enclave_tenants.policy import Policy
+
+log = logging.getLogger(__name__)
+
+TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
+OWNERS_PATH = f"/apis/{GROUP_VERSION}/tenantowners"
+BINDINGS_PATH = "/apis/rbac.authorization.k8s.io/v1/rolebindings"
+RULE_STATUSES_PATH = f"/apis/{GROUP_VERSION}/rulestatuses"
+VOLUMES_PATH = "/api/v1/persistentvolumes"
+BUDGETS_PATH = "/apis/policy/v1/poddisruptionbudgets"
+
+
+class Caches:
+    """The informer handlers: hints for the write loop, triggers for both loops."""
+
+    tenants: Informer
+    owners: Informer
+    namespaces: Informer
+    bindings: Informer
+    ledger_cache: Informer
+    ledgers: LedgerClient
+    leading: bool
+    policy: Policy
+    configuration: asyncio.Event
+    _publish_trigger: asyncio.Event
+    _write_trigger: asyncio.Event
+    _dirty: work.Dirty
+    _signatures: dict[str, tuple[object, ...]]
+    _ledgers_due: bool
+    _plan_stale: bool
+    _binding_names: dict[str, tuple[str, ...]]
+
+    def _ledger_changed(self, key: str) -> None:
+        obj = self.ledger_cache.get(key)
+        if obj is None:
+            self.ledgers.forget(key.rpartition("/")[2])
+        else:
+            self.ledgers.observe(obj)
+        self._ledgers_due = True
+        self._replan()
+
+    def _publish_only(self, _key: str) -> None:
+        """PersistentVolumes and PodDisruptionBudgets only change the Rules snapshot: nothing to write."""
+        self._publish_trigger.set()
+
+    def _replan(self) -> None:
+        self._plan_stale = True
+        self._changed()
+
+    def _spec_changed(self, kind: str, name: str, obj: JSON | None) -> bool:
+        """Whether the Tenant or TenantOwner changed outside its status (our status writes come back too)."""
+        key = f"{kind}/{name}"
+        signature = work.spec_signature(obj)
+        if self._signatures.get(key) == signature:
+            return False
+        if obj is None:
+            self._signatures.pop(key, None)
+        else:
+            self._signatures[key] = signature
+        return True
+
+    def _tenant_changed(self, name: str) -> None:
+        if self._spec_changed("Tenant", name, self.tenants.get(name)):
+            self._dirty.tenants.add(name)
+            self._dirty.owners = True
+            self._ledgers_due = True
+            self._replan()
+        else:
+            self._dirty.statuses.add(name)
+            self._write_trigger.set()
+
+    def _owner_changed(self, name: str) -> None:
+        if self._spec_changed("TenantOwner", name, self.owners.get(name)):
+            self._dirty.mark_everything()  # an owner may join any number of tenants by its labels
+            self._replan()
+        else:
+            self._dirty.owners = True
+            self._write_trigger.set()
+
+    def _namespace_changed(self, name: str) -> None:
+        self._dirty.namespaces.add(name)
+        self._dirty.rules.add(name)
+        self._ledgers_due = True
+        self._replan()
+
+    def _binding_changed(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        # Interned: the index keeps them, and 20,000 fresh copies of a few distinct names were ~1 MB.
+        namespace, name = sys.intern(namespace), sys.intern(name)
+        self._index_binding(namespace, name)
+        self._dirty.namespaces.add(namespace)
+        self._write_trigger.set()
+
+    def _index_binding(self, namespace: str, name: str) -> None:
+        """Keep ``_binding_names`` (namespace -> names of our cached RoleBindings) as the cache is."""
+        names = self._binding_names.get(namespace, ())
+        cached = f"{namespace}/{name}" in self.bindings.items
+        if cached == (name in names):
+            return
+        # Tuples, not sets: a namespace has a few names, and 10,000 sets were ~4 MB.
+        updated = (*names, name) if cached else tuple(other for other in names if other != name)
+        if updated:
+            self._binding_names[namespace] = updated
+        else:
+            del self._binding_names[namespace]
+
+    def _rule_status_changed(self, key: str) -> None:
+        namespace = key.partition("/")[0]
+        self._dirty.namespaces.add(namespace)
+        self._dirty.rules.add(namespace)
+        self._changed()
+
+    def _account_changed(self, key: str) -> None:
+        self._dirty.accounts.add(key.partition("/")[0])
+        self._replan()
+
+    def _changed(self, _key: str = "") -> None:
+        self._publish_trigger.set()
+        self._write_trigger.set()
+
+    def set_leading(self, leading: bool) -> None:
+        self.leading = leading
+        self._dirty.mark_everything()
+        self._changed()
+
+    def set_configuration(self, config: EffectiveConfiguration) -> None:
+        policy = Policy.from_configuration(config)
+        if policy != self.policy or not self.configuration.is_set():
+            log.info("configuration received", extra={"configuration": config.name, "generation": config.generation})
+        self.policy = policy
+        self.configuration.set()
+        self._dirty.mark_everything()
+        self._replan()
+
+
+def _namespace_trim(obj: JSON) -> JSON:
+    """Namespaces as the controller reads them: metadata with what our own apply entries own, and the phase
+    (their ``spec.finalizers`` and status conditions are never read; 10,000 of them are cached). What a
+    tenant's namespaces have in common (labels but the name, the owner reference, our fields) is held once."""
+    meta = obj.get("metadata") or {}
+    entries = [
+        {key: entry[key] for key in _ENTRY_FIELDS if key in entry}
+        for entry in meta.get("managedFields") or []
+        if entry.get("manager") == bindings.MANAGER
+    ]
+    kept = {key: value for key, value in meta.items() if key != "managedFields"}
+    if entries:
+        kept["managedFields"] = entries
+    phase = (obj.get("status") or {}).get("phase")
+    trimmed: JSON = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": kept}
+    trimmed["status"] = {"phase": phase} if phase else {}
+    shared: JSON = share(trimmed)
+    return shared
+
+
+_ENTRY_FIELDS = ("manager", "operation", "subresource", "fieldsV1")
+"""What :mod:`enclave_core.kube.managedfields` reads of a managedFields entry (not its time or format)."""
+
+
+def _binding_trim(obj: JSON) -> JSON:
+    """Our RoleBindings as :func:`bindings.drifted` compares them: name, labels, roleRef and subjects (and the
+    resourceVersion that tells a watch echo). 20,000 of them at 10,000 namespaces; a tenant's hold the same
+    labels, roleRef and subjects, which :func:`share` keeps once."""
+    meta = obj.get("metadata") or {}
+    trimmed: JSON = {
+        "metadata": {key: meta[key] for key in _BINDING_METADATA if key in meta},
+        "roleRef": obj.get("roleRef"),
+        "subjects": obj.get("subjects") or [],
+    }
+    shared: JSON = share(trimmed)
+    return shared
+
+
+_BINDING_METADATA = ("name", "namespace", "resourceVersion", "labels", "deletionTimestamp")
+
+
+def _rule_status_trim(obj: JSON) -> JSON:
+    """RuleStatuses without managedFields or creation time; the rest (spec, status, generation, uid for Events)
+    is read. Their conditions and rules repeat across a tenant's namespaces and are held once."""
+    meta = obj.get("metadata") or {}
+    kept = {key: value for key, value in meta.items() if key not in ("managedFields", "creationTimestamp")}
+    shared: JSON = share({**obj, "metadata": kept})
+    return shared
+
+
+def _volume_trim(obj: JSON) -> JSON:
+    """PersistentVolumes: only their name and labels go into the Rules snapshot."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}}}
