@@ -43,7 +43,7 @@ from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import HostPort, add_common_flags, env_default
+from enclave_core.runtime.options import HostPort, add_common_flags, add_env_option, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import POOLS_KIND, PoolsSnapshot
@@ -82,47 +82,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env_default("ENCLAVE_IDENTITY", ""),
         help="this replica's name in snapshot subscriptions and events (env ENCLAVE_IDENTITY, default host-pid)",
     )
-    parser.add_argument(
-        "--webhook-address",
-        default=env_default("ENCLAVE_WEBHOOK_ADDRESS", "0.0.0.0:9443"),
-        help="host:port of the HTTPS webhook listener (env ENCLAVE_WEBHOOK_ADDRESS)",
+    add_env_option(parser, "webhook-address", "0.0.0.0:9443", "host:port of the HTTPS webhook listener")
+    add_env_option(
+        parser, "tls-cert-file", "", "PEM serving certificate of the webhook, when not read from --tls-secret-name"
     )
-    parser.add_argument(
-        "--tls-cert-file",
-        default=env_default("ENCLAVE_TLS_CERT_FILE", ""),
-        help="PEM serving certificate of the webhook, when not read from --tls-secret-name (env ENCLAVE_TLS_CERT_FILE)",
+    add_env_option(parser, "tls-key-file", "", "PEM key of --tls-cert-file")
+    add_env_option(parser, "tls-secret-name", "", "Secret in --namespace holding tls.crt/tls.key, watched for renewals")
+    add_env_option(
+        parser,
+        "client-ca-file",
+        "",
+        "PEM CA bundle: every webhook connection must present a client certificate it signed, as kube-apiserver "
+        "does when configured for webhook client authentication (docs/architecture.md); empty accepts any "
+        "caller (then a NetworkPolicy must keep everyone but kube-apiserver out)",
     )
-    parser.add_argument(
-        "--tls-key-file",
-        default=env_default("ENCLAVE_TLS_KEY_FILE", ""),
-        help="PEM key of --tls-cert-file (env ENCLAVE_TLS_KEY_FILE)",
-    )
-    parser.add_argument(
-        "--tls-secret-name",
-        default=env_default("ENCLAVE_TLS_SECRET_NAME", ""),
-        help="Secret in --namespace holding tls.crt/tls.key, watched for renewals (env ENCLAVE_TLS_SECRET_NAME)",
-    )
-    parser.add_argument(
-        "--client-ca-file",
-        default=env_default("ENCLAVE_CLIENT_CA_FILE", ""),
-        help="PEM CA bundle: every webhook connection must present a client certificate it signed, as "
-        "kube-apiserver does when configured for webhook client authentication (docs/architecture.md); empty "
-        "accepts any caller (then a NetworkPolicy must keep everyone but kube-apiserver out) "
-        "(env ENCLAVE_CLIENT_CA_FILE)",
-    )
-    parser.add_argument(
-        "--client-allowed-names",
-        default=env_default("ENCLAVE_CLIENT_ALLOWED_NAMES", ""),
-        help="comma-separated common names or DNS names, one of which the client certificate must carry; "
-        "empty accepts any certificate --client-ca-file signed (env ENCLAVE_CLIENT_ALLOWED_NAMES)",
+    add_env_option(
+        parser,
+        "client-allowed-names",
+        "",
+        "comma-separated common names or DNS names, one of which the client certificate must carry; empty "
+        "accepts any certificate --client-ca-file signed",
     )
     add_limit_flags(parser)
     grpc.add_subscription_flags(parser, "config", "tenants", "quotas", "pools", "globalquotas", "replication")
-    parser.add_argument(
-        "--reservation-ttl",
-        default=env_default("ENCLAVE_RESERVATION_TTL", "60s"),
-        help="how long a quota reservation holds unconfirmed before the quota controller drops it "
-        "(env ENCLAVE_RESERVATION_TTL)",
+    add_env_option(
+        parser,
+        "reservation-ttl",
+        "60s",
+        "how long a quota reservation holds unconfirmed before the quota controller drops it",
     )
     args = parser.parse_args(argv)
     if args.client_allowed_names and not args.client_ca_file:

@@ -10,30 +10,33 @@ from enclave_config.controller import ConfigController, Settings
 from enclave_core.durations import parse_duration
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, add_resync_flag, env_default
+from enclave_core.runtime.options import add_common_flags, add_env_option, add_resync_flag, env_default
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="enclave-config", description=__doc__)
     add_common_flags(parser, probe_port=8081)
     grpc.add_server_flags(parser)
-    parser.add_argument(
-        "--service-configuration-name",
-        default=env_default("ENCLAVE_SERVICE_CONFIGURATION", "default"),
-        help="the ServiceConfiguration this process owns (env ENCLAVE_SERVICE_CONFIGURATION)",
+    add_env_option(
+        parser,
+        "service-configuration-name",
+        "default",
+        "the ServiceConfiguration this process owns",
+        env="ENCLAVE_SERVICE_CONFIGURATION",
     )
-    parser.add_argument(
-        "--tls-validity",
-        default=env_default("ENCLAVE_TLS_VALIDITY", "8760h"),
-        help="validity of generated serving and component client certificates; renewed when a third is left "
-        "(env ENCLAVE_TLS_VALIDITY)",
+    add_env_option(
+        parser,
+        "tls-validity",
+        "8760h",
+        "validity of generated serving and component client certificates; renewed when a third is left",
     )
     add_resync_flag(parser)
-    parser.add_argument(
-        "--owner-cluster-role",
-        default=env_default("ENCLAVE_OWNER_CLUSTER_ROLE", ""),
-        help="ClusterRole that owns the generated webhook configurations and RBAC, so that deleting it (helm "
-        "uninstall) garbage-collects them; deleting the ServiceConfiguration never does (env ENCLAVE_OWNER_CLUSTER_ROLE)",
+    add_env_option(
+        parser,
+        "owner-cluster-role",
+        "",
+        "ClusterRole that owns the generated webhook configurations and RBAC, so that deleting it (helm "
+        "uninstall) garbage-collects them; deleting the ServiceConfiguration never does",
     )
     parser.add_argument(
         "--manage-crds",

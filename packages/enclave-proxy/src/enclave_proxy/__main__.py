@@ -25,7 +25,7 @@ from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import HostPort, add_common_flags, env_default
+from enclave_core.runtime.options import HostPort, add_common_flags, add_env_option, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.subscriber import ItemsConsumer
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
@@ -49,45 +49,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env_default("ENCLAVE_IDENTITY", f"{socket.gethostname()}-{os.getpid()}"),
         help="this replica's name in snapshot subscriptions (env ENCLAVE_IDENTITY, default host-pid)",
     )
-    parser.add_argument(
-        "--listen-address",
-        default=env_default("ENCLAVE_PROXY_ADDRESS", "0.0.0.0:9443"),
-        help="host:port of the HTTPS listener kubeconfigs point at (env ENCLAVE_PROXY_ADDRESS)",
+    add_env_option(
+        parser,
+        "listen-address",
+        "0.0.0.0:9443",
+        "host:port of the HTTPS listener kubeconfigs point at",
+        env="ENCLAVE_PROXY_ADDRESS",
     )
-    parser.add_argument(
-        "--tls-cert-file",
-        default=env_default("ENCLAVE_PROXY_TLS_CERT", ""),
-        help="PEM serving certificate, required (env ENCLAVE_PROXY_TLS_CERT)",
+    add_env_option(parser, "tls-cert-file", "", "PEM serving certificate, required", env="ENCLAVE_PROXY_TLS_CERT")
+    add_env_option(parser, "tls-key-file", "", "PEM key of --tls-cert-file", env="ENCLAVE_PROXY_TLS_KEY")
+    add_env_option(
+        parser,
+        "tls-reload-interval",
+        "30s",
+        "how often the serving certificate and client CA files are checked for a renewal, which new connections "
+        "then use",
+        env="ENCLAVE_PROXY_TLS_RELOAD_INTERVAL",
     )
-    parser.add_argument(
-        "--tls-key-file",
-        default=env_default("ENCLAVE_PROXY_TLS_KEY", ""),
-        help="PEM key of --tls-cert-file (env ENCLAVE_PROXY_TLS_KEY)",
+    add_env_option(
+        parser,
+        "client-ca-file",
+        "",
+        "PEM CA whose client certificates authenticate callers (CN user, O groups); empty: bearer tokens only",
+        env="ENCLAVE_PROXY_CLIENT_CA",
     )
-    parser.add_argument(
-        "--tls-reload-interval",
-        default=env_default("ENCLAVE_PROXY_TLS_RELOAD_INTERVAL", "30s"),
-        help="how often the serving certificate and client CA files are checked for a renewal, which new "
-        "connections then use (env ENCLAVE_PROXY_TLS_RELOAD_INTERVAL)",
+    add_env_option(
+        parser,
+        "token-cache-ttl",
+        "10s",
+        "how long a TokenReview's answer is reused for the same token; a revoked token keeps working through "
+        "the proxy this long at most",
+        env="ENCLAVE_PROXY_TOKEN_CACHE_TTL",
     )
-    parser.add_argument(
-        "--client-ca-file",
-        default=env_default("ENCLAVE_PROXY_CLIENT_CA", ""),
-        help="PEM CA whose client certificates authenticate callers (CN user, O groups); empty: bearer tokens "
-        "only (env ENCLAVE_PROXY_CLIENT_CA)",
-    )
-    parser.add_argument(
-        "--token-cache-ttl",
-        default=env_default("ENCLAVE_PROXY_TOKEN_CACHE_TTL", "10s"),
-        help="how long a TokenReview's answer is reused for the same token; a revoked token keeps working "
-        "through the proxy this long at most (env ENCLAVE_PROXY_TOKEN_CACHE_TTL)",
-    )
-    parser.add_argument(
-        "--upstream-connections",
+    add_env_option(
+        parser,
+        "upstream-connections",
+        "1024",
+        "connections to kube-apiserver at most; each pass-through watch holds one",
         type=int,
-        default=int(env_default("ENCLAVE_PROXY_UPSTREAM_CONNECTIONS", "1024")),
-        help="connections to kube-apiserver at most; each pass-through watch holds one "
-        "(env ENCLAVE_PROXY_UPSTREAM_CONNECTIONS)",
+        env="ENCLAVE_PROXY_UPSTREAM_CONNECTIONS",
     )
     grpc.add_subscription_flags(parser, "config", "tenants")
     args = parser.parse_args(argv)

@@ -13,7 +13,13 @@ import sys
 
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, add_resync_flag, check_resync_flag, env_default, env_flag
+from enclave_core.runtime.options import (
+    add_common_flags,
+    add_env_option,
+    add_resync_flag,
+    check_resync_flag,
+    env_flag,
+)
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_quotas.controller import DEFAULT_CONFIGURATION, MANAGER, QuotasController, Settings
 
@@ -24,17 +30,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     grpc.add_server_flags(parser, default_port=9092)
     grpc.add_subscription_flags(parser, "config")
     add_resync_flag(parser)
-    parser.add_argument(
-        "--webhook-configuration",
-        default=env_default("ENCLAVE_WEBHOOK_CONFIGURATION", ""),
-        help="ValidatingWebhookConfiguration holding the quota hook; default: the one the ServiceConfiguration "
-        "names (with --config-endpoint), else enclave-validating-webhook-configuration "
-        "(env ENCLAVE_WEBHOOK_CONFIGURATION)",
+    add_env_option(
+        parser,
+        "webhook-configuration",
+        "",
+        "ValidatingWebhookConfiguration holding the quota hook; default: the one the ServiceConfiguration names "
+        "(with --config-endpoint), else enclave-validating-webhook-configuration",
     )
-    parser.add_argument(
-        "--webhook-name",
-        default=env_default("ENCLAVE_WEBHOOK_NAME", "quotas.enclave.dev"),
-        help="the generic quota hook whose rules this component sets (env ENCLAVE_WEBHOOK_NAME)",
+    add_env_option(
+        parser, "webhook-name", "quotas.enclave.dev", "the generic quota hook whose rules this component sets"
     )
     parser.add_argument(
         "--metrics-tenant-labels",

@@ -33,7 +33,7 @@ from enclave_core.kube.tls_secret import TlsSecretSource
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.runtime.component import Component
-from enclave_core.runtime.options import env_default
+from enclave_core.runtime.options import add_env_option
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.server import SnapshotServer
@@ -46,68 +46,55 @@ def _add_ca_flag(parser: argparse.ArgumentParser) -> None:
     """``--grpc-ca-file`` serves both sides (publishers verify clients, subscribers verify publishers)."""
     if any("--grpc-ca-file" in action.option_strings for action in parser._actions):
         return
-    parser.add_argument(
-        "--grpc-ca-file",
-        default=env_default("ENCLAVE_GRPC_CA_FILE", ""),
-        help="the service CA bundle: verifies publishers when subscribing and client certificates when serving "
-        "TLS from files; empty means plaintext subscriptions, loopback only (env ENCLAVE_GRPC_CA_FILE)",
+    add_env_option(
+        parser,
+        "grpc-ca-file",
+        "",
+        "the service CA bundle: verifies publishers when subscribing and client certificates when serving TLS "
+        "from files; empty means plaintext subscriptions, loopback only",
     )
 
 
 def add_server_flags(parser: argparse.ArgumentParser, default_port: int = 9090) -> None:
-    parser.add_argument(
-        "--grpc-address",
-        default=env_default("ENCLAVE_GRPC_ADDRESS", f"127.0.0.1:{default_port}"),
-        help="snapshot service listener; a non-loopback address needs TLS (env ENCLAVE_GRPC_ADDRESS)",
+    add_env_option(
+        parser,
+        "grpc-address",
+        f"127.0.0.1:{default_port}",
+        "snapshot service listener; a non-loopback address needs TLS",
     )
-    parser.add_argument(
-        "--grpc-tls-cert",
-        default=env_default("ENCLAVE_GRPC_TLS_CERT", ""),
-        help="PEM serving certificate of the snapshot service (env ENCLAVE_GRPC_TLS_CERT)",
-    )
-    parser.add_argument(
-        "--grpc-tls-key",
-        default=env_default("ENCLAVE_GRPC_TLS_KEY", ""),
-        help="PEM key of --grpc-tls-cert (env ENCLAVE_GRPC_TLS_KEY)",
-    )
-    parser.add_argument(
-        "--grpc-tls-secret",
-        default=env_default("ENCLAVE_GRPC_TLS_SECRET", ""),
-        help="serve with the certificate of this kubernetes.io/tls Secret of --namespace, read through a watch "
-        "so renewals apply live; its ca.crt verifies clients (env ENCLAVE_GRPC_TLS_SECRET)",
+    add_env_option(parser, "grpc-tls-cert", "", "PEM serving certificate of the snapshot service")
+    add_env_option(parser, "grpc-tls-key", "", "PEM key of --grpc-tls-cert")
+    add_env_option(
+        parser,
+        "grpc-tls-secret",
+        "",
+        "serve with the certificate of this kubernetes.io/tls Secret of --namespace, read through a watch so "
+        "renewals apply live; its ca.crt verifies clients",
     )
     _add_ca_flag(parser)
 
 
 def add_subscription_flags(parser: argparse.ArgumentParser, *publishers: str) -> None:
     for name in publishers:
-        parser.add_argument(
-            f"--{name}-endpoint",
-            default=env_default(f"ENCLAVE_{name.upper()}_ENDPOINT", ""),
-            help=f"host:port of enclave-{name}'s snapshot service (env ENCLAVE_{name.upper()}_ENDPOINT)",
-        )
+        add_env_option(parser, f"{name}-endpoint", "", f"host:port of enclave-{name}'s snapshot service")
     _add_ca_flag(parser)
-    parser.add_argument(
-        "--grpc-client-cert",
-        default=env_default("ENCLAVE_GRPC_CLIENT_CERT", ""),
-        help="PEM certificate presented to publishers: this component's client certificate, issued by the service "
-        "CA and naming the component; needed with --grpc-ca-file (env ENCLAVE_GRPC_CLIENT_CERT)",
+    add_env_option(
+        parser,
+        "grpc-client-cert",
+        "",
+        "PEM certificate presented to publishers: this component's client certificate, issued by the service CA "
+        "and naming the component; needed with --grpc-ca-file",
     )
-    parser.add_argument(
-        "--grpc-client-key",
-        default=env_default("ENCLAVE_GRPC_CLIENT_KEY", ""),
-        help="PEM key of --grpc-client-cert (env ENCLAVE_GRPC_CLIENT_KEY)",
+    add_env_option(parser, "grpc-client-key", "", "PEM key of --grpc-client-cert")
+    add_env_option(
+        parser,
+        "snapshot-staleness",
+        "120s",
+        "not ready once a publisher has not confirmed a snapshot (by a change or a heartbeat) for this long; "
+        "decisions still use the last good snapshot, 0 disables",
     )
-    parser.add_argument(
-        "--snapshot-staleness",
-        default=env_default("ENCLAVE_SNAPSHOT_STALENESS", "120s"),
-        help="not ready once a publisher has not confirmed a snapshot (by a change or a heartbeat) for this long; "
-        "decisions still use the last good snapshot, 0 disables (env ENCLAVE_SNAPSHOT_STALENESS)",
-    )
-    parser.add_argument(
-        "--grpc-server-name",
-        default=env_default("ENCLAVE_GRPC_SERVER_NAME", ""),
-        help="TLS name expected of the publishers when it differs from the endpoint host (env ENCLAVE_GRPC_SERVER_NAME)",
+    add_env_option(
+        parser, "grpc-server-name", "", "TLS name expected of the publishers when it differs from the endpoint host"
     )
 
 

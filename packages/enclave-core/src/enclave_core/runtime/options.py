@@ -20,11 +20,18 @@ def env_flag(env: str, default: bool) -> bool:
 
 
 def add_env_option(
-    parser: argparse.ArgumentParser, flag: str, default: str, help: str, *, type: Callable[[str], Any] | None = None
+    parser: argparse.ArgumentParser,
+    flag: str,
+    default: str,
+    help: str,
+    *,
+    type: Callable[[str], Any] | None = None,
+    env: str = "",
 ) -> None:
-    """``--<flag>`` with its environment twin ``ENCLAVE_<FLAG>`` (dashes as underscores) filling the default and
-    named at the end of ``help``, so the twin cannot be misspelt or left out of the help (and the README's table)."""
-    env = "ENCLAVE_" + flag.upper().replace("-", "_")
+    """``--<flag>`` with its environment twin (``env``, by default ``ENCLAVE_<FLAG>`` with dashes as underscores)
+    filling the default and named at the end of ``help``, so the twin cannot be misspelt or left out of the help
+    (and the README's table)."""
+    env = env or "ENCLAVE_" + flag.upper().replace("-", "_")
     raw = env_default(env, default)
     if type is None:
         parser.add_argument(f"--{flag}", default=raw, help=f"{help} (env {env})")
@@ -46,11 +53,7 @@ def add_controller_flags(parser: argparse.ArgumentParser, *, concurrency: int, c
 
 def add_resync_flag(parser: argparse.ArgumentParser) -> None:
     """``--resync`` alone, for a controller whose writes are not fanned out (no ``--concurrency`` to offer)."""
-    parser.add_argument(
-        "--resync",
-        default=env_default("ENCLAVE_RESYNC", "60s"),
-        help="period of a full pass without changes (env ENCLAVE_RESYNC)",
-    )
+    add_env_option(parser, "resync", "60s", "period of a full pass without changes")
 
 
 def check_resync_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float:
@@ -95,26 +98,12 @@ def add_common_flags(
 
     ``gc`` is the component's default for ``--gc-thresholds`` (a controller that holds large caches raises it).
     """
-    parser.add_argument(
-        "--kubeconfig",
-        default=env_default("KUBECONFIG", ""),
-        help="kubeconfig path; empty means in-cluster configuration (env KUBECONFIG)",
+    add_env_option(parser, "kubeconfig", "", "kubeconfig path; empty means in-cluster configuration", env="KUBECONFIG")
+    add_env_option(
+        parser, "namespace", "enclave-system", "the namespace Enclave runs in: TLS secret, leases, events of its own"
     )
-    parser.add_argument(
-        "--namespace",
-        default=env_default("ENCLAVE_NAMESPACE", "enclave-system"),
-        help="the namespace Enclave runs in: TLS secret, leases, events of its own (env ENCLAVE_NAMESPACE)",
-    )
-    parser.add_argument(
-        "--probe-address",
-        default=env_default("ENCLAVE_PROBE_ADDRESS", f"0.0.0.0:{probe_port}"),
-        help="host:port serving /healthz, /readyz and /metrics (env ENCLAVE_PROBE_ADDRESS)",
-    )
-    parser.add_argument(
-        "--log-level",
-        default=env_default("ENCLAVE_LOG_LEVEL", "info"),
-        help="debug, info, warning or error (env ENCLAVE_LOG_LEVEL)",
-    )
+    add_env_option(parser, "probe-address", f"0.0.0.0:{probe_port}", "host:port serving /healthz, /readyz and /metrics")
+    add_env_option(parser, "log-level", "info", "debug, info, warning or error")
     parser.add_argument(
         "--log-format",
         choices=["json", "text"],
