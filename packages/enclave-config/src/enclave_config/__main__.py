@@ -10,13 +10,11 @@ from enclave_config.controller import ConfigController, Settings
 from enclave_core.durations import parse_duration
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, add_env_option, add_resync_flag, env_default
+from enclave_core.runtime.options import add_env_option, add_resync_flag, env_default
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="enclave-config", description=__doc__)
-    add_common_flags(parser, probe_port=8081)
-    grpc.add_server_flags(parser)
+    parser = grpc.controller_parser("enclave-config", __doc__, probe_port=8081, follow_config=False)
     add_env_option(
         parser,
         "service-configuration-name",

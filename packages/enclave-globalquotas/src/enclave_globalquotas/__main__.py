@@ -12,17 +12,19 @@ import sys
 
 from enclave_core.proto.enclave.globalquotas.v1 import globalquotas_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, add_controller_flags, check_controller_flags
+from enclave_core.runtime.options import check_controller_flags
 from enclave_globalquotas.controller import GlobalQuotasController, Settings
 from enclave_globalquotas.naming import MANAGER
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="enclave-globalquotas", description=__doc__)
-    add_common_flags(parser, probe_port=8084)
-    grpc.add_server_flags(parser, default_port=9092)
-    grpc.add_subscription_flags(parser, "config")
-    add_controller_flags(parser, concurrency=16, concurrency_help="ResourceQuotas written in parallel")
+    parser = grpc.controller_parser(
+        "enclave-globalquotas",
+        __doc__,
+        probe_port=8084,
+        grpc_port=9092,
+        concurrency=(16, "ResourceQuotas written in parallel"),
+    )
     args = parser.parse_args(argv)
     args.resync_seconds = check_controller_flags(parser, args)
     return args

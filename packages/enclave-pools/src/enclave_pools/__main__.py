@@ -13,17 +13,15 @@ import sys
 
 from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, add_controller_flags, check_controller_flags
+from enclave_core.runtime.options import check_controller_flags
 from enclave_pools.controller import PoolsController, Settings
 from enclave_pools.plan import MANAGER
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="enclave-pools", description=__doc__)
-    add_common_flags(parser, probe_port=8085)
-    grpc.add_server_flags(parser)
-    grpc.add_subscription_flags(parser, "config")
-    add_controller_flags(parser, concurrency=16, concurrency_help="namespaces (quota, then claims) written at once")
+    parser = grpc.controller_parser(
+        "enclave-pools", __doc__, probe_port=8085, concurrency=(16, "namespaces (quota, then claims) written at once")
+    )
     args = parser.parse_args(argv)
     args.resync_seconds = check_controller_flags(parser, args)
     return args

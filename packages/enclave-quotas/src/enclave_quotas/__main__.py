@@ -14,21 +14,17 @@ import sys
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import (
-    add_common_flags,
     add_env_option,
+    add_env_switch,
     add_resync_flag,
     check_resync_flag,
-    env_flag,
 )
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_quotas.controller import DEFAULT_CONFIGURATION, MANAGER, QuotasController, Settings
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="enclave-quotas", description=__doc__)
-    add_common_flags(parser, probe_port=8083)
-    grpc.add_server_flags(parser, default_port=9092)
-    grpc.add_subscription_flags(parser, "config")
+    parser = grpc.controller_parser("enclave-quotas", __doc__, probe_port=8083, grpc_port=9092)
     add_resync_flag(parser)
     add_env_option(
         parser,
@@ -40,14 +36,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_env_option(
         parser, "webhook-name", "quotas.enclave.dev", "the generic quota hook whose rules this component sets"
     )
-    parser.add_argument(
-        "--metrics-tenant-labels",
-        action=argparse.BooleanOptionalAction,
-        default=env_flag("ENCLAVE_METRICS_TENANT_LABELS", False),
-        help="expose per-quota metrics of namespaced CustomQuotas and per-claim metrics "
+    add_env_switch(
+        parser,
+        "metrics-tenant-labels",
+        False,
+        "expose per-quota metrics of namespaced CustomQuotas and per-claim metrics "
         "(options.emitMetricPerClaimUsage), whose labels carry tenants' namespace and object names, to whoever "
-        "can scrape /metrics; off: only cluster-scoped GlobalCustomQuotas get series (env "
-        "ENCLAVE_METRICS_TENANT_LABELS)",
+        "can scrape /metrics; off: only cluster-scoped GlobalCustomQuotas get series",
     )
     args = parser.parse_args(argv)
     args.resync_seconds = check_resync_flag(parser, args)

@@ -12,7 +12,7 @@ import sys
 
 from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_common_flags, add_concurrency_flag, add_env_option
+from enclave_core.runtime.options import add_concurrency_flag, add_env_option
 from enclave_replication.adoption import DEFAULT_ADOPTABLE
 from enclave_replication.controller import ReplicationController, Settings
 from enclave_replication.names import COMPONENT
@@ -20,10 +20,7 @@ from enclave_replication.sandbox import Budget
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="enclave-replication", description=__doc__)
-    add_common_flags(parser, probe_port=8085)
-    grpc.add_server_flags(parser, default_port=9093)
-    grpc.add_subscription_flags(parser, "config")
+    parser = grpc.controller_parser("enclave-replication", __doc__, probe_port=8085, grpc_port=9093)
     add_concurrency_flag(parser, 4, "replication objects reconciled in parallel")
     add_env_option(parser, "writes", "16", "writes in flight per replication object", type=int)
     add_env_option(

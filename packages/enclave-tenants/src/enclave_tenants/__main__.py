@@ -13,12 +13,10 @@ import sys
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import (
-    add_common_flags,
-    add_controller_flags,
     add_env_option,
+    add_env_switch,
     check_controller_flags,
     env_default,
-    env_flag,
 )
 from enclave_tenants.bindings import MANAGER, Grant
 from enclave_tenants.controller import Settings, TenantsController
@@ -27,14 +25,16 @@ TENANTS_GC_THRESHOLDS = "20000,10,100"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="enclave-tenants", description=__doc__)
     # Its caches hold every namespace, RoleBinding and RuleStatus and each plan allocates as many objects again:
     # with CPython's default thresholds, full collections walking all of it were about three quarters of a plan's
     # time at 10,000 namespaces (docs/benchmarks.md, "Scale"). Young collections stay frequent.
-    add_common_flags(parser, probe_port=8082, gc=TENANTS_GC_THRESHOLDS)
-    grpc.add_server_flags(parser)
-    grpc.add_subscription_flags(parser, "config")
-    add_controller_flags(parser, concurrency=32, concurrency_help="namespaces written in parallel")
+    parser = grpc.controller_parser(
+        "enclave-tenants",
+        __doc__,
+        probe_port=8082,
+        gc=TENANTS_GC_THRESHOLDS,
+        concurrency=(32, "namespaces written in parallel"),
+    )
     add_env_option(
         parser,
         "batch-size",
@@ -43,12 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "so status follows a long burst",
         type=int,
     )
-    parser.add_argument(
-        "--managed-metadata",
-        action=argparse.BooleanOptionalAction,
-        default=env_flag("ENCLAVE_MANAGED_METADATA", True),
-        help="reconcile rules' managed labels and annotations onto existing objects; needs list and patch on every "
-        "namespaced resource, which --no-managed-metadata makes unnecessary (env ENCLAVE_MANAGED_METADATA)",
+    add_env_switch(
+        parser,
+        "managed-metadata",
+        True,
+        "reconcile rules' managed labels and annotations onto existing objects; needs list and patch on every "
+        "namespaced resource, which --no-managed-metadata makes unnecessary",
     )
     parser.add_argument(
         "--namespace-grant",

@@ -33,7 +33,7 @@ from enclave_core.kube.tls_secret import TlsSecretSource
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.runtime.component import Component
-from enclave_core.runtime.options import add_env_option
+from enclave_core.runtime.options import PYTHON_GC_THRESHOLDS, add_common_flags, add_controller_flags, add_env_option
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.server import SnapshotServer
@@ -72,6 +72,30 @@ def add_server_flags(parser: argparse.ArgumentParser, default_port: int = 9090) 
         "renewals apply live; its ca.crt verifies clients",
     )
     _add_ca_flag(parser)
+
+
+def controller_parser(
+    prog: str,
+    description: str | None,
+    *,
+    probe_port: int,
+    grpc_port: int = 9090,
+    follow_config: bool = True,
+    gc: str = PYTHON_GC_THRESHOLDS,
+    concurrency: tuple[int, str] | None = None,
+) -> argparse.ArgumentParser:
+    """The parser every controller component starts from: the common flags (leader election included), its
+    snapshot service's, and, unless it is enclave-config itself, ``--config-endpoint`` with the subscriber's TLS
+    flags (what :func:`run_snapshot_controller` subscribes with). ``concurrency`` (default, help) adds
+    ``--resync`` and ``--concurrency`` (:func:`enclave_core.runtime.options.add_controller_flags`)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_common_flags(parser, probe_port=probe_port, gc=gc)
+    add_server_flags(parser, default_port=grpc_port)
+    if follow_config:
+        add_subscription_flags(parser, "config")
+    if concurrency is not None:
+        add_controller_flags(parser, concurrency=concurrency[0], concurrency_help=concurrency[1])
+    return parser
 
 
 def add_subscription_flags(parser: argparse.ArgumentParser, *publishers: str) -> None:

@@ -39,6 +39,14 @@ def add_env_option(
         parser.add_argument(f"--{flag}", type=type, default=type(raw), help=f"{help} (env {env})")
 
 
+def add_env_switch(parser: argparse.ArgumentParser, flag: str, default: bool, help: str, *, env: str = "") -> None:
+    """``--<flag>``/``--no-<flag>`` with its environment twin (as :func:`add_env_option`; read by :func:`env_flag`)."""
+    env = env or "ENCLAVE_" + flag.upper().replace("-", "_")
+    parser.add_argument(
+        f"--{flag}", action=argparse.BooleanOptionalAction, default=env_flag(env, default), help=f"{help} (env {env})"
+    )
+
+
 def add_concurrency_flag(parser: argparse.ArgumentParser, default: int, help: str) -> None:
     """``--concurrency``: how many writes (or objects) a controller keeps in flight."""
     add_env_option(parser, "concurrency", str(default), help, type=int)
@@ -124,12 +132,11 @@ def add_common_flags(
         f"(env ENCLAVE_GC_THRESHOLDS, default {gc})",
     )
     if leader_election:
-        parser.add_argument(
-            "--leader-elect",
-            action=argparse.BooleanOptionalAction,
-            default=env_flag("ENCLAVE_LEADER_ELECT", True),
-            help="run as one active replica behind a Lease; off only for single-replica development "
-            "(env ENCLAVE_LEADER_ELECT)",
+        add_env_switch(
+            parser,
+            "leader-elect",
+            True,
+            "run as one active replica behind a Lease; off only for single-replica development",
         )
         timings = {
             "lease-duration": ("15", "seconds a standby waits after the Lease last changed before taking it"),
