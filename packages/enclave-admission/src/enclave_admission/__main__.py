@@ -50,7 +50,7 @@ from enclave_core.snapshots.pools import POOLS_KIND, PoolsSnapshot
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaTargets
 from enclave_core.snapshots.replication import REPLICATION_KIND, ReplicationSnapshot
 from enclave_core.snapshots.rules import RULES_KIND, RulesSnapshot
-from enclave_core.snapshots.subscriber import ItemsConsumer, SnapshotSubscriber
+from enclave_core.snapshots.subscriber import SnapshotSubscriber
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
 
 log = logging.getLogger(__name__)
@@ -224,14 +224,7 @@ async def body(process: component.Component) -> None:
             ),
         )
     if args.tenants_endpoint:
-        grpc.subscribe(
-            process,
-            args.tenants_endpoint,
-            tenants_pb2_grpc.TenantServiceStub,
-            TENANCY_KIND,
-            accept_tenancy,
-            items=ItemsConsumer(parse=TenancySnapshot.parse_item, accept=accept_views),
-        )
+        grpc.subscribe_tenancy(process, args.tenants_endpoint, accept_tenancy, accept_views)
         grpc.subscribe(process, args.tenants_endpoint, tenants_pb2_grpc.TenantServiceStub, RULES_KIND, accept_rules)
     else:
         log.warning("no --tenants-endpoint: running without tenants (tenant users own nothing)")

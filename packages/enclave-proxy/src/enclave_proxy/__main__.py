@@ -23,12 +23,10 @@ from enclave_core.durations import parse_duration
 from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
-from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import HostPort, add_common_flags, add_env_option, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
-from enclave_core.snapshots.subscriber import ItemsConsumer
-from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
+from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
 from enclave_proxy.forward import Upstream
 from enclave_proxy.identity import ImpersonationReviewer, TokenReviewer
 from enclave_proxy.listing import NAMESPACES, NODES, ClusterIndex
@@ -178,14 +176,7 @@ async def body(process: component.Component) -> None:
         visibility.set_config(EffectiveConfiguration.model_validate_json(snapshot.payload))
         snapshots_changed()
 
-    grpc.subscribe(
-        process,
-        args.tenants_endpoint,
-        tenants_pb2_grpc.TenantServiceStub,
-        TENANCY_KIND,
-        accept_tenancy,
-        items=ItemsConsumer(parse=TenancySnapshot.parse_item, accept=accept_views),
-    )
+    grpc.subscribe_tenancy(process, args.tenants_endpoint, accept_tenancy, accept_views)
     if args.config_endpoint:
         grpc.subscribe(process, args.config_endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept_config)
     else:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -32,12 +32,14 @@ from enclave_core.kube.rest import Kube
 from enclave_core.kube.tls_secret import TlsSecretSource
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
+from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime.component import Component
 from enclave_core.runtime.options import PYTHON_GC_THRESHOLDS, add_common_flags, add_controller_flags, add_env_option
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.server import SnapshotServer
 from enclave_core.snapshots.subscriber import ItemsConsumer, SnapshotSubscriber
+from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +169,18 @@ def subscribe(
     )
     process.spawn(subscriber.run(), f"subscriber-{kind}")
     return subscriber
+
+
+def subscribe_tenancy(
+    process: Component,
+    endpoint: str,
+    accept: Callable[[Snapshot], None],
+    accept_views: Callable[[Mapping[str, TenantView], Snapshot], None],
+) -> SnapshotSubscriber:
+    """Subscribe to enclave-tenants' Tenancy snapshot, itemized (one item per tenant, only the changed ones
+    parsed): ``accept_views`` takes the current tenants, ``accept`` a whole payload from an older publisher."""
+    items = ItemsConsumer(parse=TenancySnapshot.parse_item, accept=accept_views)
+    return subscribe(process, endpoint, tenants_pb2_grpc.TenantServiceStub, TENANCY_KIND, accept, items=items)
 
 
 def _following_invalidation(accept: Callable[[Snapshot], None]) -> Callable[[Snapshot], None]:
