@@ -42,7 +42,7 @@ def refused(call: Callable[[], Any], *fragments: str) -> str:
 
 class Terminating:
     """A tenant namespace with the tenant's rules compiled, an object the owner holds there with a finalizer,
-    and the owner's ``admin`` RoleBinding held the same way, then deleted by the owner: Terminating for as long
+    and a RoleBinding of the owner's own to ``admin`` held the same way, then deleted by the owner: Terminating for as long
     as the finalizers stay. Cleanup (as the cluster administrator) removes them so the namespace goes."""
 
     def __init__(self, fence: TenancyStack, impersonate: Callable[..., Any]) -> None:
@@ -66,14 +66,20 @@ class Terminating:
         poll(compiled, timeout=30, what=f"the rules of {self.namespace} compiled")
         api = as_user(self.impersonate, self.owner)
         self.held.append(create(api, self.namespace))
-        # The owner keeps their own access: a finalizer on the admin RoleBinding enclave-tenants made for them.
+        # The owner keeps their own access: a RoleBinding of their own to `admin`, held by a finalizer. (The one
+        # enclave-tenants made for them cannot be held: rolebindings.enclave.dev refuses tenant users any change
+        # to it, tests/security/test_rolebinding_guard.py.)
         rbac = client.RbacAuthorizationV1Api(api)
-        binding = next(b for b in rbac.list_namespaced_role_binding(self.namespace).items if b.role_ref.name == "admin")
-        rbac.patch_namespaced_role_binding(binding.metadata.name, self.namespace, {"metadata": {"finalizers": [HOLD]}})
+        keep = {
+            "metadata": {"name": "keep-access", "finalizers": [HOLD]},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": self.owner}],
+        }
+        rbac.create_namespaced_role_binding(self.namespace, keep)
         admin_rbac = client.RbacAuthorizationV1Api(self.admin)
         self.held.append(
             lambda: admin_rbac.patch_namespaced_role_binding(
-                binding.metadata.name, self.namespace, {"metadata": {"finalizers": None}}
+                "keep-access", self.namespace, {"metadata": {"finalizers": None}}
             )
         )
         client.CoreV1Api(api).delete_namespace(self.namespace)
