@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,7 +76,7 @@ def _default(action: argparse.Action) -> str:
         return ""
     if callable(value):
         return ""
-    if action.dest == "identity" or "pid" in str(value):
+    if str(value) == f"{socket.gethostname()}-{os.getpid()}":  # this process's own name: differs per replica
         return "host-pid"
     return f"`{_cell(str(value))}`"
 
