@@ -13,11 +13,12 @@ import asyncio
 import contextlib
 import itertools
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Self
 
 
-class LoopThread:
+class LoopThread(ABC):
     """A server of the test's own on an event loop in a daemon thread: ``with`` runs ``_start`` there (which sets
     ``port``) and, on the way out, ``_stop``, then ends the thread. Synchronous tests use it as they would a
     process."""
@@ -37,11 +38,13 @@ class LoopThread:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
+    @abstractmethod
     async def _start(self) -> None:
-        raise NotImplementedError
+        """Start serving on the thread's loop (set ``port``)."""
 
+    @abstractmethod
     async def _stop(self) -> None:
-        raise NotImplementedError
+        """Stop serving; the loop is stopped after."""
 
 
 class Balancer(LoopThread):
