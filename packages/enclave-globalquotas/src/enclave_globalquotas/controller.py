@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge
 
 from enclave_core import GROUP_VERSION
 from enclave_core.api.ledger import QuantityLedger, QuantityLedgerStatus
@@ -29,7 +29,7 @@ from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError
 from enclave_core.ledger.resources import fold_resources
 from enclave_core.quantity import Quantity
-from enclave_core.runtime.loops import ControllerLoops
+from enclave_core.runtime.loops import ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotaView
 from enclave_core.snapshots.hub import SnapshotHub
@@ -51,8 +51,7 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 """Lists of kinds counted by their number alone come back as metadata: a count of ConfigMaps holds no data."""
 COUNTED_BY_NUMBER = frozenset({"configmaps", "replicationcontrollers"})
 
-RECONCILES = Counter("enclave_globalquotas_reconciles_total", "Passes of the write loop", ["result"])
-PUBLISHES = Counter("enclave_globalquotas_snapshots_total", "GlobalResourceQuotas snapshots compiled", ["result"])
+LOOP = LoopMetrics.standard("globalquotas", publishes=True, what="GlobalResourceQuotas snapshots")
 WRITES = Counter("enclave_globalquotas_writes_total", "Writes to the cluster", ["kind", "operation"])
 COUNTS = Counter(
     "enclave_globalquotas_counts_total",
@@ -61,7 +60,6 @@ COUNTS = Counter(
 )
 QUOTAS = Gauge("enclave_globalquotas_quotas", "GlobalResourceQuotas observed")
 NOT_READY = Gauge("enclave_globalquotas_not_ready", "GlobalResourceQuotas whose Ready condition is False")
-RECONCILE_SECONDS = Histogram("enclave_globalquotas_reconcile_seconds", "Duration of one write-loop pass")
 
 QUOTAS_PATH = f"/apis/{GROUP_VERSION}/globalresourcequotas"
 TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
@@ -130,7 +128,6 @@ class GlobalQuotasController:
         """Reservations whose object exists, so the ResourceQuota usage read after it includes them."""
         self.fresh: dict[str, JSON] = {}
         """ResourceQuotas read afresh while settling, newer than the watch until the watch catches up."""
-        self._recheck: asyncio.TimerHandle | None = None
         self._deferrals = Deferrals()
         self.recounts = Recounts()
         """Namespaces whose ResourceQuota may report less than what exists, and their counts (recount.py)."""
@@ -148,15 +145,13 @@ class GlobalQuotasController:
         self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants")
         self.rule_statuses = Informer(kube, RULE_STATUSES_PATH, on_change=change, name="rulestatuses")
         """Namespaces' own rules: their ``spec[].quota`` entries are quotas as a tenant rule's are."""
-        self.loops = ControllerLoops(
+        self.loops = ControllerLoop(
             "globalquotas",
             informers=self.informers(),
             publish=self.publish,
             reconcile=self.reconcile,
             resync_seconds=settings.resync_seconds,
-            passes=RECONCILES,
-            publishes=PUBLISHES,
-            duration=RECONCILE_SECONDS,
+            metrics=LOOP,
             gate=self.configuration,
         )
         self.synced, self.reconciled = self.loops.synced, self.loops.reconciled
@@ -210,7 +205,7 @@ class GlobalQuotasController:
                 view[key] = chosen
         return view
 
-    async def reconcile(self) -> None:
+    async def reconcile(self) -> Result:
         await self._rule_quotas()
         ledgers = await self._settle()
         await self._recount(ledgers)
@@ -223,11 +218,6 @@ class GlobalQuotasController:
         # counted again, even if no event says so.
         due = [clock + RECHECK_SECONDS] if deferred else []
         due += [at for at in [self.recounts.recheck_at()] if at is not None]
-        if due:
-            if self._recheck is not None:
-                self._recheck.cancel()
-            delay = max(min(due) - clock, 0.1)
-            self._recheck = asyncio.get_running_loop().call_later(delay, self.loops.again)
         errors: dict[str, list[Problem]] = {name: [] for name in plan.quotas}
         semaphore = asyncio.Semaphore(self.settings.concurrency)
 
@@ -253,6 +243,9 @@ class GlobalQuotasController:
             await self._warn(quota_plan.raw, problems)
             await self._write_status(quota_plan, st.quota_status(quota_plan, problems, now))
         NOT_READY.set(not_ready)
+        if not due:
+            return Result()
+        return Result(requeue_after=max(min(due) - asyncio.get_running_loop().time(), 0.1))
 
     async def _resource_quota(self, quota: QuotaPlan, namespace: str, desired: JSON, problems: list[Problem]) -> None:
         name = desired["metadata"]["name"]

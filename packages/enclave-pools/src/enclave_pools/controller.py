@@ -21,13 +21,13 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge
 
 from enclave_core import GROUP_VERSION
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_kind
-from enclave_core.runtime.loops import ControllerLoops
+from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.pools import POOLS_KIND
 from enclave_pools import plan as pl
@@ -35,15 +35,16 @@ from enclave_pools import status as st
 
 log = logging.getLogger(__name__)
 
-RECONCILES = Counter("enclave_pools_reconciles_total", "Passes of the pools write loop", ["result"])
-PUBLISHES = Counter("enclave_pools_snapshots_total", "ResourcePools snapshots compiled", ["result"])
+LOOP = LoopMetrics.standard("pools", publishes=True, what="ResourcePools snapshots")
 WRITES = Counter("enclave_pools_writes_total", "Writes to the cluster", ["kind", "operation"])
 CONFLICTS = Counter("enclave_pools_ledger_conflicts_total", "Pool status writes refused with 409 (replanned)")
 POOLS = Gauge("enclave_pools_pools", "Pools observed")
 BOUND_CLAIMS = Gauge("enclave_pools_bound_claims", "Claims bound to a pool")
 WAITING_CLAIMS = Gauge("enclave_pools_waiting_claims", "Claims not bound (exhausted, queued or refused)")
 EVENTS_DROPPED = Counter("enclave_pools_events_dropped_total", "Claim Events dropped because the queue was full")
-RECONCILE_SECONDS = Histogram("enclave_pools_reconcile_seconds", "Duration of one write-loop pass")
+
+RETRY_SECONDS = 0.2
+"""How soon a pass that met a ledger conflict or a failed write runs again."""
 
 POOLS_PATH = f"/apis/{GROUP_VERSION}/resourcepools"
 CLAIMS_PATH = f"/apis/{GROUP_VERSION}/resourcepoolclaims"
@@ -77,15 +78,13 @@ class PoolsController:
             on_change=self._changed,
             name="resourcequotas",
         )
-        self.loops = ControllerLoops(
+        self.loops = ControllerLoop(
             "pools",
             informers=[self.pools, self.claims, self.namespaces, self.quotas],
             publish=self.publish,
-            reconcile=self._pass,
+            reconcile=self.reconcile,
             resync_seconds=settings.resync_seconds,
-            passes=RECONCILES,
-            publishes=PUBLISHES,
-            duration=RECONCILE_SECONDS,
+            metrics=LOOP,
         )
         self.synced = self.loops.synced
         self.reconciled = self.loops.reconciled
@@ -102,12 +101,6 @@ class PoolsController:
 
     async def run(self) -> None:
         await asyncio.gather(self.loops.run(), self._post_events())
-
-    async def _pass(self) -> None:
-        if await self.reconcile():
-            # A ledger conflict or a failed write: plan again soon (once the watch has brought the fresh pool),
-            # not at the next resync.
-            asyncio.get_running_loop().call_later(0.2, self.loops.again)
 
     # -- plan and snapshot ---------------------------------------------------------------------------------
 
@@ -129,9 +122,9 @@ class PoolsController:
 
     # -- one write pass (leader only) ----------------------------------------------------------------------
 
-    async def reconcile(self) -> bool:
-        """One pass; True when a pool's ledger write met a conflict (or a write failed) and the pass should run
-        again soon."""
+    async def reconcile(self) -> Result:
+        """One pass. A pool's ledger write that met a conflict, or a write that failed, brings the pass back
+        soon (once the watch has brought the fresh pool), not at the next resync."""
         plan = self.plan()
         now = datetime.now(UTC)
         semaphore = asyncio.Semaphore(self.settings.concurrency)
@@ -198,7 +191,7 @@ class PoolsController:
         for pool in plan.pools.values():
             if pool.name not in conflicted and not pool.deleting and quota_errors.get(pool.name):
                 await self._commit(pool, now, quota_errors[pool.name])
-        return bool(conflicted or failed)
+        return Result(requeue_after=RETRY_SECONDS) if conflicted or failed else DONE
 
     async def _ensure_finalizer(self, pool: pl.PoolPlan) -> bool:
         meta = pool.raw["metadata"]
