@@ -13,6 +13,7 @@ from kubernetes.dynamic import DynamicClient
 
 from enclave_proxy.__main__ import parse_args
 from enclave_testing import binaries
+from enclave_testing import proxy as local_proxy
 from enclave_testing.paths import repo_root
 
 from .conftest import PROXY_RULES
@@ -80,3 +81,34 @@ def test_proxy_objects_are_accepted_by_kube_apiserver(helm: Path, kube: Any, nam
         except ApiException as err:
             refused.append(f"{doc['kind']}/{doc['metadata']['name']}: {err.status} {err.body}")
     assert not refused
+
+
+LOCAL_ONLY = {"kubeconfig", "identity"}
+"""Flags the local proxy sets that the chart does not: its kubeconfig (in a pod: the ServiceAccount) and its
+identity (in a pod: ``ENCLAVE_IDENTITY`` from the pod's name)."""
+
+
+def flags(argv: list[str]) -> set[str]:
+    return {arg.split("=", 1)[0].removeprefix("--").replace("-", "_") for arg in argv if arg.startswith("--")}
+
+
+def test_tox_up_runs_the_proxy_as_the_chart_installs_it(helm: Path, tmp_path: Path) -> None:
+    """``tox -e up`` (and every suite using enclave_testing.proxy) sets the chart's flags, with the chart's
+    defaults for what is not an address or a path, and holds exactly the chart's ClusterRole."""
+    objects = proxy_objects(helm, "enclave-system", "--set", "proxy.clientCA.configMap=kube-ca")
+    deployment = next(doc for doc in objects if doc["kind"] == "Deployment")
+    chart_argv = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    grpc_client = ["--grpc-ca-file=/ca.crt", "--grpc-client-cert=/tls.crt", "--grpc-client-key=/tls.key"]
+    local_argv = [
+        "--kubeconfig=/kubeconfig",
+        "--namespace=enclave-system",
+        "--probe-address=127.0.0.1:1",
+        "--identity=enclave-proxy",
+        *local_proxy.proxy_args(grpc_client, {"tenants": "t:1", "config": "c:1"}, tmp_path, 2, tmp_path / "ca.crt"),
+    ]
+    assert flags(local_argv) - LOCAL_ONLY == flags(chart_argv)
+    chart, local = parse_args(chart_argv), parse_args(local_argv)
+    for setting in ("token_cache_ttl", "upstream_connections", "tls_reload_interval"):
+        assert getattr(local, setting) == getattr(chart, setting), setting
+    role = next(doc for doc in objects if doc["kind"] == "ClusterRole")
+    assert role["rules"] == local_proxy.PROXY_RULES

@@ -1,0 +1,175 @@
+"""enclave-proxy as a real process in front of a local control plane, with exactly the chart's rights.
+
+The suites that sign in through the proxy (tests/integration/proxy, the Keycloak sign-in, the benchmarks) and
+``tox -e up`` start it the same way: an identity of its own (a client certificate of the control plane's CA)
+bound to :data:`PROXY_RULES`, a serving certificate for ``127.0.0.1``/``localhost`` from the same CA, the
+control plane's CA for client certificates, and subscriptions to enclave-config and enclave-tenants with the
+client certificate enclave-config issues it (``certificates.args``), as the chart mounts them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from enclave_testing.certificates import ComponentCertificates
+from enclave_testing.components import ComponentSpec, RunningComponent, start_component
+from enclave_testing.controlplane import ControlPlane
+from enclave_testing.names import unique
+from enclave_testing.paths import repo_root
+from enclave_testing.processes import free_port
+
+PROXY = ComponentSpec("proxy", "enclave_proxy")
+PROXY_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"]},
+    # userextras/<key> for every key a token may carry (RBAC has no "userextras/*"), and uids
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["*"], "verbs": ["impersonate"]},
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+]
+"""The chart's ClusterRole for enclave-proxy (charts/enclave/templates/proxy/rbac.yaml), repeated here so
+whatever runs on it runs with no more (tests/integration/proxy/test_proxy_chart.py compares the two)."""
+
+
+def chart_settings() -> list[str]:
+    """The flags the chart sets from ``proxy.*`` values that are not addresses or paths, at their defaults in
+    charts/enclave/values.yaml (``tokenCacheTTL``, ``upstreamConnections``): the local proxy is the installed one."""
+    values = yaml.safe_load((repo_root() / "charts" / "enclave" / "values.yaml").read_text())["proxy"]
+    return [
+        f"--token-cache-ttl={values['tokenCacheTTL']}",
+        f"--upstream-connections={int(values['upstreamConnections'])}",
+    ]
+
+
+@dataclass
+class RunningProxy:
+    """The proxy's process, the URL callers dial and the CA that signed its serving certificate."""
+
+    plane: ControlPlane
+    component: RunningComponent
+    url: str
+    workdir: Path
+    identity: str
+    grant: str
+
+    @property
+    def ca_file(self) -> Path:
+        return self.plane.ca_file
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def kubeconfig(self, name: str, user: dict[str, Any]) -> Path:
+        """A kubeconfig at ``workdir/<name>.kubeconfig`` that reaches the proxy as ``user`` (a kubeconfig user
+        entry: ``token``, ``client-certificate``/``client-key``, ``exec`` or ``auth-provider``)."""
+        path = self.workdir / f"{name}.kubeconfig"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "proxy", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}
+            ],
+            "users": [{"name": name, "user": user}],
+            "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": name}}],
+            "current-context": "proxy",
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def stop(self) -> None:
+        """Stop the process and remove the grant (the ClusterRole and its binding)."""
+        self.component.process.stop()
+        revoke(self.plane.admin_client(), self.grant)
+
+
+def grant(kube: Any, user: str, name: str = "") -> str:
+    """Bind :data:`PROXY_RULES` to ``user`` in a ClusterRole of that ``name`` (a fresh one by default)."""
+    rbac = client.RbacAuthorizationV1Api(kube)
+    name = name or unique("enclave-proxy-test")
+    with contextlib.suppress(ApiException):
+        rbac.create_cluster_role({"metadata": {"name": name}, "rules": PROXY_RULES})
+    with contextlib.suppress(ApiException):
+        rbac.create_cluster_role_binding(
+            {
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+            }
+        )
+    return name
+
+
+def revoke(kube: Any, name: str) -> None:
+    """Delete what :func:`grant` created under ``name``."""
+    rbac = client.RbacAuthorizationV1Api(kube)
+    with contextlib.suppress(ApiException):
+        rbac.delete_cluster_role_binding(name)
+    with contextlib.suppress(ApiException):
+        rbac.delete_cluster_role(name)
+
+
+def proxy_args(grpc_client: list[str], endpoints: dict[str, str], workdir: Path, port: int, ca_file: Path) -> list[str]:
+    """The proxy's own flags, each one the chart sets (charts/enclave/templates/proxy/proxy.yaml): the gRPC client
+    certificate flags ``grpc_client`` (``ComponentCertificates.args``), the listener on loopback with
+    ``workdir``'s serving pair, ``ca_file`` for client certificates, both subscriptions and :func:`chart_settings`."""
+    return [
+        *grpc_client,
+        f"--listen-address=127.0.0.1:{port}",
+        f"--tls-cert-file={workdir / 'serving.crt'}",
+        f"--tls-key-file={workdir / 'serving.key'}",
+        f"--client-ca-file={ca_file}",
+        f"--tenants-endpoint={endpoints['tenants']}",
+        f"--config-endpoint={endpoints['config']}",
+        *chart_settings(),
+    ]
+
+
+def start_proxy(
+    plane: ControlPlane,
+    *,
+    certificates: ComponentCertificates,
+    endpoints: dict[str, str],
+    namespace: str,
+    workdir: Path,
+    log_dir: Path | None = None,
+    identity: str = "",
+    port: int = 0,
+    args: list[str] | None = None,
+) -> RunningProxy:
+    """Start enclave-proxy on ``127.0.0.1:<port>`` (a free one by default); ``endpoints`` names the gRPC targets
+    of ``tenants`` and ``config``. Returns once it is ready (it has listed namespaces and holds its snapshots)."""
+    assert plane.ca is not None
+    workdir.mkdir(parents=True, exist_ok=True)
+    identity = identity or unique("enclave-proxy")
+    granted = grant(plane.admin_client(), identity, identity)
+    serving = plane.ca.issue("enclave-proxy", dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+    (workdir / "serving.crt").write_bytes(serving.cert_pem)
+    (workdir / "serving.key").write_bytes(serving.key_pem)
+    (workdir / "serving.key").chmod(0o600)
+    port = port or free_port()
+    try:
+        component = start_component(
+            PROXY,
+            kubeconfig=plane.identity_kubeconfig(identity),
+            log_dir=log_dir or plane.log_dir,
+            namespace=namespace,
+            endpoints={},
+            identity=identity,
+            args=[
+                *proxy_args(certificates.args(PROXY), endpoints, workdir, port, plane.ca_file),
+                *(args or []),
+            ],
+        )
+    except BaseException:
+        revoke(plane.admin_client(), granted)
+        raise
+    return RunningProxy(plane, component, f"https://127.0.0.1:{port}", workdir, identity, granted)
