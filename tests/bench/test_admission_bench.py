@@ -38,9 +38,9 @@ from typing import Any
 from kubernetes import client
 
 from enclave_core.api.meta import Entity
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.pki import CertificateAuthority
 from enclave_core.runtime.options import HostPort
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from admission.harness import Enclave

@@ -26,9 +26,9 @@ from typing import Any
 from sizes import sized
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.kube.events import EventRecorder
 from enclave_core.snapshots.hub import SnapshotHub
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_tenants.__main__ import TENANTS_GC_THRESHOLDS
 from enclave_tenants.caches import TENANTS_PATH
 from enclave_tenants.controller import Settings, TenantsController

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.components import COMPONENTS, ComponentSpec, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique

@@ -28,7 +28,8 @@ from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from enclave_core.snapshots.tenancy import TENANCY_KIND, TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
+from enclave_core.snapshots.tenancy import TENANCY_KIND
 from enclave_testing.balancer import LoopThread
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane

@@ -44,7 +44,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.crds import install_crds
 from enclave_testing.names import unique

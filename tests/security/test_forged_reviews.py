@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.names import unique
 from enclave_testing.stack import TenancyStack
 from enclave_testing.waiting import poll

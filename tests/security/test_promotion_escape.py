@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL
+from enclave_core.api.names import PROMOTED_LABEL
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.stack import TenancyStack, start_tenancy

@@ -12,7 +12,7 @@ from enclave_admission.nodes import validation as nodes
 from enclave_admission.serviceaccounts import validation as serviceaccounts
 from enclave_admission.state import State
 from enclave_admission.tenants import validation as tenants
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL, TENANT_LABEL
+from enclave_core.api.names import PROMOTED_LABEL, TENANT_LABEL
 
 
 def tenant_object(name: str, **spec: Any) -> dict[str, Any]:

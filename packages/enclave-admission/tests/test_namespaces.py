@@ -9,7 +9,8 @@ from enclave_admission.namespaces import mutation, validation
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.api.meta import Entity
-from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, TENANT_LABEL, TenancySnapshot, TenantView
+from enclave_core.api.names import NODE_SELECTOR_ANNOTATION, TENANT_LABEL
+from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
 
 SOLAR = tenant("solar", "alice", namespaces=["solar-a"], namespace_quota=3)
 

@@ -7,10 +7,10 @@ from admission_helpers import ALICE, make_state, namespace, request, tenant
 
 from enclave_admission.namespaces import validation
 from enclave_admission.state import State
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.rules import AppliedRule
 from enclave_core.selectors import LabelSelector
 from enclave_core.snapshots.rules import RulesSnapshot, TenantNamespaceRule, TenantNamespaceRules
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 REQUIRED = AppliedRule.model_validate(
     {

@@ -11,7 +11,8 @@ from admission_helpers import ADMIN, make_state, namespace, request, tenant, use
 
 from enclave_admission.namespaces import mutation, validation
 from enclave_admission.review import Decision
-from enclave_core.snapshots.tenancy import TENANT_LABEL, TenancySnapshot
+from enclave_core.api.names import TENANT_LABEL
+from enclave_core.snapshots.tenancy import TenancySnapshot
 
 CAROL = user("carol", "enclave.dev")
 

@@ -11,8 +11,8 @@ from enclave_admission.serviceaccounts import validation as serviceaccounts
 from enclave_admission.tenants import validation as tenants
 from enclave_core.api.configuration import ServiceConfigurationSpec
 from enclave_core.api.meta import Entity
+from enclave_core.api.names import PROMOTED_LABEL
 from enclave_core.api.validation import service_configuration_problems
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL
 
 ROBOT = "system:serviceaccount:solar-a:robot"
 

@@ -12,9 +12,9 @@ from enclave_admission.rules import matching
 from enclave_admission.rules.mutation import mutate
 from enclave_admission.rules.validation import validate
 from enclave_admission.state import State
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.rules import AppliedRule
 from enclave_core.snapshots.rules import BudgetView, NamespaceRules, RulesSnapshot, VolumeView
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 JSON = dict[str, Any]
 NS = "solar-dev"

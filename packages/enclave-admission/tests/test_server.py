@@ -23,9 +23,9 @@ from enclave_admission.certificates import ServingCertificate
 from enclave_admission.listener import Limits
 from enclave_admission.server import AdmissionServer
 from enclave_admission.state import State
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.pki import CertificateAuthority
 from enclave_core.snapshots.replication import ReplicationSnapshot
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 
 def metric(name: str, **labels: str) -> float:

@@ -84,7 +84,8 @@ def test_migration_is_planned_only_for_stale_stored_versions() -> None:
 
 
 def test_definitions_are_applied_once_per_release() -> None:
-    from enclave_config.crds import DIGEST_ANNOTATION, definitions
+    from enclave_config.crds import definitions
+    from enclave_core.api.names import CRD_DIGEST_ANNOTATION
 
     spec = _spec({"url": "https://127.0.0.1:9443"})
     first = definitions({}, spec, CA)
@@ -94,7 +95,7 @@ def test_definitions_are_applied_once_per_release() -> None:
     assert tenant["spec"]["conversion"]["webhook"]["clientConfig"]["url"] == "https://127.0.0.1:9443/convert"
     assert definitions(first, spec, CA) == {}, "stamped with this release's digest: nothing to do"
     older = {
-        name: {**body, "metadata": {**body["metadata"], "annotations": {DIGEST_ANNOTATION: "0"}}}
+        name: {**body, "metadata": {**body["metadata"], "annotations": {CRD_DIGEST_ANNOTATION: "0"}}}
         for name, body in first.items()
     }
     assert sorted(definitions(older, spec, CA)) == sorted(first)

@@ -7,11 +7,12 @@ from typing import Any
 
 from enclave_globalquotas import naming
 from enclave_globalquotas.ledger import IN_FLIGHT, Deferrals, in_flight, ledger_body, newer, object_path
-from enclave_globalquotas.naming import NAMESPACE_LABEL, rule_quota_name, rule_status_quota_name
+from enclave_globalquotas.naming import rule_quota_name, rule_status_quota_name
 from enclave_globalquotas.plan import build_plan, drift_patch
 from enclave_globalquotas.rules import build_rule_plan, drifted
 from enclave_globalquotas.status import quota_status, replacing_patch
 
+from enclave_core.api import names
 from enclave_core.api.ledger import QuantityLedger, QuantityLedgerStatus, ResourceQuotaLedger
 from enclave_core.api.meta import ObjectRef
 from enclave_core.ledger.resources import (
@@ -44,7 +45,7 @@ def rq(namespace: str, quota: str, hard: dict[str, str], used: dict[str, str] | 
             "name": naming.resource_quota_name(quota),
             "namespace": namespace,
             "resourceVersion": rv,
-            "labels": {naming.MANAGED_BY: naming.MANAGER, naming.QUOTA_LABEL: quota},
+            "labels": {names.MANAGED_BY: names.GLOBALQUOTAS_MANAGER, names.GLOBALQUOTA_LABEL: quota},
         },
         "spec": {"hard": hard},
     }
@@ -177,7 +178,7 @@ def test_rule_status_quotas_select_their_namespace_and_belong_to_its_tenant() ->
     assert body["metadata"]["ownerReferences"][0]["name"] == "acme"
     assert plan.stale == ["old"]
     # a spec that does not parse keeps what the namespace had
-    kept = {**old, "metadata": {**old["metadata"], "labels": {NAMESPACE_LABEL: "acme-dev"}}}
+    kept = {**old, "metadata": {**old["metadata"], "labels": {names.RULE_QUOTA_NAMESPACE_LABEL: "acme-dev"}}}
     broken = {**status, "spec": [{"quota": "many"}]}
     assert build_rule_plan([tenant], {name: kept}, [broken], {"acme-dev": "acme"}).stale == []
 

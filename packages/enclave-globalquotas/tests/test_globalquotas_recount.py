@@ -9,6 +9,7 @@ from enclave_globalquotas import naming
 from enclave_globalquotas.plan import build_plan
 from enclave_globalquotas.recount import Recounts, count, kind_of, kinds_for
 
+from enclave_core.api import names
 from enclave_core.api.meta import ObjectRef
 from enclave_core.ledger.resources import ResourceHold, ResourceRefusal, fold_resources, reserve_resources
 from enclave_core.quantity import Quantity
@@ -148,7 +149,7 @@ def rq(namespace: str, used: str, hard: str) -> dict[str, Any]:
             "name": naming.resource_quota_name("shared"),
             "namespace": namespace,
             "resourceVersion": "5",
-            "labels": {naming.MANAGED_BY: naming.MANAGER, naming.QUOTA_LABEL: "shared"},
+            "labels": {names.MANAGED_BY: names.GLOBALQUOTAS_MANAGER, names.GLOBALQUOTA_LABEL: "shared"},
         },
         "spec": {"hard": {"services": hard}},
         "status": {"hard": {"services": hard}, "used": {"services": used}},

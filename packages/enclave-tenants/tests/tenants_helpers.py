@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 
 JSON = dict[str, Any]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.kube import managedfields
 from enclave_core.kube.rest import JSON
 from enclave_tenants import bindings as rb
@@ -30,7 +31,7 @@ def _namespace(name: str, version: str) -> JSON:
             "managedFields": [
                 {"manager": "kubectl", "operation": "Update", "time": "2026-11-23T22:19:07Z", "fieldsV1": {}},
                 {
-                    "manager": rb.MANAGER,
+                    "manager": TENANTS_MANAGER,
                     "operation": "Apply",
                     "apiVersion": "v1",
                     "time": f"2026-11-23T22:19:0{version[-1]}Z",
@@ -54,13 +55,15 @@ def test_namespaces_keep_what_the_comparisons_read_and_share_what_a_tenants_name
     one, two = _namespace_trim(copy.deepcopy(raw_one)), _namespace_trim(copy.deepcopy(raw_two))
     body = ns.namespace_body("samp-00", "samp", TENANT_UID, {"enclave.dev/tenant": "samp"}, {}, one)
     for trimmed, raw in ((one, raw_one), (two, raw_two)):
-        assert ns.needs_apply(trimmed, body, rb.MANAGER) == ns.needs_apply(raw, body, rb.MANAGER)
-        assert managedfields.applied_fields(trimmed, rb.MANAGER) == managedfields.applied_fields(raw, rb.MANAGER)
+        assert ns.needs_apply(trimmed, body, TENANTS_MANAGER) == ns.needs_apply(raw, body, TENANTS_MANAGER)
+        assert managedfields.applied_fields(trimmed, TENANTS_MANAGER) == managedfields.applied_fields(
+            raw, TENANTS_MANAGER
+        )
         assert ns.tenant_of(trimmed) == "samp"
         assert trimmed["metadata"]["uid"] == raw["metadata"]["uid"]  # Events name it
         assert trimmed["status"] == {"phase": "Active"}
         assert "spec" not in trimmed
-    assert [entry["manager"] for entry in one["metadata"]["managedFields"]] == [rb.MANAGER]
+    assert [entry["manager"] for entry in one["metadata"]["managedFields"]] == [TENANTS_MANAGER]
     assert one["metadata"]["ownerReferences"] is two["metadata"]["ownerReferences"]
     assert one["metadata"]["managedFields"] is two["metadata"]["managedFields"]  # the entry's time is dropped
 
@@ -74,7 +77,7 @@ def test_role_bindings_keep_what_drift_is_decided_on() -> None:
             "uid": "u",
             "resourceVersion": "7",
             "creationTimestamp": "2026-11-23T22:19:07Z",
-            "managedFields": [{"manager": rb.MANAGER, "operation": "Apply", "fieldsV1": {}}],
+            "managedFields": [{"manager": TENANTS_MANAGER, "operation": "Apply", "fieldsV1": {}}],
         },
         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}],
     }

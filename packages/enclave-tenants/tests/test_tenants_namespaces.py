@@ -7,6 +7,7 @@ from typing import Any
 
 from tenants_helpers import namespace
 
+from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.api.tenancy import TenantSpec
 from enclave_tenants.namespaces import (
     desired_namespace,
@@ -16,8 +17,6 @@ from enclave_tenants.namespaces import (
     owns_anything,
     without_foreign_references_patch,
 )
-
-MANAGER = "enclave-tenants"
 
 
 def spec(**fields: Any) -> TenantSpec:
@@ -36,7 +35,7 @@ def applied(
     if refs:
         fields["f:metadata"]["f:ownerReferences"] = {f'k:{{"uid":"{u}"}}': {".": {}} for u in refs}
     obj["metadata"]["managedFields"] = [
-        {"manager": MANAGER, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields}
+        {"manager": TENANTS_MANAGER, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields}
     ]
     return obj
 
@@ -102,39 +101,39 @@ def test_needs_apply_when_something_wanted_is_missing_or_edited() -> None:
         annotations={"scheduler.alpha.kubernetes.io/node-selector": "pool=a"},
         ownerReferences=body["metadata"]["ownerReferences"],
     )
-    assert not needs_apply(live, body, MANAGER)
+    assert not needs_apply(live, body, TENANTS_MANAGER)
     edited = namespace(
         "n",
         "t",
         annotations={"scheduler.alpha.kubernetes.io/node-selector": "pool=b"},
         ownerReferences=body["metadata"]["ownerReferences"],
     )
-    assert needs_apply(edited, body, MANAGER)
+    assert needs_apply(edited, body, TENANTS_MANAGER)
     unreferenced = namespace("n", "t", annotations={"scheduler.alpha.kubernetes.io/node-selector": "pool=a"})
-    assert needs_apply(unreferenced, body, MANAGER)
+    assert needs_apply(unreferenced, body, TENANTS_MANAGER)
 
 
 def test_needs_apply_when_we_own_something_no_longer_wanted() -> None:
     body, _ = desired_namespace("n", "t", "u", spec(), None)
     refs = body["metadata"]["ownerReferences"]
     live = applied(namespace("n", "t", ownerReferences=refs), labels=["enclave.dev/tenant"], refs=["u"])
-    assert not needs_apply(live, body, MANAGER)
+    assert not needs_apply(live, body, TENANTS_MANAGER)
     live = applied(namespace("n", "t", ownerReferences=refs), labels=["enclave.dev/tenant", "cost-center"], refs=["u"])
-    assert needs_apply(live, body, MANAGER)
+    assert needs_apply(live, body, TENANTS_MANAGER)
     live = applied(
         namespace("n", "t", ownerReferences=refs), annotations=["scheduler.alpha.kubernetes.io/node-selector"]
     )
-    assert needs_apply(live, body, MANAGER)
+    assert needs_apply(live, body, TENANTS_MANAGER)
     live = applied(namespace("n", "t", ownerReferences=refs), refs=["u", "old-uid"])
-    assert needs_apply(live, body, MANAGER)
+    assert needs_apply(live, body, TENANTS_MANAGER)
 
 
 def test_owns_anything_reads_only_our_apply_entries() -> None:
-    assert owns_anything(applied(namespace("n"), labels=["x"]), MANAGER)
-    assert not owns_anything(namespace("n"), MANAGER)
+    assert owns_anything(applied(namespace("n"), labels=["x"]), TENANTS_MANAGER)
+    assert not owns_anything(namespace("n"), TENANTS_MANAGER)
     other = applied(namespace("n"), labels=["x"])
     other["metadata"]["managedFields"][0]["manager"] = "kubectl"
-    assert not owns_anything(other, MANAGER)
+    assert not owns_anything(other, TENANTS_MANAGER)
 
 
 def test_foreign_tenant_references_are_removed_with_a_guarded_patch() -> None:

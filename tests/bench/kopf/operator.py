@@ -32,8 +32,8 @@ from typing import Any
 import aiohttp
 import kopf
 
+from enclave_core.api.names import MANAGED_BY, TENANT_LABEL, TENANTS_MANAGER
 from enclave_core.api.tenancy import Tenant
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_tenants import bindings as rb
 from enclave_tenants import namespaces as ns
 from enclave_tenants import status as st
@@ -110,7 +110,7 @@ def tenant_namespaces(name: str, labels: kopf.Labels, **_: Any) -> dict[str, str
     return {labels[TENANT_LABEL]: name}
 
 
-@kopf.index("rbac.authorization.k8s.io", "v1", "rolebindings", labels={rb.MANAGED_BY: rb.MANAGER})
+@kopf.index("rbac.authorization.k8s.io", "v1", "rolebindings", labels={MANAGED_BY: TENANTS_MANAGER})
 def bindings(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
     """Our RoleBindings as last seen, so a write happens only on drift (as our controller decides it)."""
     return {f"{namespace}/{name}": dict(body)}

@@ -26,8 +26,9 @@ from kubernetes.client.rest import ApiException
 
 from enclave_admission.defaults import url_client, webhooks
 from enclave_core.api.meta import Entity
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.snapshots.rules import RULES_KIND, RulesSnapshot
-from enclave_core.snapshots.tenancy import TENANCY_KIND, TENANT_LABEL, TenancySnapshot, TenantView
+from enclave_core.snapshots.tenancy import TENANCY_KIND, TenancySnapshot, TenantView
 from enclave_testing.components import COMPONENTS, RunningComponent, start_component
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique

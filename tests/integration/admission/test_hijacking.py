@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from enclave_core.api.meta import Entity
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.names import unique
 
 from .harness import Enclave, refused

@@ -15,7 +15,7 @@ from kubernetes.client.rest import ApiException
 
 import enclave_admission.server
 from enclave_core.api.meta import Entity
-from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, PROMOTED_LABEL, TENANT_LABEL
+from enclave_core.api.names import NODE_SELECTOR_ANNOTATION, PROMOTED_LABEL, TENANT_LABEL
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 

@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from enclave_core.api.meta import Entity
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 

@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.components import RunningComponent
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique

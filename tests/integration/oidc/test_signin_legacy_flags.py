@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.stack import create_namespace, start_tenancy

@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.stack import TenancyStack, create_namespace, start_tenancy

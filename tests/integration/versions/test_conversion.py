@@ -21,10 +21,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from enclave_admission.routes import ROUTES
-from enclave_config.crds import DIGEST_ANNOTATION
 from enclave_core.api import KINDS, kind_info
-from enclave_core.api.conversion import ANNOTATION, HUB, SPOKE, convert
+from enclave_core.api.conversion import HUB, SPOKE, convert
 from enclave_core.api.crdgen import crd_for
+from enclave_core.api.names import CONVERSION_ANNOTATION, CRD_DIGEST_ANNOTATION
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.examples import example
 from enclave_testing.examples_v1beta1 import example_v1beta1
@@ -65,7 +65,7 @@ def test_created_as_v1beta1_reads_as_v1beta2_and_back_field_for_field(stack: Sta
     hub = stack.get(kind, name, "v1beta2")
     assert hub["apiVersion"] == HUB
     assert hub["spec"] == convert(created, HUB)["spec"], "v1beta2 holds exactly the converted v1beta1 spec"
-    assert ANNOTATION not in (hub["metadata"].get("annotations") or {})
+    assert CONVERSION_ANNOTATION not in (hub["metadata"].get("annotations") or {})
     spoke = stack.get(kind, name, "v1beta1")
     assert spoke["spec"] == created["spec"]
     assert spoke["metadata"].get("annotations") == created["metadata"].get("annotations")
@@ -82,7 +82,7 @@ def test_created_as_v1beta2_reads_as_v1beta1_and_writes_back_unchanged(stack: St
     created = stack.create(obj)
     name = created["metadata"]["name"]
     spoke, replaced = _edit_as_v1beta1(stack, kind, name)
-    assert ANNOTATION in spoke["metadata"]["annotations"], "v1beta2-only fields travel in the annotation"
+    assert CONVERSION_ANNOTATION in spoke["metadata"]["annotations"], "v1beta2-only fields travel in the annotation"
     assert replaced["spec"] == spoke["spec"]
     assert stack.get(kind, name, "v1beta2")["spec"] == created["spec"]
 
@@ -112,10 +112,10 @@ def test_what_v1beta2_cannot_hold_is_refused_at_write_naming_the_field(stack: St
 
 def test_a_tampered_conversion_annotation_is_refused_on_write(stack: Stack) -> None:
     obj = _named(example_v1beta1("Tenant"))
-    obj["metadata"]["annotations"] = {ANNOTATION: "{not json"}
+    obj["metadata"]["annotations"] = {CONVERSION_ANNOTATION: "{not json"}
     with pytest.raises(ApiException) as err:
         stack.custom.create_cluster_custom_object(GROUP, "v1beta1", "tenants", obj)
-    assert f"metadata.annotations[{ANNOTATION}]" in err.value.body
+    assert f"metadata.annotations[{CONVERSION_ANNOTATION}]" in err.value.body
 
 
 # -- admission: the deprecated layout decides like its v1beta2 twin -----------------------------------------
@@ -230,7 +230,7 @@ def test_a_v1beta1_tenant_write_is_validated_in_its_v1beta2_shape(stack: Stack) 
             "kind": "Tenant",
             "metadata": {
                 "name": unique("shape"),
-                "annotations": {ANNOTATION: json.dumps({"apiVersion": HUB, "spec": hub_spec})},
+                "annotations": {CONVERSION_ANNOTATION: json.dumps({"apiVersion": HUB, "spec": hub_spec})},
             },
             "spec": {
                 "owners": [{"kind": "User", "name": owner}],
@@ -353,7 +353,9 @@ def test_objects_stored_as_v1beta1_are_migrated_to_v1beta2(stack: Stack, control
         crd = crd_for(info, storage="v1beta1")
         crd["spec"]["conversion"] = stack.kube.sanitize_for_serialization(current.spec.conversion)
         # Stamped as current, so enclave-config leaves this definition alone until the "upgrade" below.
-        crd["metadata"]["annotations"] = {DIGEST_ANNOTATION: (current.metadata.annotations or {})[DIGEST_ANNOTATION]}
+        crd["metadata"]["annotations"] = {
+            CRD_DIGEST_ANNOTATION: (current.metadata.annotations or {})[CRD_DIGEST_ANNOTATION]
+        }
         crd["metadata"]["resourceVersion"] = current.metadata.resource_version
         try:
             extensions.replace_custom_resource_definition(info.crd_name, crd)
@@ -386,7 +388,7 @@ def test_objects_stored_as_v1beta1_are_migrated_to_v1beta2(stack: Stack, control
     finally:
         # The upgrade: the definition is no longer this release's, so enclave-config applies its own (v1beta2
         # stored) and migrates. The same path runs if the test failed above, so nothing stays stored as v1beta1.
-        unstamp = {"metadata": {"annotations": {DIGEST_ANNOTATION: None}}}
+        unstamp = {"metadata": {"annotations": {CRD_DIGEST_ANNOTATION: None}}}
         extensions.patch_custom_resource_definition(info.crd_name, unstamp)
         poll(
             lambda: extensions.read_custom_resource_definition(info.crd_name).status.stored_versions == ["v1beta2"],

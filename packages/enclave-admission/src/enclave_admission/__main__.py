@@ -30,6 +30,7 @@ from enclave_admission.events import DenyEvents
 from enclave_admission.limits import add_limit_flags, limits_from
 from enclave_admission.server import AdmissionServer, Freshness
 from enclave_admission.state import State
+from enclave_core.api import names
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer
@@ -141,8 +142,8 @@ async def body(process: component.Component) -> None:
         expect_replication=bool(args.replication_endpoint),
         expect_rules=bool(args.tenants_endpoint),
     )
-    kube = Kube(process.api, field_manager="enclave-admission")
-    events = DenyEvents(EventRecorder(kube, "enclave-admission"))
+    kube = Kube(process.api, field_manager=names.ADMISSION_MANAGER)
+    events = DenyEvents(EventRecorder(kube, names.ADMISSION_MANAGER))
     certificate = ServingCertificate()
     freshness = Freshness()
 

@@ -109,6 +109,7 @@ from typing import Literal
 
 from enclave_admission import routes
 from enclave_core import API_GROUP, API_VERSION
+from enclave_core.api import names
 from enclave_core.api.configuration import (
     TENANT_METADATA_CONDITION,
     Admission,
@@ -122,7 +123,6 @@ from enclave_core.api.configuration import (
     WebhookRule,
 )
 from enclave_core.selectors import LabelSelector, LabelSelectorRequirement
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL, TENANT_LABEL
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT", "*"]
 _NAMESPACE_RESOURCES = ["namespaces", "namespaces/status", "namespaces/finalize"]
@@ -143,7 +143,7 @@ SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 def _exclude_system_namespaces(webhook: ValidatingWebhook, namespace: str) -> None:
     """Append ``kubernetes.io/metadata.name NotIn [system namespaces, Enclave's]`` to the namespaceSelector."""
     excluded = list(dict.fromkeys([*SYSTEM_NAMESPACES, namespace]))
-    requirement = LabelSelectorRequirement(key="kubernetes.io/metadata.name", operator="NotIn", values=excluded)
+    requirement = LabelSelectorRequirement(key=names.NAMESPACE_NAME_LABEL, operator="NotIn", values=excluded)
     selector = webhook.namespace_selector or LabelSelector()
     webhook.namespace_selector = LabelSelector(
         match_labels=selector.match_labels,
@@ -152,7 +152,7 @@ def _exclude_system_namespaces(webhook: ValidatingWebhook, namespace: str) -> No
 
 
 ASSIGNABLE = MatchCondition(
-    name="enclave.dev/assignable",
+    name=names.ASSIGNABLE_CONDITION,
     expression=f"request.operation == 'CREATE' || {TENANT_METADATA_CONDITION}",
 )
 """The mutating hook changes only new namespaces and namespaces whose tenant label or owner reference an
@@ -168,11 +168,11 @@ def skip_control_plane(namespace: str) -> MatchCondition:
         f" && !{user}.startsWith('system:serviceaccount:{namespace}:')"
         " && !('system:masters' in request.userInfo.groups)"
     )
-    return MatchCondition(name="enclave.dev/skip-control-plane", expression=expression)
+    return MatchCondition(name=names.SKIP_CONTROL_PLANE_CONDITION, expression=expression)
 
 
 SKIP_CONTROLLERS = MatchCondition(
-    name="enclave.dev/skip-controllers",
+    name=names.SKIP_CONTROLLERS_CONDITION,
     expression="!(request.userInfo.username.startsWith('system:')"
     " && !request.userInfo.username.startsWith('system:serviceaccount:'))"
     " && !request.userInfo.username.startsWith('system:serviceaccount:kube-system:')",
@@ -294,7 +294,7 @@ def _replication_spec_hook() -> ValidatingWebhook:
 
 
 CLUSTER_CONTROLLERS = MatchCondition(
-    name="enclave.dev/skip-cluster-controllers",
+    name=names.SKIP_CLUSTER_CONTROLLERS_CONDITION,
     expression="!(request.userInfo.username.startsWith('system:') && "
     "!request.userInfo.username.startsWith('system:serviceaccount:')) && "
     "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:') && "
@@ -315,7 +315,7 @@ def _replication_protection_hook() -> ValidatingWebhook:
         timeout_seconds=5,
         match_conditions=[CLUSTER_CONTROLLERS],
         object_selector=LabelSelector(
-            match_expressions=[LabelSelectorRequirement(key="enclave.dev/managed-by", operator="Exists")]
+            match_expressions=[LabelSelectorRequirement(key=names.ENCLAVE_MANAGED_BY, operator="Exists")]
         ),
         rules=[_rule("*", ["*"], ["UPDATE", "DELETE"], "Namespaced")],
         admission_review_versions=["v1"],
@@ -325,9 +325,7 @@ def _replication_protection_hook() -> ValidatingWebhook:
 
 
 MANAGED_ROLE_BINDINGS = LabelSelector(
-    match_expressions=[
-        LabelSelectorRequirement(key="app.kubernetes.io/managed-by", operator="In", values=["enclave-tenants"])
-    ]
+    match_expressions=[LabelSelectorRequirement(key=names.MANAGED_BY, operator="In", values=[names.TENANTS_MANAGER])]
 )
 """The RoleBindings enclave-tenants writes (owners', additional roles', components' namespace grants)."""
 
@@ -379,7 +377,7 @@ def skip_unjudged(namespace: str) -> MatchCondition:
         " && !(request.resource.group == '' && request.resource.resource == 'serviceaccounts'"
         " && has(request.name) && request.name == 'default')"
     )
-    return MatchCondition(name="enclave.dev/skip-unjudged", expression=expression)
+    return MatchCondition(name=names.SKIP_UNJUDGED_CONDITION, expression=expression)
 
 
 def _resources_rules() -> list[WebhookRule]:
@@ -393,7 +391,7 @@ def _resources_rules() -> list[WebhookRule]:
 
 
 def _tenant_namespaces() -> LabelSelector:
-    return LabelSelector(match_expressions=[LabelSelectorRequirement(key=TENANT_LABEL, operator="Exists")])
+    return LabelSelector(match_expressions=[LabelSelectorRequirement(key=names.TENANT_LABEL, operator="Exists")])
 
 
 def webhooks(
@@ -464,7 +462,7 @@ def webhooks(
             # every namespace (but the system ones): a label written outside a tenant would promote the account
             # the moment its namespace joins one, so only cluster administrators may write it there
             object_selector=LabelSelector(
-                match_expressions=[LabelSelectorRequirement(key=PROMOTED_LABEL, operator="Exists")]
+                match_expressions=[LabelSelectorRequirement(key=names.PROMOTED_LABEL, operator="Exists")]
             ),
             rules=[_rule("", ["serviceaccounts"], ["CREATE", "UPDATE"], "Namespaced")],
             admission_review_versions=["v1"],

@@ -21,9 +21,9 @@ from enclave_cli.documents import InputError
 from enclave_cli.output import Style, table
 from enclave_core import API_GROUP, API_VERSION
 from enclave_core.api import KINDS_BY_NAME, KindInfo, ServiceConfiguration
+from enclave_core.api.names import PROMOTED_LABEL
 from enclave_core.runtime.options import env_default
 from enclave_core.snapshots.configuration import effective
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL
 
 Verb = Callable[[str, str, str, Callable[[argparse.Namespace], int]], argparse.ArgumentParser]
 JSON = dict[str, Any]

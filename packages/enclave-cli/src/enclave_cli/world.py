@@ -36,6 +36,7 @@ from enclave_cli.areas import (
 from enclave_cli.documents import Document, InputError
 from enclave_core.api import KINDS_BY_NAME
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
+from enclave_core.api.names import PROMOTED_LABEL
 from enclave_core.api.tenancy import Tenant
 from enclave_core.api.validation import service_configuration_problems
 from enclave_core.snapshots.configuration import EffectiveConfiguration, effective
@@ -43,7 +44,6 @@ from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import PoolsSnapshot
 from enclave_core.snapshots.quotas import QuotaTargets
 from enclave_core.snapshots.rules import RULE_STATUS_NAME, RulesSnapshot
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL
 from enclave_tenants import rules as rl
 from enclave_tenants.plan import Plan, build_plan
 from enclave_tenants.policy import Policy

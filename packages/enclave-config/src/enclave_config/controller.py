@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from enclave_config import crds, policies, rbac, tls, webhooks
 from enclave_config.secrets import NamedSecrets, SecretsUnreadableError
 from enclave_core import GROUP_VERSION, invalidation
+from enclave_core.api import names
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.meta import Entity
 from enclave_core.api.validation import service_configuration_problems as problems
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 
 RECONCILES = Counter("enclave_config_reconciles_total", "Reconciles of the ServiceConfiguration", ["result"])
 READY = Gauge("enclave_config_ready", "1 when the ServiceConfiguration is validated and applied")
-PROMOTED_LABEL = "enclave.dev/promoted"
 ADMISSION_PATHS = {
     "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
@@ -53,7 +53,6 @@ RBAC_PATHS = {
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
 }
-OWNER_LABEL = "enclave.dev/service-configuration"
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ class ConfigController:
         self.owners = Informer(kube, f"{base}/tenantowners", on_change=self._owners_changed, name="tenantowners")
         self.secrets = NamedSecrets(kube, settings.namespace, on_change=change)
         # Only objects generated for *this* ServiceConfiguration are ours to prune.
-        managed = f"{webhooks.MANAGED_BY}={webhooks.MANAGER},{OWNER_LABEL}={settings.name}"
+        managed = f"{names.MANAGED_BY}={names.CONFIG_MANAGER},{names.CONFIGURATION_LABEL}={settings.name}"
         self.managed = {
             kind: Informer(kube, path, label_selector=managed, on_change=change, name=kind)
             for kind, path in {**ADMISSION_PATHS, **RBAC_PATHS, **policies.PATHS}.items()
@@ -114,11 +113,17 @@ class ConfigController:
         self.promoted = Informer(
             kube,
             "/api/v1/serviceaccounts",
-            label_selector=f"{PROMOTED_LABEL}=true",
+            label_selector=f"{names.PROMOTED_LABEL}=true",
             on_change=self._promoted_changed,
             name="sa",
         )
-        self.crds = Informer(kube, crds.CRD_PATH, label_selector=crds.PART_OF, on_change=change, name="crds")
+        self.crds = Informer(
+            kube,
+            crds.CRD_PATH,
+            label_selector=f"{names.PART_OF}={names.PART_OF_ENCLAVE}",
+            on_change=change,
+            name="crds",
+        )
         self._optional = [self.crds] if settings.manage_crds else []
 
     def _informers(self) -> list[Informer]:
@@ -256,7 +261,7 @@ class ConfigController:
         and the tenant fence, down with it. Generated objects are owned by the anchor ClusterRole instead when
         one is configured (``--owner-cluster-role``: the chart's own ClusterRole, gone only on uninstall)."""
         meta = body["metadata"]
-        meta["labels"] = {**meta.get("labels", {}), OWNER_LABEL: self.settings.name}
+        meta["labels"] = {**meta.get("labels", {}), names.CONFIGURATION_LABEL: self.settings.name}
         if self._owner:
             meta["ownerReferences"] = self._owner
         return body
@@ -339,7 +344,7 @@ class ConfigController:
         metadata: JSON = {
             "name": name,
             "namespace": self.settings.namespace,
-            "labels": {webhooks.MANAGED_BY: webhooks.MANAGER},
+            "labels": {names.MANAGED_BY: names.CONFIG_MANAGER},
         }
         if self._owner:
             # Like the webhook configurations: gone with the chart's ClusterRole (helm uninstall), and

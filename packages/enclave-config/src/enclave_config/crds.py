@@ -4,7 +4,7 @@ client and CA (the spec's "CRD bundle"), and the storage-version migration.
 Definition. Helm installs ``crds/`` on the first install and never again (charts/enclave/README.md says why
 the chart keeps them there). So that an upgrade still brings the new schemas, versions and conversion, the
 config process applies the CRDs generated from the models it ships with (the same ``crdgen`` output as
-``crds/``), by server-side apply, whenever the digest it stamps on a CRD (:data:`DIGEST_ANNOTATION`) is not the
+``crds/``), by server-side apply, whenever the digest it stamps on a CRD (:data:`CRD_DIGEST_ANNOTATION`) is not the
 one of its own generation: once after an upgrade, never in steady state. The conversion client is not part of
 the digest; it follows the configuration (below).
 
@@ -36,15 +36,12 @@ from typing import Any, Final
 from enclave_core.api import KINDS
 from enclave_core.api.configuration import ServiceConfigurationSpec, WebhookClient
 from enclave_core.api.crdgen import CONVERSION_PATH, crd_for
+from enclave_core.api.names import CRD_DIGEST_ANNOTATION
 from enclave_core.kube.rest import JSON
 
-__all__ = ["CRD_PATH", "DIGEST_ANNOTATION", "PART_OF", "Migration", "conversion_patch", "definitions", "migration"]
+__all__ = ["CRD_PATH", "Migration", "conversion_patch", "definitions", "migration"]
 
 CRD_PATH: Final = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-PART_OF: Final = "app.kubernetes.io/part-of=enclave"
-"""Label selector of Enclave's CRDs (crdgen labels every one)."""
-DIGEST_ANNOTATION: Final = "enclave.dev/crd-digest"
-"""Digest of the generated definition a CRD was last applied from (conversion client excluded)."""
 
 
 def _digest(crd: JSON) -> str:
@@ -74,9 +71,9 @@ def definitions(observed: dict[str, JSON], spec: ServiceConfigurationSpec, ca_pe
         generated: JSON = json.loads(text)
         current = observed.get(name)
         annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
-        if annotations.get(DIGEST_ANNOTATION) == digest:
+        if annotations.get(CRD_DIGEST_ANNOTATION) == digest:
             continue
-        generated["metadata"]["annotations"] = {DIGEST_ANNOTATION: digest}
+        generated["metadata"]["annotations"] = {CRD_DIGEST_ANNOTATION: digest}
         webhook = generated["spec"]["conversion"]["webhook"]
         existing = ((((current or {}).get("spec") or {}).get("conversion") or {}).get("webhook") or {}).get(
             "clientConfig"

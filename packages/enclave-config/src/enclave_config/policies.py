@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from enclave_config.webhooks import MANAGED_BY, MANAGER
 from enclave_core import API_GROUP
+from enclave_core.api.names import CONFIG_MANAGER, MANAGED_BY
 
 JSON = dict[str, Any]
 
@@ -45,7 +45,7 @@ def deletion_policy_name(configuration: str) -> str:
 def render(configuration: str) -> list[JSON]:
     """The Tenant deletion protection policy, then its binding (apply order: a binding names its policy)."""
     name = deletion_policy_name(configuration)
-    labels = {MANAGED_BY: MANAGER}
+    labels = {MANAGED_BY: CONFIG_MANAGER}
     policy: JSON = {
         "apiVersion": POLICY_GROUP,
         "kind": "ValidatingAdmissionPolicy",

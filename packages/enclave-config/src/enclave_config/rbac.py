@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from enclave_config.webhooks import MANAGED_BY, MANAGER
 from enclave_core.api.meta import Entity
+from enclave_core.api.names import CONFIG_MANAGER, MANAGED_BY
 from enclave_core.rbac import RBAC_GROUP
 from enclave_core.rbac import subject as shared_subject
 from enclave_core.snapshots.configuration import EffectiveConfiguration
@@ -28,7 +28,7 @@ def subject(entity: Entity) -> JSON | None:
 
 
 def _labels() -> dict[str, str]:
-    return {MANAGED_BY: MANAGER}
+    return {MANAGED_BY: CONFIG_MANAGER}
 
 
 def promoted_in_tenants(accounts: Iterable[JSON], tenants: Iterable[JSON]) -> list[tuple[str, str]]:

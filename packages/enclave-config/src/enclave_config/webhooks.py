@@ -13,6 +13,7 @@ import base64
 import json
 from typing import Any, Final
 
+from enclave_core.api import names
 from enclave_core.api.configuration import (
     TENANT_METADATA_CONDITION,
     MutatingAdmission,
@@ -25,8 +26,6 @@ from enclave_core.selectors import LabelSelector
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-MANAGER: Final = "enclave-config"
 ADMISSION_GROUP: Final = "admissionregistration.k8s.io/v1"
 
 JSON = dict[str, Any]
@@ -70,7 +69,7 @@ def _opts_conditions(
     ignored = config.spec.ignore_user_with_groups or []
     if ignored:  # admission lets them pass untouched whatever else they are: never send them
         expression = f"!request.userInfo.groups.exists(g, g in {_cel_strings(ignored)}) && ({expression})"
-    return [{"name": "enclave.dev/audience", "expression": expression}]
+    return [{"name": names.AUDIENCE_CONDITION, "expression": expression}]
 
 
 def _selector(selector: LabelSelector) -> JSON:
@@ -149,7 +148,7 @@ def render(
             "kind": kind,
             "metadata": {
                 "name": name,
-                "labels": {**(side.labels or {}), MANAGED_BY: MANAGER},
+                "labels": {**(side.labels or {}), names.MANAGED_BY: names.CONFIG_MANAGER},
                 "annotations": dict(side.annotations or {}),
             },
             "webhooks": [_webhook(w, side, config, ca_bundle, audience) for w in side.webhooks or []],

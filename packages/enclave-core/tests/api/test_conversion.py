@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from enclave_core.api import KINDS, kind_info
-from enclave_core.api.conversion import ANNOTATION, HUB, SPOKE, ConversionError, convert, review
+from enclave_core.api.conversion import HUB, SPOKE, ConversionError, convert, review
+from enclave_core.api.names import CONVERSION_ANNOTATION
 from enclave_core.api.v1beta1 import IDENTICAL, MODELS, validate
 from enclave_testing.examples import example, status_example
 from enclave_testing.examples_v1beta1 import example_v1beta1
@@ -45,7 +46,7 @@ def test_v1beta1_to_v1beta2_and_back_is_exact(kind: str) -> None:
     validate(spoke)
     hub = convert(spoke, HUB)
     kind_info(kind).model.model_validate(hub)  # what controllers read is a valid v1beta2 object
-    assert ANNOTATION not in hub["metadata"]["annotations"], "the v1beta1 examples map onto v1beta2 exactly"
+    assert CONVERSION_ANNOTATION not in hub["metadata"]["annotations"], "the v1beta1 examples map onto v1beta2 exactly"
     assert convert(hub, SPOKE) == spoke
 
 
@@ -160,12 +161,12 @@ def test_unknown_versions_are_refused() -> None:
 
 def test_a_malformed_conversion_annotation_is_refused_on_write_and_ignored_on_read() -> None:
     spoke = example_v1beta1("Tenant")
-    spoke["metadata"]["annotations"] = {ANNOTATION: "{not json"}
+    spoke["metadata"]["annotations"] = {CONVERSION_ANNOTATION: "{not json"}
     with pytest.raises(ConversionError) as err:
         convert(spoke, HUB)
-    assert err.value.field == f"metadata.annotations[{ANNOTATION}]"
+    assert err.value.field == f"metadata.annotations[{CONVERSION_ANNOTATION}]"
     hub = example("Tenant")
-    hub["metadata"]["annotations"] = {ANNOTATION: "[]"}
+    hub["metadata"]["annotations"] = {CONVERSION_ANNOTATION: "[]"}
     assert convert(hub, SPOKE)["spec"]["namespaceQuota"] == 3
 
 
@@ -206,5 +207,5 @@ def test_any_subset_of_fields_round_trips_both_ways(pair: tuple[dict[str, Any], 
 
 def test_the_annotation_is_small_json_of_the_source_spec() -> None:
     spoke = convert(example("Tenant"), SPOKE)
-    saved = json.loads(spoke["metadata"]["annotations"][ANNOTATION])
+    saved = json.loads(spoke["metadata"]["annotations"][CONVERSION_ANNOTATION])
     assert saved == {"apiVersion": HUB, "spec": example("Tenant")["spec"]}

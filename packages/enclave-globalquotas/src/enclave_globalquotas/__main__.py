@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from enclave_core.api.names import GLOBALQUOTAS_MANAGER
 from enclave_core.proto.enclave.globalquotas.v1 import globalquotas_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import check_controller_flags
 from enclave_globalquotas.controller import GlobalQuotasController, Settings
-from enclave_globalquotas.naming import MANAGER
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,7 +35,7 @@ async def body(process: component.Component) -> None:
     settings = Settings(resync_seconds=args.resync_seconds, concurrency=args.concurrency)
     await grpc.run_snapshot_controller(
         process,
-        MANAGER,
+        GLOBALQUOTAS_MANAGER,
         lambda kube, hub, events: GlobalQuotasController(
             kube,
             settings,

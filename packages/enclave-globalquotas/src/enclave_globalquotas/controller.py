@@ -22,7 +22,9 @@ from datetime import UTC, datetime
 from prometheus_client import Counter, Gauge
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api import names
 from enclave_core.api.ledger import QuantityLedger, QuantityLedgerStatus
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
@@ -33,7 +35,6 @@ from enclave_core.runtime.loops import ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotaView
 from enclave_core.snapshots.hub import SnapshotHub
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_globalquotas import naming
 from enclave_globalquotas import status as st
 from enclave_globalquotas.ledger import Deferrals, in_flight, ledger_body, ledger_name, newer, object_path
@@ -64,7 +65,7 @@ NOT_READY = Gauge("enclave_globalquotas_not_ready", "GlobalResourceQuotas whose 
 QUOTAS_PATH = f"/apis/{GROUP_VERSION}/globalresourcequotas"
 TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
 RULE_STATUSES_PATH = f"/apis/{GROUP_VERSION}/rulestatuses"
-MANAGED = f"{naming.MANAGED_BY}={naming.MANAGER}"
+MANAGED = f"{names.MANAGED_BY}={names.GLOBALQUOTAS_MANAGER}"
 
 
 @dataclass(frozen=True)
@@ -523,8 +524,8 @@ class GlobalQuotasController:
         generated = {
             name: obj
             for name, obj in self.quotas.items.items()
-            if (obj.get("metadata", {}).get("labels") or {}).get(naming.RULE_LABEL)
-            and (obj.get("metadata", {}).get("labels") or {}).get(naming.MANAGED_BY) == naming.MANAGER
+            if (obj.get("metadata", {}).get("labels") or {}).get(names.RULE_QUOTA_LABEL)
+            and (obj.get("metadata", {}).get("labels") or {}).get(names.MANAGED_BY) == names.GLOBALQUOTAS_MANAGER
         }
         namespace_tenant = {
             str(item["metadata"]["name"]): tenant

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from enclave_core import API_GROUP, GROUP_VERSION
+from enclave_core.api import names
 from enclave_core.api.ledger import QuantityLedger, ResourceReservation, TargetRef
 from enclave_core.kube.rest import JSON, resource_path
 from enclave_core.ledger import ledger_name as shared_ledger_name
@@ -50,7 +51,10 @@ def ledger_body(quota: str, uid: str, namespace: str) -> JSON:
         "metadata": {
             "name": ledger_name(quota),
             "namespace": namespace,
-            "labels": {naming.MANAGED_BY: naming.MANAGER, naming.QUOTA_LABEL: naming.label_value(quota)},
+            "labels": {
+                names.MANAGED_BY: names.GLOBALQUOTAS_MANAGER,
+                names.GLOBALQUOTA_LABEL: naming.label_value(quota),
+            },
             "ownerReferences": [
                 {
                     "apiVersion": GROUP_VERSION,

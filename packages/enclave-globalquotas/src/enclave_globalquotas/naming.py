@@ -1,4 +1,5 @@
-"""Names and labels of the objects enclave-globalquotas writes, deterministic so every replica agrees.
+"""Names of the objects enclave-globalquotas writes, deterministic so every replica agrees (the label and
+annotation keys it writes are in :mod:`enclave_core.api.names`).
 
 A ResourceQuota provisioned for GlobalResourceQuota ``q`` is ``globalquota-<q>`` in each selected namespace,
 and a tenant rule quota becomes the
@@ -11,17 +12,6 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-MANAGER: Final = "enclave-globalquotas"
-"""Field manager and ``app.kubernetes.io/managed-by`` value of everything this component writes."""
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-QUOTA_LABEL: Final = "enclave.dev/globalresourcequota"
-"""On provisioned ResourceQuotas and ledgers: the GlobalResourceQuota (its name, hashed past 63 characters)."""
-QUOTA_ANNOTATION: Final = "enclave.dev/globalresourcequota"
-"""The GlobalResourceQuota's full name, for people reading a provisioned ResourceQuota."""
-RULE_LABEL: Final = "enclave.dev/rule-quota"
-"""On GlobalResourceQuotas made from a tenant rule: the entry name."""
-NAMESPACE_LABEL: Final = "enclave.dev/rule-quota-namespace"
-"""On GlobalResourceQuotas made from a namespace's RuleStatus: that namespace."""
 MAX_NAME: Final = 253
 MAX_LABEL: Final = 63
 

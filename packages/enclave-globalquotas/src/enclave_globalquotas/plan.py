@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api import names
 from enclave_core.api.quotas import GlobalResourceQuota
 from enclave_core.quantity import Quantity, max0, sub_maps
 from enclave_core.resourcequota import spec_problems
@@ -130,8 +131,8 @@ def resource_quota_body(raw: JSON, quota: GlobalResourceQuota, namespace: str, h
         "metadata": {
             "name": naming.resource_quota_name(name),
             "namespace": namespace,
-            "labels": {naming.MANAGED_BY: naming.MANAGER, naming.QUOTA_LABEL: naming.label_value(name)},
-            "annotations": {naming.QUOTA_ANNOTATION: name},
+            "labels": {names.MANAGED_BY: names.GLOBALQUOTAS_MANAGER, names.GLOBALQUOTA_LABEL: naming.label_value(name)},
+            "annotations": {names.GLOBALQUOTA_ANNOTATION: name},
             "ownerReferences": [_owner(raw)],
         },
         "spec": {"hard": {key: str(value) for key, value in sorted(hard.items())}, **quota_spec(quota)},
@@ -295,9 +296,9 @@ def build_plan(
             kept.add(naming.label_value(quota_plan.name))
     for key, rq in resource_quotas.items():
         labels = rq.get("metadata", {}).get("labels") or {}
-        if labels.get(naming.MANAGED_BY) != naming.MANAGER or key in wanted:
+        if labels.get(names.MANAGED_BY) != names.GLOBALQUOTAS_MANAGER or key in wanted:
             continue
-        if labels.get(naming.QUOTA_LABEL) in kept:
+        if labels.get(names.GLOBALQUOTA_LABEL) in kept:
             continue
         plan.stale.append(key)
     plan.stale.sort()

@@ -24,10 +24,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api import names
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.rules import RuleBody, RuleQuota
 from enclave_core.api.tenancy import Tenant
 from enclave_core.quantity import Quantity
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_globalquotas import naming
 
 JSON = dict[str, Any]
@@ -56,7 +57,6 @@ def _selector(tenant: str, rule_selector: JSON | None) -> JSON:
     return selector
 
 
-NAME_LABEL = "kubernetes.io/metadata.name"
 """Set by kube-apiserver on every namespace to its name: how a RuleStatus quota selects its one namespace."""
 
 
@@ -72,7 +72,8 @@ def quota_body(
     else:
         name = naming.rule_status_quota_name(namespace, index, entry.name)
         selector = _selector(
-            meta["name"], {"matchExpressions": [{"key": NAME_LABEL, "operator": "In", "values": [namespace]}]}
+            meta["name"],
+            {"matchExpressions": [{"key": names.NAMESPACE_NAME_LABEL, "operator": "In", "values": [namespace]}]},
         )
     quota: JSON = {"hard": {key: Quantity.parse(value).to_json() for key, value in sorted(entry.hard.items())}}
     if entry.scopes:
@@ -85,9 +86,9 @@ def quota_body(
         "metadata": {
             "name": name,
             "labels": {
-                naming.MANAGED_BY: naming.MANAGER,
+                names.MANAGED_BY: names.GLOBALQUOTAS_MANAGER,
                 TENANT_LABEL: naming.label_value(meta["name"]),
-                naming.RULE_LABEL: entry.name,
+                names.RULE_QUOTA_LABEL: entry.name,
             },
             "ownerReferences": [
                 {
@@ -137,7 +138,7 @@ def build_rule_plan(
         owners = [o for o in obj.get("metadata", {}).get("ownerReferences") or [] if o.get("kind") == "Tenant"]
         if name in plan.desired or any(o.get("name") in plan.keep_tenants for o in owners):
             continue
-        if (obj.get("metadata", {}).get("labels") or {}).get(naming.NAMESPACE_LABEL) in plan.keep_namespaces:
+        if (obj.get("metadata", {}).get("labels") or {}).get(names.RULE_QUOTA_NAMESPACE_LABEL) in plan.keep_namespaces:
             continue
         plan.stale.append(name)
     plan.stale.sort()
@@ -164,7 +165,7 @@ def _rule_status_quotas(plan: RulePlan, status: JSON, tenants: Mapping[str, JSON
     for index, rule in enumerate(rules):
         for entry in rule.quota or []:
             body = quota_body(tenant, index, entry, None, namespace=namespace)
-            body["metadata"]["labels"][naming.NAMESPACE_LABEL] = namespace
+            body["metadata"]["labels"][names.RULE_QUOTA_NAMESPACE_LABEL] = namespace
             plan.desired[body["metadata"]["name"]] = body
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from enclave_core.api.names import POOLS_MANAGER
 from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import check_controller_flags
 from enclave_pools.controller import PoolsController, Settings
-from enclave_pools.plan import MANAGER
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,7 +32,7 @@ async def body(process: component.Component) -> None:
     settings = Settings(resync_seconds=args.resync_seconds, concurrency=args.concurrency)
     await grpc.run_snapshot_controller(
         process,
-        MANAGER,
+        POOLS_MANAGER,
         lambda kube, hub, events: PoolsController(kube, settings, hub, events),
         pools_pb2_grpc.add_PoolServiceServicer_to_server,
         "PoolService",

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from prometheus_client import Counter, Gauge
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api import names
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_kind
@@ -74,7 +75,7 @@ class PoolsController:
         self.quotas = Informer(
             kube,
             QUOTAS_PATH,
-            label_selector=f"{pl.MANAGED_BY}={pl.MANAGER}",
+            label_selector=f"{names.MANAGED_BY}={names.POOLS_MANAGER}",
             on_change=self._changed,
             name="resourcequotas",
         )
@@ -196,9 +197,11 @@ class PoolsController:
     async def _ensure_finalizer(self, pool: pl.PoolPlan) -> bool:
         meta = pool.raw["metadata"]
         finalizers = list(meta.get("finalizers") or [])
-        if pl.FINALIZER in finalizers:
+        if names.POOL_FINALIZER in finalizers:
             return True
-        patch = {"metadata": {"finalizers": [*finalizers, pl.FINALIZER], "resourceVersion": meta["resourceVersion"]}}
+        patch = {
+            "metadata": {"finalizers": [*finalizers, names.POOL_FINALIZER], "resourceVersion": meta["resourceVersion"]}
+        }
         try:
             stored = await self.kube.merge_patch(f"{POOLS_PATH}/{pool.name}", patch)
         except KubeError as err:
@@ -308,7 +311,7 @@ class PoolsController:
         """Pool deletion: release (or delete, with ``deleteBoundResources``) its bound claims, remove its
         quotas, then drop the finalizer. Each step is idempotent; a failure is retried by the next pass."""
         meta = pool.raw["metadata"]
-        if pl.FINALIZER not in (meta.get("finalizers") or []):
+        if names.POOL_FINALIZER not in (meta.get("finalizers") or []):
             return
         delete = pool.spec is not None and pool.spec.config.delete_bound_resources
         failed = False
@@ -333,7 +336,7 @@ class PoolsController:
                 await self._delete_quota(quota)
         if failed:
             return
-        remaining = [f for f in meta.get("finalizers") or [] if f != pl.FINALIZER]
+        remaining = [f for f in meta.get("finalizers") or [] if f != names.POOL_FINALIZER]
         patch = {"metadata": {"finalizers": remaining, "resourceVersion": meta["resourceVersion"]}}
         try:
             await self.kube.merge_patch(f"{POOLS_PATH}/{pool.name}", patch)

@@ -24,23 +24,17 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api.names import MANAGED_BY, POOL_LABEL, POOLS_MANAGER, TENANT_LABEL
 from enclave_core.api.pools import ResourcePoolSpec
 from enclave_core.quantity import Quantity, add_maps, exceeded, max0, parse_map, sub_maps
 from enclave_core.resourcenames import resource_list_problems
 from enclave_core.resourcequota import spec_problems
 from enclave_core.selectors import matches_any
 from enclave_core.snapshots.pools import BoundClaim, NamespaceQuota, PoolsSnapshot, PoolView
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 JSON = dict[str, Any]
 Amounts = dict[str, Quantity]
 
-MANAGER: Final = "enclave-pools"
-"""Field manager of every write and the ``app.kubernetes.io/managed-by`` value of provisioned quotas."""
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-POOL_LABEL: Final = "enclave.dev/pool"
-FINALIZER: Final = "enclave.dev/pool-cleanup"
-"""Held on every pool so its deletion waits until bound claims are released and its quotas removed."""
 
 # Claim Bound reasons.
 BOUND: Final = "Bound"
@@ -548,7 +542,7 @@ def quota_body(pool: PoolPlan, namespace: str) -> JSON:
         "metadata": {
             "name": quota_name(pool.name),
             "namespace": namespace,
-            "labels": {MANAGED_BY: MANAGER, POOL_LABEL: pool_label(pool.name)},
+            "labels": {MANAGED_BY: POOLS_MANAGER, POOL_LABEL: pool_label(pool.name)},
             "ownerReferences": [
                 {
                     "apiVersion": GROUP_VERSION,
@@ -583,7 +577,7 @@ def quota_drifted(live: JSON | None, pool: PoolPlan, namespace: str) -> bool:
     labels = meta.get("labels") or {}
     owners = meta.get("ownerReferences") or []
     return (
-        labels.get(MANAGED_BY) != MANAGER
+        labels.get(MANAGED_BY) != POOLS_MANAGER
         or labels.get(POOL_LABEL) != pool_label(pool.name)
         or not any(ref.get("uid") == pool.uid for ref in owners)
     )

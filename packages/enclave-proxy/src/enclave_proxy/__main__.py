@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
+from enclave_core.api.names import PROXY_MANAGER
 from enclave_core.durations import parse_duration
 from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
@@ -156,7 +157,7 @@ async def reload_certificates(context: ssl.SSLContext, args: argparse.Namespace)
 async def body(process: component.Component) -> None:
     args = process.args
     assert process.api is not None
-    kube = Kube(process.api, field_manager="enclave-proxy")
+    kube = Kube(process.api, field_manager=PROXY_MANAGER)
     visibility = Visibility()
     indexes = [ClusterIndex(kube, NAMESPACES), ClusterIndex(kube, NODES)]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from enclave_core.api.names import QUOTAS_MANAGER
 from enclave_core.proto.enclave.quotas.v1 import quotas_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import (
@@ -20,7 +21,7 @@ from enclave_core.runtime.options import (
     check_resync_flag,
 )
 from enclave_core.snapshots.configuration import EffectiveConfiguration
-from enclave_quotas.controller import DEFAULT_CONFIGURATION, MANAGER, QuotasController, Settings
+from enclave_quotas.controller import DEFAULT_CONFIGURATION, QuotasController, Settings
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,7 +69,7 @@ async def body(process: component.Component) -> None:
 
     await grpc.run_snapshot_controller(
         process,
-        MANAGER,
+        QUOTAS_MANAGER,
         lambda kube, hub, events: QuotasController(kube, settings, hub, events),
         quotas_pb2_grpc.add_QuotaServiceServicer_to_server,
         "QuotaService",

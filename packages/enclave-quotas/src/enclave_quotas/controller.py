@@ -26,6 +26,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api import names
 from enclave_core.api.ledger import Reservation
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer
@@ -40,9 +41,7 @@ from enclave_quotas.discovery import ApiResource, Catalogue, discover
 
 log = logging.getLogger(__name__)
 
-MANAGER = "enclave-quotas"
 DEFAULT_CONFIGURATION = "enclave-validating-webhook-configuration"
-MANAGED_BY = "app.kubernetes.io/managed-by"
 PASSES = Counter("enclave_quotas_passes_total", "Counting passes", ["result"])
 WRITES = Counter("enclave_quotas_writes_total", "Writes to the cluster", ["kind", "operation"])
 USED = Gauge("enclave_quotas_used", "Usage counted per quota", ["kind", "namespace", "name"])
@@ -112,7 +111,7 @@ class QuotasController:
         self.ledger_cache = Informer(
             kube,
             self.ledgers.path(""),
-            label_selector=f"{MANAGED_BY}={MANAGER}",
+            label_selector=f"{names.MANAGED_BY}={names.QUOTAS_MANAGER}",
             on_change=self._ledger_changed,
             name="quantityledgers",
         )
@@ -126,7 +125,7 @@ class QuotasController:
         self.configuration = Informer(
             kube,
             webhook.ADMISSION_PATH,
-            label_selector="app.kubernetes.io/managed-by=enclave-config",
+            label_selector=f"{names.MANAGED_BY}={names.CONFIG_MANAGER}",
             on_change=change,
             name="webhook-configurations",
         )
@@ -317,7 +316,7 @@ class QuotasController:
             WRITES.labels("QuantityLedger", "delete").inc()
             ledger = None
         if ledger is None:
-            body = new_ledger(view.target, self.settings.namespace, {MANAGED_BY: MANAGER})
+            body = new_ledger(view.target, self.settings.namespace, {names.MANAGED_BY: names.QUOTAS_MANAGER})
             await self.ledgers.ensure(body)
             WRITES.labels("QuantityLedger", "create").inc()
         claims = view.claims

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from enclave_core.api.names import REPLICATION_MANAGER
 from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import add_concurrency_flag, add_env_option
 from enclave_replication.adoption import DEFAULT_ADOPTABLE
 from enclave_replication.controller import ReplicationController, Settings
-from enclave_replication.names import COMPONENT
 from enclave_replication.sandbox import Budget
 
 
@@ -84,7 +84,7 @@ async def body(process: component.Component) -> None:
     )
     await grpc.run_snapshot_controller(
         process,
-        COMPONENT,
+        REPLICATION_MANAGER,
         lambda kube, hub, events: ReplicationController(
             kube, hub, events, settings, wait_for_configuration=bool(args.config_endpoint)
         ),

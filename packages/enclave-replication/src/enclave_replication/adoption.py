@@ -20,10 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from enclave_core.api.names import MANAGED_BY, REPLICATION_MANAGER
 from enclave_core.kube.rest import JSON
-from enclave_replication.names import COMPONENT
 
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 DEFAULT_ADOPTABLE: Final = ("kubectl", "kubectl-*")
 
 
@@ -41,14 +40,14 @@ def conflict(live: JSON, patterns: Sequence[str] = DEFAULT_ADOPTABLE) -> str:
     """Why ``live`` may not be adopted ('' when it may), naming the other manager."""
     meta = live.get("metadata") or {}
     managed_by = (meta.get("labels") or {}).get(MANAGED_BY)
-    if managed_by and managed_by != COMPONENT:
+    if managed_by and managed_by != REPLICATION_MANAGER:
         return f"it is managed by {managed_by} (label {MANAGED_BY})"
     for reference in meta.get("ownerReferences") or ():
         if reference.get("controller"):
             return f"it is controlled by {reference.get('kind', '?')} {reference.get('name', '?')} (ownerReferences)"
     for entry in meta.get("managedFields") or ():
         manager = str(entry.get("manager") or "")
-        if manager.startswith(f"{COMPONENT}/") or adoptable(manager, patterns):
+        if manager.startswith(f"{REPLICATION_MANAGER}/") or adoptable(manager, patterns):
             continue
         return f"field manager {manager or '(unnamed)'} keeps fields of it (managedFields)"
     return ""

@@ -22,6 +22,12 @@ import aiohttp
 from prometheus_client import Counter
 
 from enclave_core import cel
+from enclave_core.api.names import (
+    ENCLAVE_MANAGED_BY,
+    REPLICATION_CREATED_ANNOTATION,
+    REPLICATION_HASH_ANNOTATION,
+    REPLICATION_OWNER_ANNOTATION,
+)
 from enclave_core.api.replication import ItemPolicy
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, KubeError
@@ -30,15 +36,7 @@ from enclave_replication import plan as planning
 from enclave_replication import status as st
 from enclave_replication.acting import ActingKube
 from enclave_replication.discovery import Resource
-from enclave_replication.names import (
-    CREATED_ANNOTATION,
-    HASH_ANNOTATION,
-    LIFECYCLE_ANNOTATIONS,
-    MANAGED_BY_LABEL,
-    OWNER_ANNOTATION,
-    Owner,
-    split_api_version,
-)
+from enclave_replication.names import LIFECYCLE_ANNOTATIONS, Owner, split_api_version
 from enclave_replication.watches import Watches, _annotations
 
 if TYPE_CHECKING:
@@ -167,7 +165,7 @@ class Applier(Watches):
         if live is None:
             # Not carrying our label: it may still exist (someone else's, or one we are to adopt).
             live = await acting.get_or_none(resource.path(desired.namespace, desired.name))
-        marked_by = _annotations(live).get(OWNER_ANNOTATION) if live else None
+        marked_by = _annotations(live).get(REPLICATION_OWNER_ANNOTATION) if live else None
         if live is not None and marked_by != owner.key:
             if marked_by:
                 result.status, result.reason = "False", "ManagedElsewhere"
@@ -182,7 +180,7 @@ class Applier(Watches):
                 return
             created = False
         elif live is not None:
-            created = _annotations(live).get(CREATED_ANNOTATION) != "false"
+            created = _annotations(live).get(REPLICATION_CREATED_ANNOTATION) != "false"
         else:
             created = True
         if desired.policy.condition:
@@ -212,13 +210,13 @@ class Applier(Watches):
                 )
                 return
         body = copy.deepcopy(desired.body)
-        body["metadata"]["annotations"][CREATED_ANNOTATION] = "true" if created else "false"
+        body["metadata"]["annotations"][REPLICATION_CREATED_ANNOTATION] = "true" if created else "false"
         result.created = created
         result.managed = True
         if live is not None and marked_by == owner.key:
             memo = self._applied.get((owner.key, desired.key))
             version = str(live.get("metadata", {}).get("resourceVersion"))
-            if covers(live, body) or memo == (version, body["metadata"]["annotations"][HASH_ANNOTATION]):
+            if covers(live, body) or memo == (version, body["metadata"]["annotations"][REPLICATION_HASH_ANNOTATION]):
                 return
         result.last_apply = now
         keep = previous_policy if marked_by == owner.key else None
@@ -259,7 +257,7 @@ class Applier(Watches):
                 WRITES.labels("apply").inc()
                 version = stored.get("metadata", {}).get("resourceVersion")
                 if version:
-                    digest = item.body["metadata"]["annotations"][HASH_ANNOTATION]
+                    digest = item.body["metadata"]["annotations"][REPLICATION_HASH_ANNOTATION]
                     self._applied[(owner.key, item.desired.key)] = (str(version), digest)
 
         await asyncio.gather(*(one(item) for item in work.writes))
@@ -268,7 +266,7 @@ class Applier(Watches):
         found: list[tuple[Informer, JSON]] = []
         for informer in self.managed.values():
             for obj in informer.values():
-                if _annotations(obj).get(OWNER_ANNOTATION) == owner.key:
+                if _annotations(obj).get(REPLICATION_OWNER_ANNOTATION) == owner.key:
                     found.append((informer, obj))
         return found
 
@@ -297,7 +295,7 @@ class Applier(Watches):
                         name=name,
                         version=split_api_version(str(obj.get("apiVersion", "")))[1],
                         policy=policy,
-                        created=_annotations(obj).get(CREATED_ANNOTATION) != "false",
+                        created=_annotations(obj).get(REPLICATION_CREATED_ANNOTATION) != "false",
                         managed=True,
                     )
                 )
@@ -307,7 +305,7 @@ class Applier(Watches):
         meta = obj["metadata"]
         resource = await self.discovery.resource(str(obj["apiVersion"]), str(obj["kind"]))
         path = resource.path(meta.get("namespace") or "", meta["name"])
-        created = _annotations(obj).get(CREATED_ANNOTATION) != "false"
+        created = _annotations(obj).get(REPLICATION_CREATED_ANNOTATION) != "false"
         what = planning.describe(_object_key(obj))
         try:
             if policy.deletion == "Remove" and created:
@@ -363,8 +361,8 @@ def _orphan_patch(obj: JSON, owner: Owner) -> list[JSON]:
     """Strip our label, annotations and managedFields entries; keep every value (guarded by resourceVersion)."""
     meta = obj["metadata"]
     operations: list[JSON] = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}]
-    if MANAGED_BY_LABEL in (meta.get("labels") or {}):
-        operations.append({"op": "remove", "path": f"/metadata/labels/{_escape(MANAGED_BY_LABEL)}"})
+    if ENCLAVE_MANAGED_BY in (meta.get("labels") or {}):
+        operations.append({"op": "remove", "path": f"/metadata/labels/{_escape(ENCLAVE_MANAGED_BY)}"})
     for key in LIFECYCLE_ANNOTATIONS:
         if key in (meta.get("annotations") or {}):
             operations.append({"op": "remove", "path": f"/metadata/annotations/{_escape(key)}"})

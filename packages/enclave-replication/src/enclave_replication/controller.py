@@ -25,6 +25,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from pydantic import ValidationError
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api.names import REPLICATION_FINALIZER
 from enclave_core.api.replication import (
     GlobalTenantResource,
     GlobalTenantResourceSpec,
@@ -50,7 +51,7 @@ from enclave_replication.acting import ActingKube, ClusterReader
 from enclave_replication.apply import WRITES, Applier, _object_key
 from enclave_replication.discovery import Discovery, Resource
 from enclave_replication.identity import Identities
-from enclave_replication.names import FINALIZER, Owner
+from enclave_replication.names import Owner
 from enclave_replication.sandbox import Budget, RenderPool
 from enclave_replication.targets import (
     Target,
@@ -279,8 +280,8 @@ class ReplicationController(Identities, Applier):
         if deleting:
             await self._finalize(owner, raw, spec)
             return
-        if FINALIZER not in (raw["metadata"].get("finalizers") or []):
-            finalizers = [*(raw["metadata"].get("finalizers") or []), FINALIZER]
+        if REPLICATION_FINALIZER not in (raw["metadata"].get("finalizers") or []):
+            finalizers = [*(raw["metadata"].get("finalizers") or []), REPLICATION_FINALIZER]
             stored = await self._write_meta(owner, {"metadata": {"finalizers": finalizers}})
             if stored is None:
                 return
@@ -408,7 +409,7 @@ class ReplicationController(Identities, Applier):
         return items, list((raw.get("status") or {}).get("selectedTenants") or [])
 
     async def _finalize(self, owner: Owner, raw: JSON, spec: TenantResourceSpec) -> None:
-        if FINALIZER not in (raw["metadata"].get("finalizers") or []):
+        if REPLICATION_FINALIZER not in (raw["metadata"].get("finalizers") or []):
             return
         if spec.cordoned:
             items, tenants = self._keep_all(owner, raw)
@@ -439,7 +440,7 @@ class ReplicationController(Identities, Applier):
             # The TenantResource's namespace is being deleted (and with it, often, the account's RoleBindings), or
             # there is no identity to clean up as: holding the finalizer would keep the object (and its namespace)
             # forever. Best effort, reported, then let go.
-        finalizers = [f for f in raw["metadata"].get("finalizers") or [] if f != FINALIZER]
+        finalizers = [f for f in raw["metadata"].get("finalizers") or [] if f != REPLICATION_FINALIZER]
         await self._write_meta(
             owner, {"metadata": {"finalizers": finalizers, "resourceVersion": raw["metadata"]["resourceVersion"]}}
         )

@@ -15,10 +15,11 @@ import base64
 import logging
 from dataclasses import dataclass
 
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.replication import ServiceAccountRef, TenantResourceSpec
 from enclave_core.kube.connection import Connection
 from enclave_core.kube.rest import KubeError
-from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TENANT_LABEL
+from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 from enclave_replication.acting import endpoint_client
 from enclave_replication.names import Owner
 from enclave_replication.watches import Watches

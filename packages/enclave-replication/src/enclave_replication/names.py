@@ -1,4 +1,5 @@
-"""The marks replication leaves on the objects it manages, and how a replication object is named in them.
+"""The marks replication leaves on the objects it manages, and how a replication object is named in them
+(the keys themselves are in :mod:`enclave_core.api.names`).
 
 Every replicated object carries the label ``enclave.dev/managed-by=enclave-replication`` (what the
 controller's informers and admission's protection hook select on) and three annotations: which
@@ -14,16 +15,20 @@ from typing import Final, Literal
 
 import orjson
 
+from enclave_core.api.names import (
+    REPLICATION_CREATED_ANNOTATION,
+    REPLICATION_HASH_ANNOTATION,
+    REPLICATION_MANAGER,
+    REPLICATION_OWNER_ANNOTATION,
+)
 from enclave_core.kube.rest import JSON
 
-MANAGED_BY_LABEL: Final = "enclave.dev/managed-by"
-MANAGED_BY_VALUE: Final = "enclave-replication"
-OWNER_ANNOTATION: Final = "enclave.dev/replicated-by"
-CREATED_ANNOTATION: Final = "enclave.dev/replication-created"
-HASH_ANNOTATION: Final = "enclave.dev/replication-hash"
-FINALIZER: Final = "enclave.dev/replication"
-LIFECYCLE_ANNOTATIONS: Final = (OWNER_ANNOTATION, CREATED_ANNOTATION, HASH_ANNOTATION)
-COMPONENT: Final = "enclave-replication"
+LIFECYCLE_ANNOTATIONS: Final = (
+    REPLICATION_OWNER_ANNOTATION,
+    REPLICATION_CREATED_ANNOTATION,
+    REPLICATION_HASH_ANNOTATION,
+)
+"""What replication writes on an object besides its manifest: dropped from a source, removed on release."""
 
 OwnerKind = Literal["GlobalTenantResource", "TenantResource"]
 
@@ -49,7 +54,7 @@ class Owner:
         resources writing the same object conflict visibly instead of silently taking turns."""
         short = "gtr" if self.kind == "GlobalTenantResource" else "tr"
         ident = f"{self.namespace}.{self.name}" if self.namespace else self.name
-        manager = f"enclave-replication/{short}/{ident}"
+        manager = f"{REPLICATION_MANAGER}/{short}/{ident}"
         if len(manager) <= 128:
             return manager
         digest = hashlib.sha256(ident.encode()).hexdigest()[:10]

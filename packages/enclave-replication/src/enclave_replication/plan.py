@@ -21,6 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from enclave_core import selectors
+from enclave_core.api.names import (
+    ENCLAVE_MANAGED_BY,
+    REPLICATION_HASH_ANNOTATION,
+    REPLICATION_MANAGER,
+    REPLICATION_OWNER_ANNOTATION,
+)
 from enclave_core.api.replication import (
     ContextResource,
     GlobalTenantResourceSpec,
@@ -33,16 +39,7 @@ from enclave_core.api.replication import (
 )
 from enclave_core.kube.rest import JSON
 from enclave_replication import templates
-from enclave_replication.names import (
-    HASH_ANNOTATION,
-    LIFECYCLE_ANNOTATIONS,
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    OWNER_ANNOTATION,
-    Owner,
-    content_hash,
-    split_api_version,
-)
+from enclave_replication.names import LIFECYCLE_ANNOTATIONS, Owner, content_hash, split_api_version
 from enclave_replication.targets import Target
 
 ObjectKey = tuple[str, str, str, str]
@@ -207,7 +204,7 @@ def strip_source(obj: JSON, selector: selectors.LabelSelector | None) -> JSON:
             labels.pop(key, None)
         for requirement in selector.match_expressions or ():
             labels.pop(requirement.key, None)
-    labels.pop(MANAGED_BY_LABEL, None)
+    labels.pop(ENCLAVE_MANAGED_BY, None)
     annotations = {
         key: value
         for key, value in (meta.get("annotations") or {}).items()
@@ -486,11 +483,11 @@ class _Builder:
         annotations = {**(meta.get("annotations") or {}), **((extra.annotations or {}) if extra else {})}
         for key in LIFECYCLE_ANNOTATIONS:
             annotations.pop(key, None)
-        labels[MANAGED_BY_LABEL] = MANAGED_BY_VALUE
-        annotations[OWNER_ANNOTATION] = self.owner.key
+        labels[ENCLAVE_MANAGED_BY] = REPLICATION_MANAGER
+        annotations[REPLICATION_OWNER_ANNOTATION] = self.owner.key
         meta["labels"], meta["annotations"] = labels, annotations
         body["metadata"] = meta
-        annotations[HASH_ANNOTATION] = content_hash(body)
+        annotations[REPLICATION_HASH_ANNOTATION] = content_hash(body)
         return body
 
 

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from enclave_core import selectors
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.replication import GlobalTenantResourceSpec, ResourceBlock, TenantResourceSpec
 from enclave_core.kube.rest import JSON
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,14 @@ import logging
 from prometheus_client import Gauge
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api.names import ENCLAVE_MANAGED_BY, REPLICATION_MANAGER, REPLICATION_OWNER_ANNOTATION, TENANT_LABEL
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube
 from enclave_core.snapshots.configuration import EffectiveConfiguration
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_replication import plan as planning
 from enclave_replication.access import WatchAccess
 from enclave_replication.discovery import Discovery, Resource
-from enclave_replication.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_ANNOTATION, Owner
+from enclave_replication.names import Owner
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ GLOBAL_PATH = f"/apis/{GROUP_VERSION}/globaltenantresources"
 TENANT_PATH = f"/apis/{GROUP_VERSION}/tenantresources"
 TENANTS_PATH = f"/apis/{GROUP_VERSION}/tenants"
 NAMESPACES_PATH = "/api/v1/namespaces"
-MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+MANAGED_SELECTOR = f"{ENCLAVE_MANAGED_BY}={REPLICATION_MANAGER}"
 SYNC_TIMEOUT = 30.0
 """Seconds a reconcile waits for a new managed-object informer's first list before reading directly instead."""
 
@@ -129,7 +129,7 @@ class Watches:
         informer = self.managed.get(informer_path)
         obj = informer.get(key) if informer else None
         if obj is not None:
-            owner = _annotations(obj).get(OWNER_ANNOTATION)
+            owner = _annotations(obj).get(REPLICATION_OWNER_ANNOTATION)
             if owner:
                 self.enqueue(owner)
                 return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import (
@@ -18,7 +19,7 @@ from enclave_core.runtime.options import (
     check_controller_flags,
     env_default,
 )
-from enclave_tenants.bindings import MANAGER, Grant
+from enclave_tenants.bindings import Grant
 from enclave_tenants.controller import Settings, TenantsController
 
 TENANTS_GC_THRESHOLDS = "20000,10,100"
@@ -83,7 +84,7 @@ async def body(process: component.Component) -> None:
     )
     await grpc.run_snapshot_controller(
         process,
-        MANAGER,
+        TENANTS_MANAGER,
         lambda kube, hub, events: TenantsController(
             kube, settings, hub, events, wait_for_configuration=bool(args.config_endpoint)
         ),

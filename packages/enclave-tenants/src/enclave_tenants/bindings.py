@@ -17,15 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from enclave_core.api.meta import Entity
+from enclave_core.api.names import MANAGED_BY, TENANT_LABEL, TENANTS_MANAGER
 from enclave_core.api.tenancy import AdditionalRoleBinding
 from enclave_core.rbac import RBAC_GROUP, service_account_parts, subject
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_tenants.owners import Owner
 
 JSON = dict[str, Any]
 
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-MANAGER: Final = "enclave-tenants"
 MAX_NAME: Final = 253
 _KIND_WORDS: Final = {"User": "user", "Group": "group", "ServiceAccount": "serviceaccount"}
 _UNSAFE: Final = re.compile(r"[^a-z0-9.-]")
@@ -105,7 +103,7 @@ def role_binding(namespace: str, name: str, tenant: str, cluster_role: str, subj
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {MANAGED_BY: MANAGER, TENANT_LABEL: tenant},
+            "labels": {MANAGED_BY: TENANTS_MANAGER, TENANT_LABEL: tenant},
         },
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": cluster_role},
         "subjects": list(subjects),

@@ -16,11 +16,12 @@ import logging
 import sys
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.kube.informer import Informer, share
 from enclave_core.kube.rest import JSON
 from enclave_core.ledger import LedgerClient
 from enclave_core.snapshots.configuration import EffectiveConfiguration
-from enclave_tenants import bindings, work
+from enclave_tenants import work
 from enclave_tenants.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,7 @@ def _namespace_trim(obj: JSON) -> JSON:
     entries = [
         {key: entry[key] for key in _ENTRY_FIELDS if key in entry}
         for entry in meta.get("managedFields") or []
-        if entry.get("manager") == bindings.MANAGER
+        if entry.get("manager") == TENANTS_MANAGER
     ]
     kept = {key: value for key, value in meta.items() if key != "managedFields"}
     if entries:

@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from enclave_core.api import names
+from enclave_core.api.names import PROMOTED_LABEL
 from enclave_core.api.tenancy import Tenant
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer, keep_managed_fields
@@ -26,7 +28,7 @@ from enclave_core.ledger import LedgerClient
 from enclave_core.runtime import memory
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.rules import RULE_STATUS_NAME, RULES_KIND
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL, TENANCY_KIND, TenantView
+from enclave_core.snapshots.tenancy import TENANCY_KIND, TenantView
 from enclave_tenants import bindings, ledgers, namespaces, rules, work
 from enclave_tenants.caches import (
     BINDINGS_PATH,
@@ -139,14 +141,14 @@ class TenantsController(Reporting, NamespaceQuota):
         self.ledger_cache = Informer(
             kube,
             self.ledgers.path(""),
-            label_selector=f"{ledgers.MANAGED_BY}={ledgers.MANAGER}",
+            label_selector=f"{names.MANAGED_BY}={names.TENANTS_MANAGER}",
             on_change=self._ledger_changed,
             name="quantityledgers",
         )
         self.bindings = Informer(
             kube,
             BINDINGS_PATH,
-            label_selector=f"{bindings.MANAGED_BY}={bindings.MANAGER}",
+            label_selector=f"{names.MANAGED_BY}={names.TENANTS_MANAGER}",
             on_change=self._binding_changed,
             name="rolebindings",
             transform=_binding_trim,
@@ -450,7 +452,7 @@ class TenantsController(Reporting, NamespaceQuota):
         wanted = plan.bindings.get(name, {})
         if body is not None and live is not None:
             tenant = plan.namespace_tenant[name]
-            if namespaces.needs_apply(live, body, bindings.MANAGER):
+            if namespaces.needs_apply(live, body, names.TENANTS_MANAGER):
                 ranks.append(work.MISSING if namespaces.tenant_of(live) != tenant else work.DRIFTED)
             uid = str(plan.tenants[tenant].raw["metadata"].get("uid", ""))
             if namespaces.foreign_tenant_references(live, uid):
@@ -504,7 +506,7 @@ class TenantsController(Reporting, NamespaceQuota):
         body = plan.namespace_bodies[name]
         try:
             live = self.namespaces.get(name) or {}
-            if namespaces.needs_apply(live, body, bindings.MANAGER):
+            if namespaces.needs_apply(live, body, names.TENANTS_MANAGER):
                 live = await self.kube.apply(resource_path("v1", "namespaces", name=name), body)
                 live = self.namespaces.store(live)
                 WRITES.labels("Namespace", "apply").inc()

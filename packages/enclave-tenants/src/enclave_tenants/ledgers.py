@@ -13,15 +13,11 @@ and reports the same count as ``status.size``; a second counter could disagree w
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
 
 from enclave_core import API_GROUP
 from enclave_core.api.ledger import QuantityLedger, TargetRef
 from enclave_core.kube.rest import JSON
 from enclave_core.ledger import ledger_name
-
-MANAGER: Final = "enclave-tenants"
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 
 
 def target(name: str, uid: str) -> TargetRef:

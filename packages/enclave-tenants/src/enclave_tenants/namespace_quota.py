@@ -16,6 +16,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from enclave_core.api import names
 from enclave_core.api.ledger import QuantityLedgerStatus
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import KubeError
@@ -59,7 +60,7 @@ class NamespaceQuota:
                     live = None
                 if live is None:
                     body = new_ledger(
-                        ledgers.target(name, uid), self.settings.namespace, {ledgers.MANAGED_BY: ledgers.MANAGER}
+                        ledgers.target(name, uid), self.settings.namespace, {names.MANAGED_BY: names.TENANTS_MANAGER}
                     )
                     await self.ledgers.ensure(body)
                     WRITES.labels("QuantityLedger", "create").inc()

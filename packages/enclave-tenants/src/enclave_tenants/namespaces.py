@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from enclave_core import API_GROUP, GROUP_VERSION
+from enclave_core.api.names import NODE_SELECTOR_ANNOTATION, TENANT_LABEL
 from enclave_core.api.tenancy import TenantSpec
 from enclave_core.kube.managedfields import owned_keys, owned_list_keys
 from enclave_core.selectors import validate_label_key, validate_label_value
-from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, TENANT_LABEL
 
 JSON = dict[str, Any]
 _REFERENCE_FIELDS = ("apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion")

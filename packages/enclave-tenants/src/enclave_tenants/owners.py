@@ -12,10 +12,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from enclave_core.api.meta import Entity, EntityKind
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.tenancy import OwnerStatus, Permissions, Tenant, TenantOwner
 from enclave_core.rbac import service_account_parts
 from enclave_core.selectors import matches_any
-from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TENANT_LABEL, entity_matches
+from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, entity_matches
 from enclave_tenants.policy import Policy
 
 Source = Literal["Tenant", "TenantOwner", "PromotedServiceAccount"]

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from enclave_core.api.meta import Entity
+from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.api.tenancy import ForbiddenList, Tenant, TenantOwner
 from enclave_core.api.validation import forbidden_problems
 from enclave_core.snapshots.tenancy import Forbidden, TenancySnapshot, TenantView
@@ -236,7 +237,7 @@ def build_plan(
         if label is not None and label in tenant_raws:
             members.setdefault(label, []).append(name)
             plan.namespace_tenant[name] = label
-        elif label is None and not ns.is_terminating(item) and ns.owns_anything(item, rb.MANAGER):
+        elif label is None and not ns.is_terminating(item) and ns.owns_anything(item, TENANTS_MANAGER):
             plan.release.append(name)
     promoted_by_namespace: dict[str, list[tuple[str, str]]] = {}
     for account in promoted_accounts:

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from enclave_core import GROUP_VERSION
+from enclave_core.api.names import MANAGED_BY, TENANTS_MANAGER
 from enclave_core.api.rules import AppliedRule, RuleBody, RuleOrigin, RuleStatusStatus
 from enclave_core.api.tenancy import Tenant
 from enclave_core.api.validation import rules_problems
@@ -45,7 +46,6 @@ from enclave_core.snapshots.rules import (
     VolumeView,
 )
 from enclave_tenants import namespaces as ns
-from enclave_tenants.bindings import MANAGED_BY, MANAGER
 from enclave_tenants.status import MESSAGE_LIMIT, Problem
 
 JSON = dict[str, Any]
@@ -258,7 +258,7 @@ def new_rule_status(namespace: str) -> JSON:
     return {
         "apiVersion": GROUP_VERSION,
         "kind": "RuleStatus",
-        "metadata": {"name": RULE_STATUS_NAME, "namespace": namespace, "labels": {MANAGED_BY: MANAGER}},
+        "metadata": {"name": RULE_STATUS_NAME, "namespace": namespace, "labels": {MANAGED_BY: TENANTS_MANAGER}},
     }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from enclave_core.api.names import CONFIGURATION_LABEL
 from enclave_testing.balancer import Balancer
 from enclave_testing.certificates import ComponentCertificates, enable_tls_reconciler
 from enclave_testing.components import COMPONENTS, ComponentSpec, RunningComponent, start_component
@@ -110,7 +111,7 @@ def remove_configuration(kube: Any, config_name: str) -> None:
         client.CustomObjectsApi(kube).delete_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", config_name)
     rbac = client.RbacAuthorizationV1Api(kube)
     registrations = client.AdmissionregistrationV1Api(kube)
-    selector = f"enclave.dev/service-configuration={config_name}"
+    selector = f"{CONFIGURATION_LABEL}={config_name}"
     kinds = {
         "cluster role binding": (rbac.list_cluster_role_binding, rbac.delete_cluster_role_binding),
         "cluster role": (rbac.list_cluster_role, rbac.delete_cluster_role),

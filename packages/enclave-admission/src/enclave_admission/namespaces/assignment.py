@@ -9,7 +9,8 @@ from typing import Final
 
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State, Subject
-from enclave_core.snapshots.tenancy import TENANT_LABEL, TenantView
+from enclave_core.api.names import TENANT_LABEL
+from enclave_core.snapshots.tenancy import TenantView
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ from enclave_admission.metadata import is_tenant_reference, owner_references, te
 from enclave_admission.namespaces.assignment import Refusal, choose_tenant, once_tenancy_shows
 from enclave_admission.review import JSON, AdmissionRequest, Decision, pointer
 from enclave_admission.state import Role, State
-from enclave_core.snapshots.tenancy import TENANT_LABEL, TenantView
+from enclave_core.api.names import TENANT_LABEL
+from enclave_core.snapshots.tenancy import TenantView
 
 
 def answer(request: AdmissionRequest, state: State) -> Decision | Awaitable[Decision]:

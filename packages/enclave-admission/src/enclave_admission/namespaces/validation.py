@@ -26,7 +26,8 @@ from enclave_admission.rules import metadata as metadata_rules
 from enclave_admission.rules.engine import Review
 from enclave_admission.rules.validation import decide
 from enclave_admission.state import NO_KEYS, Role, State, Subject
-from enclave_core.snapshots.tenancy import NODE_SELECTOR_ANNOTATION, SERVICE_ACCOUNT_PREFIX, TENANT_LABEL, TenantView
+from enclave_core.api.names import NODE_SELECTOR_ANNOTATION, TENANT_LABEL
+from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TenantView
 
 
 def answer(request: AdmissionRequest, state: State) -> Decision | Awaitable[Decision]:

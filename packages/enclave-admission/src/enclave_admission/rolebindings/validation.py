@@ -21,21 +21,16 @@ is no tenant user is not refused: Enclave knows no more about them than about an
 
 from __future__ import annotations
 
-from typing import Final
-
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
+from enclave_core.api.names import MANAGED_BY, TENANTS_MANAGER
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
-
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-MANAGER: Final = "enclave-tenants"
-"""The label enclave-tenants puts on every RoleBinding it writes (``enclave_tenants.bindings.role_binding``)."""
 
 
 def validate(request: AdmissionRequest, state: State) -> Decision:
     if request.sub_resource:
         return Decision.allow()
-    if request.labels.get(MANAGED_BY) != MANAGER and request.old_labels.get(MANAGED_BY) != MANAGER:
+    if request.labels.get(MANAGED_BY) != TENANTS_MANAGER and request.old_labels.get(MANAGED_BY) != TENANTS_MANAGER:
         return Decision.allow("NotManaged")
     username = request.username
     if state.namespace and username.startswith(f"{SERVICE_ACCOUNT_PREFIX}{state.namespace}:"):
@@ -46,7 +41,7 @@ def validate(request: AdmissionRequest, state: State) -> Decision:
     action = {"DELETE": "delete", "CREATE": "create"}.get(request.operation, "change")
     return Decision.deny(
         "ManagedRoleBinding",
-        f"RoleBinding {request.namespace}/{request.name} is kept by Enclave ({MANAGED_BY}={MANAGER}): "
+        f"RoleBinding {request.namespace}/{request.name} is kept by Enclave ({MANAGED_BY}={TENANTS_MANAGER}): "
         f"{username} may not {action} it; owners and roles are changed on the Tenant (or TenantOwner), "
         "by whoever may edit it",
         tenant=state.tenancy.namespace_owner.get(request.namespace, ""),

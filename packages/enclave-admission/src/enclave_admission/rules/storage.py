@@ -19,8 +19,8 @@ from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.rules.compiled import CompiledRule
 from enclave_admission.rules.engine import Finding, Item, Review
 from enclave_admission.state import State
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.selectors import matches
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 
 
 def _volume_name(obj: dict[str, object] | None) -> str:

@@ -17,7 +17,7 @@ from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.rules import exempt, ingress, metadata, network, services, storage, workloads
 from enclave_admission.rules.engine import Review
 from enclave_admission.state import State
-from enclave_core.snapshots.tenancy import TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 
 MAX_REASONS = 5
 """Refusals listed in one denial; the rest are counted."""

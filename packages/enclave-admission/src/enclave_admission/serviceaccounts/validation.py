@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import Role, State, Subject
-from enclave_core.snapshots.tenancy import PROMOTED_LABEL, entity_matches
+from enclave_core.api.names import PROMOTED_LABEL
+from enclave_core.snapshots.tenancy import entity_matches
 
 CLUSTER_ADMINISTRATORS = "system:masters"
 

@@ -19,6 +19,7 @@ from enclave_core.api.meta import (
     Port,
     StatusModel,
 )
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.schema import REQUIRED, Extra, Rule, TypeExtras
 
 __all__ = [
@@ -154,7 +155,7 @@ class MatchCondition(ApiModel):
 def _carries_tenant_metadata(variable: str) -> str:
     meta = f"{variable}.metadata"
     return (
-        f"({variable} != null && has({meta}.labels) && 'enclave.dev/tenant' in {meta}.labels)"
+        f"({variable} != null && has({meta}.labels) && '{TENANT_LABEL}' in {meta}.labels)"
         f" || ({variable} != null && has({meta}.ownerReferences) && {meta}.ownerReferences.exists(r,"
         " r.kind == 'Tenant' && r.apiVersion.startsWith('enclave.dev/')))"
     )

@@ -7,7 +7,7 @@ ConversionReview; :func:`convert` converts one object.
 Fidelity. The natural mapping of each kind (:class:`KindConversion`) moves fields between the two layouts
 (docs/versions.md has the table). Where the target cannot hold something the source has (Tenant
 ``spec.rules`` has no v1beta1 field, ``users`` entries of kind ServiceAccount become plain user names, an
-explicitly empty list has no counterpart), the source ``spec`` travels in the annotation :data:`ANNOTATION`
+explicitly empty list has no counterpart), the source ``spec`` travels in the annotation :data:`CONVERSION_ANNOTATION`
 of the converted object. Converting back, when the object still says what the saved spec would say (nobody
 edited it in between), the saved spec is restored exactly; when it was edited, the edited fields win and the
 fields only the saved version can hold (Tenant ``rules``, ServiceConfiguration ``admission``) are carried
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from enclave_core import API_GROUP
+from enclave_core.api.names import CONVERSION_ANNOTATION
 from enclave_core.api.v1beta1.configuration import MAX_USERS
 
 __all__ = [
-    "ANNOTATION",
     "HUB",
     "SPOKE",
     "VERSIONS",
@@ -45,9 +45,6 @@ HUB: Final = f"{API_GROUP}/v1beta2"
 SPOKE: Final = f"{API_GROUP}/v1beta1"
 """The older version, served and converted."""
 VERSIONS: Final = (SPOKE, HUB)
-ANNOTATION: Final = "conversion.enclave.dev/saved"
-"""Holds ``{"apiVersion": <version>, "spec": <spec in that version>}`` where the target version cannot hold
-everything of the source: written by conversion, read back by conversion, meaningless to anyone else."""
 
 Spec = dict[str, Any]
 
@@ -163,7 +160,7 @@ CONVERSIONS: Final[Mapping[str, KindConversion]] = {
 
 def _saved(obj: Mapping[str, Any], strict: bool) -> dict[str, Any] | None:
     """The conversion annotation of ``obj``, parsed; a malformed one is refused (strict) or ignored."""
-    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(CONVERSION_ANNOTATION)
     if raw is None:
         return None
     try:
@@ -173,7 +170,7 @@ def _saved(obj: Mapping[str, Any], strict: bool) -> dict[str, Any] | None:
     if not (isinstance(saved, dict) and saved.get("apiVersion") in VERSIONS and isinstance(saved.get("spec"), dict)):
         if strict:
             raise ConversionError(
-                f"metadata.annotations[{ANNOTATION}]",
+                f"metadata.annotations[{CONVERSION_ANNOTATION}]",
                 "not the conversion data Enclave writes; remove the annotation (it is managed by conversion)",
             )
         return None
@@ -187,7 +184,7 @@ def _natural(conversion: KindConversion, spec: Spec, target: str) -> Spec:
 def convert(obj: Mapping[str, Any], target: str) -> dict[str, Any]:
     """``obj`` converted to ``target`` (``enclave.dev/v1beta1`` or ``/v1beta2``); a fresh object.
 
-    Only ``apiVersion``, ``spec`` and the annotation :data:`ANNOTATION` change; ``metadata`` otherwise and
+    Only ``apiVersion``, ``spec`` and the annotation :data:`CONVERSION_ANNOTATION` change; ``metadata`` otherwise and
     ``status`` are copied (kube-apiserver refuses a conversion that touches other metadata).
     """
     source = obj.get("apiVersion")
@@ -205,7 +202,7 @@ def convert(obj: Mapping[str, Any], target: str) -> dict[str, Any]:
     saved = _saved(obj, strict=target == HUB)
     metadata = out.setdefault("metadata", {})
     annotations = dict(metadata.get("annotations") or {})
-    annotations.pop(ANNOTATION, None)
+    annotations.pop(CONVERSION_ANNOTATION, None)
     spec = obj.get("spec")
     if isinstance(spec, dict):
         result = _natural(conversion, spec, target)
@@ -218,7 +215,7 @@ def convert(obj: Mapping[str, Any], target: str) -> dict[str, Any]:
                         result[key] = copy.deepcopy(saved["spec"][key])
         out["spec"] = result
         if _natural(conversion, result, source) != spec:
-            annotations[ANNOTATION] = json.dumps(
+            annotations[CONVERSION_ANNOTATION] = json.dumps(
                 {"apiVersion": source, "spec": spec}, sort_keys=True, separators=(",", ":")
             )
     if annotations:

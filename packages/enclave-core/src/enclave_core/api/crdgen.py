@@ -41,7 +41,7 @@ from pydantic import BaseModel, PlainValidator
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import WithJsonSchema
 
-from enclave_core.api import CATEGORY, KINDS, KindInfo
+from enclave_core.api import CATEGORY, KINDS, KindInfo, names
 from enclave_core.api.meta import EXTERNAL_EXTRAS, ObjectMeta
 from enclave_core.api.schema import Extra, Required, Rule, TypeExtras
 from enclave_core.quantity import validate_quantity
@@ -72,7 +72,7 @@ _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 """Bounds equal to int64's own limits are dropped: kube-apiserver reads them as float64, which rounds
 ``2**63 - 1`` up to ``2**63`` and overflows, rejecting every value; integers are int64 anyway."""
-_LABELS: Final = {"app.kubernetes.io/name": "enclave", "app.kubernetes.io/part-of": "enclave"}
+_LABELS: Final = {names.APP_NAME: names.PART_OF_ENCLAVE, names.PART_OF: names.PART_OF_ENCLAVE}
 
 
 class SchemaError(TypeError):

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from enclave_core import cel, patterns
 from enclave_core.api.configuration import MutatingAdmission, ServiceConfigurationSpec, ValidatingAdmission
 from enclave_core.api.meta import ApiModel, ValueMatcher
+from enclave_core.api.names import NAMESPACE_NAME_LABEL
 from enclave_core.api.replication import TenantResourceSpec
 from enclave_core.api.rules import RuleBody, Toleration, WorkloadMutation, WorkloadsPolicy
 from enclave_core.api.tenancy import ForbiddenList, TenantSpec
@@ -186,7 +187,7 @@ def _catches_critical_namespaces(webhook: object) -> bool:
         return True
     for requirement in selector.match_expressions or []:
         if (
-            requirement.key == "kubernetes.io/metadata.name"
+            requirement.key == NAMESPACE_NAME_LABEL
             and requirement.operator == "NotIn"
             and all(ns in (requirement.values or []) for ns in CRITICAL_NAMESPACES)
         ):

@@ -15,6 +15,7 @@ import socket
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from enclave_core.api import names
 from enclave_core.kube.rest import JSON, FencedWriteError, Kube, KubeError, resource_path
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,8 @@ class EventRecorder:
                 "generateName": f"{meta.get('name', 'enclave')}.",
                 "namespace": target,
                 "labels": {
-                    "enclave.dev/component": self.component,
-                    "enclave.dev/involved-kind": str(involved["kind"]).lower()[:63],
+                    names.EVENT_COMPONENT_LABEL: self.component,
+                    names.EVENT_INVOLVED_KIND_LABEL: str(involved["kind"]).lower()[:63],
                 },
             },
             "involvedObject": involved,

@@ -17,11 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from enclave_core.api.meta import Entity
 from enclave_core.snapshots.payload import SnapshotPayload
 
-TENANT_LABEL: Final = "enclave.dev/tenant"
-"""Namespace label naming its tenant; also how a TenantOwner joins a tenant."""
-PROMOTED_LABEL: Final = "enclave.dev/promoted"
-"""Service-account label (value ``"true"``) by which a tenant owner promotes an account to owner."""
-NODE_SELECTOR_ANNOTATION: Final = "scheduler.alpha.kubernetes.io/node-selector"
 TENANCY_KIND: Final = "Tenancy"
 SERVICE_ACCOUNT_PREFIX: Final = "system:serviceaccount:"
 

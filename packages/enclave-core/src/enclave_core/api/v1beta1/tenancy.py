@@ -3,7 +3,7 @@
 v1beta1 kept the namespace count, the metadata added to namespaces and the forbidden namespace metadata as
 four top-level fields of the spec; v1beta2 groups them under ``spec.namespaceOptions``. Tenant rules
 (``spec.rules``) are v1beta2 only: a v1beta2 tenant read as v1beta1 carries them in the conversion annotation
-(:data:`enclave_core.api.conversion.ANNOTATION`), so writing it back keeps them. Everything else is the
+(:data:`enclave_core.api.names.CONVERSION_ANNOTATION`), so writing it back keeps them. Everything else is the
 v1beta2 shape, reusing its types.
 """
 
