@@ -10,7 +10,7 @@ reconnects and hands its consumer the whole fresh snapshot, rebuilding what it d
 Each cache keeps its own :class:`Deadline`: due a random fraction (up to :data:`SPREAD`) short of the period
 after its last fresh read, redrawn every time, so the replicas and components of a cluster, started together
 by one ``helm install``, drift apart instead of relisting every kind at the same moment. The period is the
-process's (:func:`set_period`): components take it from the ServiceConfiguration snapshot they follow
+component's (:func:`set_period`): components take it from the ServiceConfiguration snapshot they follow
 (``enclave_core.runtime.grpc.subscribe``), enclave-config from the configuration it publishes; the spec's
 default (24h) applies until one arrives. A new period moves every deadline at once (a shorter one may make
 some due at once).
@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Final
@@ -51,24 +52,34 @@ LAST_INVALIDATION = Gauge(
     "enclave_cache_last_invalidation_timestamp_seconds", "Unix time of the cache's last invalidation", ["cache"]
 )
 
-_period = DEFAULT_PERIOD
-_moved: set[Callable[[], None]] = set()
+
+class _Component(threading.local):
+    """The period and the waiting deadlines of the component running on this thread. A process of its own has
+    one; ``enclave_core.runtime.host`` runs each hosted component on a thread and loop of its own, and a
+    deadline may only be moved from the loop it waits on, so each follows its own subscription."""
+
+    period: float = DEFAULT_PERIOD
+
+    def __init__(self) -> None:
+        self.moved: set[Callable[[], None]] = set()
+
+
+_here = _Component()
 
 
 def period() -> float:
-    """The process's invalidation period, in seconds."""
-    return _period
+    """The component's invalidation period, in seconds."""
+    return _here.period
 
 
 def set_period(seconds: float) -> None:
     """Obey a new period (clamped to :data:`MINIMUM_PERIOD`); every waiting cache's deadline moves with it."""
-    global _period
     seconds = max(MINIMUM_PERIOD, seconds)
-    if seconds == _period:
+    if seconds == _here.period:
         return
-    log.info("cache invalidation period", extra={"seconds": seconds, "was": _period})
-    _period = seconds
-    for moved in list(_moved):
+    log.info("cache invalidation period", extra={"seconds": seconds, "was": _here.period})
+    _here.period = seconds
+    for moved in list(_here.moved):
         moved()
 
 
@@ -101,7 +112,7 @@ class Deadline:
     @property
     def at(self) -> float:
         """Loop time at which the cache is due under the current period."""
-        return self.since + due_after(_period, self.fraction)
+        return self.since + due_after(_here.period, self.fraction)
 
 
 @contextlib.asynccontextmanager
@@ -115,8 +126,8 @@ async def expiring(deadline: Deadline) -> AsyncIterator[asyncio.Timeout]:
             if not timeout.expired():
                 timeout.reschedule(deadline.at)
 
-        _moved.add(moved)
+        _here.moved.add(moved)
         try:
             yield timeout
         finally:
-            _moved.discard(moved)
+            _here.moved.discard(moved)

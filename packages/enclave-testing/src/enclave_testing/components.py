@@ -151,3 +151,71 @@ def start_component(
     if wait_ready:
         running.wait_ready(timeout)
     return running
+
+
+HOST_MODULE = "enclave_core.runtime.host"
+"""Several controller components in one process (``enclave-host``; docs/architecture.md)."""
+
+
+@dataclass
+class RunningHost:
+    """One ``enclave-host`` process: its own probes (ready when every hosted component is) and, per component,
+    a :class:`RunningComponent` with that component's probe and gRPC ports and the shared process."""
+
+    process: ManagedProcess
+    probe_port: int
+    components: dict[str, RunningComponent]
+
+    @property
+    def probe_url(self) -> str:
+        return f"http://127.0.0.1:{self.probe_port}"
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        wait_until(lambda: _ready(self.probe_url), timeout=timeout, what="enclave-host /readyz", alive=self.process)
+
+
+def routed(name: str, args: list[str]) -> list[str]:
+    """``args`` of one component as the host takes them: ``--flag=value`` becomes ``--<name>:flag=value``."""
+    return [f"--{name}:{arg[2:]}" if arg.startswith("--") else arg for arg in args]
+
+
+def start_host(
+    names: list[str],
+    *,
+    kubeconfig: Path,
+    log_dir: Path,
+    namespace: str,
+    args: Callable[[ComponentSpec], list[str]] = lambda spec: [],
+    common: list[str] | None = None,
+    identity: str = "",
+    env: dict[str, str] | None = None,
+    log_name: str = "host",
+) -> RunningHost:
+    """Start the controller components ``names`` in one ``enclave-host`` process, each on loopback ports of its
+    own; ``args(spec)`` are one component's flags (routed to it alone), ``common`` go to every component. The
+    hosted components follow the hosted enclave-config (the host's default) and nothing waits for readiness."""
+    specs = {spec.name: spec for spec in COMPONENTS}
+    probe_port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        HOST_MODULE,
+        f"--components={','.join(names)}",
+        f"--probe-address=127.0.0.1:{probe_port}",
+        f"--kubeconfig={kubeconfig}",
+        f"--namespace={namespace}",
+        f"--identity={identity or log_name + '-local'}",
+        *(common or []),
+    ]
+    ports: dict[str, tuple[int, int]] = {}
+    for name in names:
+        ports[name] = (free_port(), free_port())
+        command += routed(
+            name,
+            [f"--probe-address=127.0.0.1:{ports[name][0]}", f"--grpc-address=127.0.0.1:{ports[name][1]}"],
+        )
+        command += routed(name, args(specs[name]))
+    process_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    process = ManagedProcess(log_name, command, log_dir / f"{log_name}.log", env=process_env).start()
+    hosted = {name: RunningComponent(specs[name], process, *ports[name]) for name in names}
+    return RunningHost(process, probe_port, hosted)

@@ -19,7 +19,14 @@ from kubernetes.client.rest import ApiException
 from enclave_core.api.names import CONFIGURATION_LABEL
 from enclave_testing.balancer import Balancer
 from enclave_testing.certificates import ComponentCertificates, enable_tls_reconciler
-from enclave_testing.components import COMPONENTS, ComponentSpec, RunningComponent, start_component
+from enclave_testing.components import (
+    COMPONENTS,
+    ComponentSpec,
+    RunningComponent,
+    RunningHost,
+    start_component,
+    start_host,
+)
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
@@ -44,6 +51,8 @@ class TenancyStack:
     """The serving and per-component client certificates, mounted for the processes as the kubelet would."""
     balancer: Balancer | None = None
     """In front of the admission replicas when there are several (``admission_replicas``)."""
+    host: RunningHost | None = None
+    """The one process of the controllers when they run together (``colocated``)."""
 
     @property
     def kube(self) -> Any:
@@ -170,6 +179,7 @@ def start_tenancy(
     replication: bool = False,
     tenants_args: list[str] | None = None,
     admission_replicas: int = 1,
+    colocated: bool = False,
 ) -> TenancyStack:
     """Run config, tenants and admission on ``plane`` with ``users`` as the tenant users; ready when it returns.
 
@@ -182,6 +192,8 @@ def start_tenancy(
     are extra flags of enclave-tenants (``--namespace-grant=<clusterrole>=<account>``, as the chart passes).
     ``admission_replicas`` above 1 runs that many admission servers behind one round-robin
     :class:`~enclave_testing.balancer.Balancer` (as a Service spreads reviews over the chart's replicas).
+    ``colocated`` runs the controllers together in one ``enclave-host`` process (the chart's
+    ``controllers.colocated`` shape), admission apart; ``stack.host`` is that process.
     """
     from enclave_admission.defaults import url_client, webhooks
 
@@ -208,23 +220,37 @@ def start_tenancy(
         stack.processes.append(running)
         return running
 
+    config_args = [f"--service-configuration-name={stack.config_name}", "--resync=5s"]
+    optional = {"pools": pools, "globalquotas": globalquotas, "quotas": quotas, "replication": replication}
     try:
-        config = start(
-            "config", {}, args=[f"--service-configuration-name={stack.config_name}", "--resync=5s"], wait_ready=False
-        )
-        # enclave-config serves once it has written the serving Secret, and the others wait for their certificates.
-        enable_tls_reconciler(kube, stack.config_name)
-        config.wait_ready()
-        endpoints = {"config": config.grpc_target}
-        endpoints["tenants"] = start("tenants", endpoints, args=list(tenants_args or [])).grpc_target
-        if pools:
-            endpoints["pools"] = start("pools", {"config": endpoints["config"]}).grpc_target
-        if globalquotas:
-            endpoints["globalquotas"] = start("globalquotas", {"config": endpoints["config"]}).grpc_target
-        if quotas:
-            endpoints["quotas"] = start("quotas", {"config": endpoints["config"]}).grpc_target
-        if replication:
-            endpoints["replication"] = start("replication", {"config": endpoints["config"]}).grpc_target
+        if colocated:
+            names = ["config", "tenants", *(name for name, wanted in optional.items() if wanted)]
+            own = {"config": config_args, "tenants": list(tenants_args or [])}
+            stack.host = start_host(
+                names,
+                kubeconfig=plane.kubeconfig,
+                log_dir=plane.log_dir,
+                namespace=stack.namespace,
+                args=lambda spec: [*certificates.args(spec), *own.get(spec.name, [])],
+                identity=unique("host"),
+                log_name=unique("host"),
+            )
+            stack.processes.extend(stack.host.components.values())
+            enable_tls_reconciler(kube, stack.config_name)
+            for hosted in stack.host.components.values():
+                hosted.wait_ready()
+            endpoints = {name: hosted.grpc_target for name, hosted in stack.host.components.items()}
+        else:
+            config = start("config", {}, args=config_args, wait_ready=False)
+            # enclave-config serves once it has written the serving Secret, and the others wait for their
+            # certificates.
+            enable_tls_reconciler(kube, stack.config_name)
+            config.wait_ready()
+            endpoints = {"config": config.grpc_target}
+            endpoints["tenants"] = start("tenants", endpoints, args=list(tenants_args or [])).grpc_target
+            for name, wanted in optional.items():
+                if wanted:
+                    endpoints[name] = start(name, {"config": endpoints["config"]}).grpc_target
         admissions = [
             start(
                 "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -50,27 +51,36 @@ def object_key(obj: JSON) -> str:
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
 
 
-_LIVE: weakref.WeakSet[Informer] = weakref.WeakSet()
+class _Component(threading.local):
+    """The informers of the component running on this thread, and what wakes when they all work again. A
+    process of its own has one; ``enclave_core.runtime.host`` runs each hosted component on a thread and loop
+    of its own: one component's failing watch says nothing of another's caches, and a callback may only wake
+    streams on its own loop."""
+
+    def __init__(self) -> None:
+        self.live: weakref.WeakSet[Informer] = weakref.WeakSet()
+        self.resumed: list[Callable[[], None]] = []
 
 
-_RESUMED: list[Callable[[], None]] = []
+_here = _Component()
 
 
 def watching() -> bool:
-    """No informer of this process is failing: every cache is (as far as it can tell) current. A snapshot
+    """No informer of this component is failing: every cache is (as far as it can tell) current. A snapshot
     publisher vouches for its state only while this holds (``SnapshotHub.confirming``)."""
-    return not any(informer.failing for informer in list(_LIVE))
+    return not any(informer.failing for informer in list(_here.live))
 
 
 def on_watching_resumed(callback: Callable[[], None]) -> Callable[[], None]:
     """Call ``callback`` each time :func:`watching` turns true again (the last failing informer listed); returns
     what unregisters it. A snapshot hub wakes its streams with it (``SnapshotHub.reconfirm``), so subscribers
     learn at once that the publisher vouches again instead of up to a heartbeat later."""
-    _RESUMED.append(callback)
+    resumed = _here.resumed
+    resumed.append(callback)
 
     def remove() -> None:
-        if callback in _RESUMED:
-            _RESUMED.remove(callback)
+        if callback in resumed:
+            resumed.remove(callback)
 
     return remove
 
@@ -109,7 +119,7 @@ class Informer:
         """Key -> resourceVersion of the object :meth:`store` cached, until its watch event arrives."""
         self._deadline = invalidation.Deadline()
         """When the cache is next relisted whatever the watch says (``spec.cacheInvalidation``)."""
-        _LIVE.add(self)
+        _here.live.add(self)
 
     @property
     def failing(self) -> bool:
@@ -121,7 +131,7 @@ class Informer:
         blind = not watching()
         self._failing = value
         if blind and watching():
-            for callback in list(_RESUMED):
+            for callback in list(_here.resumed):
                 try:
                     callback()
                 except Exception:

@@ -95,22 +95,9 @@ def gc_thresholds(value: str) -> tuple[int, int, int]:
     return first, second, third
 
 
-def add_common_flags(
-    parser: argparse.ArgumentParser,
-    *,
-    probe_port: int,
-    leader_election: bool = True,
-    gc: str = PYTHON_GC_THRESHOLDS,
-) -> None:
-    """Flags every process has. Environment variables fill the defaults so a Helm chart can set either.
-
-    ``gc`` is the component's default for ``--gc-thresholds`` (a controller that holds large caches raises it).
-    """
-    add_env_option(parser, "kubeconfig", "", "kubeconfig path; empty means in-cluster configuration", env="KUBECONFIG")
-    add_env_option(
-        parser, "namespace", "enclave-system", "the namespace Enclave runs in: TLS secret, leases, events of its own"
-    )
-    add_env_option(parser, "probe-address", f"0.0.0.0:{probe_port}", "host:port serving /healthz, /readyz and /metrics")
+def add_interpreter_flags(parser: argparse.ArgumentParser, *, gc: str = PYTHON_GC_THRESHOLDS) -> None:
+    """``--log-level``, ``--log-format``, ``--event-loop`` and ``--gc-thresholds``: what applies to the whole
+    interpreter (every component has them; ``enclave-host`` takes them once for all it hosts)."""
     add_env_option(parser, "log-level", "info", "debug, info, warning or error")
     parser.add_argument(
         "--log-format",
@@ -131,6 +118,25 @@ def add_common_flags(
         help="the cyclic garbage collector's thresholds, gen0,gen1,gen2 as gc.set_threshold takes them "
         f"(env ENCLAVE_GC_THRESHOLDS, default {gc})",
     )
+
+
+def add_common_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    probe_port: int,
+    leader_election: bool = True,
+    gc: str = PYTHON_GC_THRESHOLDS,
+) -> None:
+    """Flags every process has. Environment variables fill the defaults so a Helm chart can set either.
+
+    ``gc`` is the component's default for ``--gc-thresholds`` (a controller that holds large caches raises it).
+    """
+    add_env_option(parser, "kubeconfig", "", "kubeconfig path; empty means in-cluster configuration", env="KUBECONFIG")
+    add_env_option(
+        parser, "namespace", "enclave-system", "the namespace Enclave runs in: TLS secret, leases, events of its own"
+    )
+    add_env_option(parser, "probe-address", f"0.0.0.0:{probe_port}", "host:port serving /healthz, /readyz and /metrics")
+    add_interpreter_flags(parser, gc=gc)
     if leader_election:
         add_env_switch(
             parser,

@@ -37,6 +37,10 @@ class Readiness:
         self._gates: dict[str, bool] = {}
         self._checks: dict[str, _Check] = {}
 
+    def __contains__(self, name: str) -> bool:
+        """Whether gate or check ``name`` is registered (a component adds its gates as its body starts)."""
+        return name in self._gates or name in self._checks
+
     def add(self, name: str, ready: bool = False) -> None:
         self._gates.setdefault(name, ready)
 
