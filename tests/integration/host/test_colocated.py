@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.runtime.host import CONTROLLERS
-from enclave_core.snapshots.tenancy import TENANT_LABEL
 from enclave_testing.components import RunningHost, start_host
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
