@@ -222,6 +222,7 @@ def start_tenancy(
 
     config_args = [f"--service-configuration-name={stack.config_name}", "--resync=5s"]
     optional = {"pools": pools, "globalquotas": globalquotas, "quotas": quotas, "replication": replication}
+    controllers: list[RunningComponent] = []  # started, not yet waited for
     try:
         if colocated:
             names = ["config", "tenants", *(name for name, wanted in optional.items() if wanted)]
@@ -246,11 +247,12 @@ def start_tenancy(
             # certificates.
             enable_tls_reconciler(kube, stack.config_name)
             config.wait_ready()
+            # The rest start together (their gRPC ports are chosen before they run, and a subscriber retries
+            # until its publisher listens): on two cores, one interpreter's imports overlap another's.
             endpoints = {"config": config.grpc_target}
-            endpoints["tenants"] = start("tenants", endpoints, args=list(tenants_args or [])).grpc_target
-            for name, wanted in optional.items():
-                if wanted:
-                    endpoints[name] = start(name, {"config": endpoints["config"]}).grpc_target
+            controllers.append(start("tenants", endpoints, args=list(tenants_args or []), wait_ready=False))
+            controllers += [start(name, endpoints, wait_ready=False) for name, on in optional.items() if on]
+            endpoints.update({c.spec.name: c.grpc_target for c in controllers})
         admissions = [
             start(
                 "admission", endpoints, wait_ready=False, args=[*plane.webhook_client_args(), *(admission_args or [])]
@@ -285,8 +287,8 @@ def start_tenancy(
         custom = client.CustomObjectsApi(kube)
         poll(lambda: custom.get_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", stack.config_name))
         custom.patch_cluster_custom_object(GROUP, VERSION, "serviceconfigurations", stack.config_name, {"spec": spec})
-        for admission in admissions:
-            admission.wait_ready(60)
+        for running in [*controllers, *admissions]:
+            running.wait_ready(60)
         registrations = client.AdmissionregistrationV1Api(kube)
         poll(lambda: registrations.read_validating_webhook_configuration(f"{stack.config_name}-validating"))
     except BaseException:
