@@ -271,7 +271,7 @@ def test_client_certificates_are_renewed_like_the_serving_one() -> None:
 
 def test_a_generated_object_holds_what_was_applied_whatever_the_server_defaulted() -> None:
 
-    from enclave_config.controller import _holds
+    from enclave_core.kube.holds import holds
 
     desired: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -284,14 +284,14 @@ def test_a_generated_object_holds_what_was_applied_whatever_the_server_defaulted
         "metadata": {"name": "v", "labels": {"a": "b", "other": "c"}, "resourceVersion": "7"},
         "webhooks": [{"name": "x", "rules": [{"operations": ["CREATE"], "scope": "*"}], "timeoutSeconds": 10}],
     }
-    assert _holds(live, desired)
+    assert holds(live, desired)
     with_empty = {**desired, "metadata": {**desired["metadata"], "annotations": {}}}
-    assert _holds(live, with_empty), "the apiserver stores no empty annotations"
+    assert holds(live, with_empty), "the apiserver stores no empty annotations"
     drifted = {**live, "webhooks": [{"name": "x", "rules": [{"operations": ["DELETE"], "scope": "*"}]}]}
-    assert not _holds(drifted, desired)
+    assert not holds(drifted, desired)
     extra = {**live, "webhooks": [*live["webhooks"], {"name": "y"}]}
-    assert not _holds(extra, desired), "a list item someone added is drift too"
-    assert not _holds({"metadata": {"name": "v"}}, desired)
+    assert not holds(extra, desired), "a list item someone added is drift too"
+    assert not holds({"metadata": {"name": "v"}}, desired)
 
 
 def test_only_tenant_names_and_aggregated_owners_wake_the_configuration() -> None:

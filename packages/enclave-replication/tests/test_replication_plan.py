@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from enclave_core.api.replication import GlobalTenantResourceSpec, TenantResourceSpec
+from enclave_core.kube.holds import holds
 from enclave_core.selectors import LabelSelector
 from enclave_replication import plan
-from enclave_replication.apply import covers
 from enclave_replication.names import Owner
 from enclave_replication.targets import Target, global_targets, namespaces_by_tenant, select_tenants
 
@@ -201,16 +201,16 @@ async def test_global_scopes() -> None:
     assert built.problems[0].reason == "InvalidManifest"
 
 
-def test_covers_tolerates_server_defaults_but_not_drift() -> None:
+def test_a_replicated_object_holds_its_manifest_despite_server_defaults_but_not_drift() -> None:
     desired = {"spec": {"ports": [{"port": 80}], "flag": False}, "metadata": {"labels": {"a": "1"}}}
     live = {
         "spec": {"ports": [{"port": 80, "protocol": "TCP"}], "flag": False},
         "metadata": {"labels": {"a": "1", "b": "2"}},
     }
-    assert covers(live, desired)
-    assert not covers({**live, "spec": {"ports": [{"port": 81}], "flag": False}}, desired)
-    assert not covers({**live, "spec": {"ports": [{"port": 80}], "flag": 0}}, desired)
-    assert not covers({**live, "spec": {"ports": [], "flag": False}}, desired)
+    assert holds(live, desired)
+    assert not holds({**live, "spec": {"ports": [{"port": 81}], "flag": False}}, desired)
+    assert not holds({**live, "spec": {"ports": [{"port": 80}], "flag": 0}}, desired)
+    assert not holds({**live, "spec": {"ports": [], "flag": False}}, desired)
 
 
 def secret(name: str, namespace: str, **labels: str) -> JSON:

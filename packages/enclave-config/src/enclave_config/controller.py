@@ -35,6 +35,7 @@ from enclave_core.api.validation import service_configuration_problems as proble
 from enclave_core.conditions import Condition, new_condition, set_condition
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.holds import holds
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.snapshots import access
@@ -478,7 +479,7 @@ class ConfigController:
         holds every field of it (what the apiserver defaults on top is not a difference)."""
         name = body["metadata"]["name"]
         live = self.managed[kind].get(name)
-        if live is not None and self._applied.get((kind, name)) == body and _holds(live, body):
+        if live is not None and self._applied.get((kind, name)) == body and holds(live, body):
             return
         stored = await self.kube.apply(path, body)
         self.managed[kind].items[name] = stored
@@ -559,28 +560,6 @@ def _aggregated(owner: JSON) -> tuple[str, str] | None:
     if spec.get("aggregate") and spec.get("kind") and spec.get("name"):
         return (str(spec["kind"]), str(spec["name"]))
     return None
-
-
-def _holds(live: Any, desired: Any, *, top: bool = True) -> bool:
-    """Whether ``live`` has every field ``desired`` sets, with the same value (lists item by item, same length).
-    ``apiVersion``/``kind`` are skipped at the top: list responses leave them out of their items. An empty
-    value (``annotations: {}``) is held by an absent field: the apiserver does not store empty ones."""
-    if isinstance(desired, dict):
-        if not isinstance(live, dict):
-            return False
-        return all(
-            (top and key in ("apiVersion", "kind"))
-            or (key in live and _holds(live[key], value, top=False))
-            or (key not in live and value in (None, {}, [], ""))
-            for key, value in desired.items()
-        )
-    if isinstance(desired, list):
-        return (
-            isinstance(live, list)
-            and len(live) == len(desired)
-            and all(_holds(a, b, top=False) for a, b in zip(live, desired, strict=True))
-        )
-    return bool(live == desired)
 
 
 def _validation_message(err: ValidationError) -> str:

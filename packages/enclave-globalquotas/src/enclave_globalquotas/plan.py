@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from enclave_core import GROUP_VERSION
 from enclave_core.api import names
 from enclave_core.api.quotas import GlobalResourceQuota
+from enclave_core.kube.holds import holds, quantity_equal
 from enclave_core.quantity import Quantity, max0, sub_maps
 from enclave_core.resourcequota import spec_problems
 from enclave_core.selectors import matches_any
@@ -244,11 +245,9 @@ def drift_patch(live: JSON, desired: JSON) -> JSON | None:
     """
     patch: JSON = {}
     meta, want = live.get("metadata", {}), desired["metadata"]
-    labels = meta.get("labels") or {}
-    if any(labels.get(k) != v for k, v in want["labels"].items()):
+    if not holds(meta.get("labels"), want["labels"]):
         patch.setdefault("metadata", {})["labels"] = want["labels"]
-    annotations = meta.get("annotations") or {}
-    if any(annotations.get(k) != v for k, v in want["annotations"].items()):
+    if not holds(meta.get("annotations"), want["annotations"]):
         patch.setdefault("metadata", {})["annotations"] = want["annotations"]
     owners = meta.get("ownerReferences") or []
     if not any(o.get("uid") == want["ownerReferences"][0]["uid"] and o.get("controller") for o in owners):
@@ -257,11 +256,7 @@ def drift_patch(live: JSON, desired: JSON) -> JSON | None:
     wanted_hard = desired["spec"]["hard"]
     hard_patch: JSON = {}
     for key, value in wanted_hard.items():
-        try:
-            same = key in live_hard and Quantity.parse(live_hard[key]) == Quantity.parse(value)
-        except ValueError:
-            same = False
-        if not same:
+        if key not in live_hard or not quantity_equal(live_hard[key], value):
             hard_patch[key] = value
     for key in live_hard:
         if key not in wanted_hard:

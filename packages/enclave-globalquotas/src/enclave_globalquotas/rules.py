@@ -28,6 +28,7 @@ from enclave_core.api import names
 from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.rules import RuleBody, RuleQuota
 from enclave_core.api.tenancy import Tenant
+from enclave_core.kube.holds import holds, same
 from enclave_core.quantity import Quantity
 from enclave_globalquotas import naming
 
@@ -170,26 +171,18 @@ def _rule_status_quotas(plan: RulePlan, status: JSON, tenants: Mapping[str, JSON
 
 
 def drifted(live: JSON | None, desired: JSON) -> bool:
-    """Whether the live generated quota differs from what the rule says (spec, labels or owner)."""
+    """Whether the live generated quota differs from what the rule says (spec, labels or owner); its quota is
+    owned whole, so a key added by hand is drift too (:func:`enclave_core.kube.holds.same`)."""
     if live is None:
         return True
     meta = live.get("metadata", {})
-    labels = meta.get("labels") or {}
-    if any(labels.get(k) != v for k, v in desired["metadata"]["labels"].items()):
+    if not holds(meta.get("labels"), desired["metadata"]["labels"]):
         return True
     owner = desired["metadata"]["ownerReferences"][0]
     if not any(o.get("uid") == owner["uid"] for o in meta.get("ownerReferences") or []):
         return True
-    return bool(_normal_spec(live.get("spec") or {}) != _normal_spec(desired["spec"]))
-
-
-def _normal_spec(spec: JSON) -> JSON:
-    quota = dict(spec.get("quota") or {})
-    hard = {}
-    for key, value in (quota.get("hard") or {}).items():
-        try:
-            hard[key] = Quantity.parse(value)
-        except ValueError:
-            hard[key] = value
-    quota["hard"] = hard
-    return {"quota": quota, "namespaceSelectors": spec.get("namespaceSelectors") or []}
+    spec = live.get("spec") or {}
+    wanted = desired["spec"]
+    return not (
+        same(spec.get("quota"), wanted["quota"]) and same(spec.get("namespaceSelectors"), wanted["namespaceSelectors"])
+    )

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from enclave_core import GROUP_VERSION
 from enclave_core.api.names import MANAGED_BY, POOL_LABEL, POOLS_MANAGER, TENANT_LABEL
 from enclave_core.api.pools import ResourcePoolSpec
+from enclave_core.kube.holds import holds, same
 from enclave_core.quantity import Quantity, add_maps, exceeded, max0, parse_map, sub_maps
 from enclave_core.resourcenames import resource_list_problems
 from enclave_core.resourcequota import spec_problems
@@ -558,29 +559,22 @@ def quota_body(pool: PoolPlan, namespace: str) -> JSON:
     }
 
 
+_QUOTA_FIELDS: Final = ("hard", "scopes", "scopeSelector")
+"""What a provisioned ResourceQuota's spec holds, all of it the pool's: a key added by hand is drift."""
+
+
 def quota_drifted(live: JSON | None, pool: PoolPlan, namespace: str) -> bool:
     """Whether the live ResourceQuota differs from the wanted one in anything we own."""
     if live is None:
         return True
     wanted = pool.quotas[namespace]
     spec = live.get("spec") or {}
-    try:
-        if parse_map(spec.get("hard") or {}) != parse_map(wanted["hard"]):
-            return True
-    except ValueError:
-        return True
-    if list(spec.get("scopes") or []) != list(wanted.get("scopes") or []):
-        return True
-    if (spec.get("scopeSelector") or None) != (wanted.get("scopeSelector") or None):
+    if not all(same(spec.get(key), wanted.get(key), quantities=key == "hard") for key in _QUOTA_FIELDS):
         return True
     meta = live.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    labels = {MANAGED_BY: POOLS_MANAGER, POOL_LABEL: pool_label(pool.name)}
     owners = meta.get("ownerReferences") or []
-    return (
-        labels.get(MANAGED_BY) != POOLS_MANAGER
-        or labels.get(POOL_LABEL) != pool_label(pool.name)
-        or not any(ref.get("uid") == pool.uid for ref in owners)
-    )
+    return not holds(meta.get("labels"), labels) or not any(ref.get("uid") == pool.uid for ref in owners)
 
 
 def owning_pool_uid(quota: JSON) -> str:

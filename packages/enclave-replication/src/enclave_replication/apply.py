@@ -29,6 +29,7 @@ from enclave_core.api.names import (
     REPLICATION_OWNER_ANNOTATION,
 )
 from enclave_core.api.replication import ItemPolicy
+from enclave_core.kube.holds import holds
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, KubeError
 from enclave_replication import adoption
@@ -65,25 +66,6 @@ class _Pass:
     """Managed objects not to prune although not applied this pass (condition false, failed checks)."""
     forbidden: list[str] = field(default_factory=list)
     """Reads or writes the actor may not make: any one stops every write of the pass."""
-
-
-def covers(live: Any, desired: Any) -> bool:
-    """Whether ``live`` already holds everything ``desired`` states (defaults the server added are fine)."""
-    if isinstance(desired, dict):
-        if not isinstance(live, dict):
-            return False
-        for key, value in desired.items():
-            if value is None:
-                if live.get(key) is not None:
-                    return False
-            elif key not in live or not covers(live[key], value):
-                return False
-        return True
-    if isinstance(desired, list):
-        return isinstance(live, list) and len(live) == len(desired) and all(map(covers, live, desired))
-    if isinstance(desired, bool) or isinstance(live, bool):
-        return desired is live
-    return bool(desired == live)
 
 
 class Applier(Watches):
@@ -216,7 +198,7 @@ class Applier(Watches):
         if live is not None and marked_by == owner.key:
             memo = self._applied.get((owner.key, desired.key))
             version = str(live.get("metadata", {}).get("resourceVersion"))
-            if covers(live, body) or memo == (version, body["metadata"]["annotations"][REPLICATION_HASH_ANNOTATION]):
+            if holds(live, body) or memo == (version, body["metadata"]["annotations"][REPLICATION_HASH_ANNOTATION]):
                 return
         result.last_apply = now
         keep = previous_policy if marked_by == owner.key else None

@@ -19,6 +19,7 @@ from typing import Any, Final
 from enclave_core.api.meta import Entity
 from enclave_core.api.names import MANAGED_BY, TENANT_LABEL, TENANTS_MANAGER
 from enclave_core.api.tenancy import AdditionalRoleBinding
+from enclave_core.kube.holds import holds
 from enclave_core.rbac import RBAC_GROUP, service_account_parts, subject
 from enclave_tenants.owners import Owner
 
@@ -218,5 +219,4 @@ def drifted(live: JSON | None, desired: JSON) -> bool:
         normalize_subject(s) for s in desired["subjects"]
     ]:
         return True
-    labels = live.get("metadata", {}).get("labels") or {}
-    return any(labels.get(key) != value for key, value in desired["metadata"]["labels"].items())
+    return not holds(live.get("metadata", {}).get("labels"), desired["metadata"]["labels"])

@@ -15,6 +15,7 @@ from typing import Any
 from enclave_core import API_GROUP, GROUP_VERSION
 from enclave_core.api.names import NODE_SELECTOR_ANNOTATION, TENANT_LABEL
 from enclave_core.api.tenancy import TenantSpec
+from enclave_core.kube.holds import holds
 from enclave_core.kube.managedfields import owned_keys, owned_list_keys
 from enclave_core.selectors import validate_label_key, validate_label_value
 
@@ -115,16 +116,15 @@ def needs_apply(live: JSON, desired: JSON, manager: str) -> bool:
     """Whether the live namespace lacks something desired or carries something we own but no longer want."""
     meta, want = live.get("metadata", {}), desired["metadata"]
     for field in ("labels", "annotations"):
-        have: Mapping[str, str] = meta.get(field) or {}
         wanted: Mapping[str, str] = want.get(field) or {}
-        if any(have.get(key) != value for key, value in wanted.items()):
+        if not holds(meta.get(field), wanted):
             return True
         if owned_keys(live, manager, "metadata", field) - set(wanted):
             return True
     live_refs = {ref.get("uid"): ref for ref in meta.get("ownerReferences") or []}
     for reference in want.get("ownerReferences") or []:
         current = live_refs.get(reference["uid"])
-        if current is None or any(current.get(k) != v for k, v in reference.items()):
+        if current is None or not holds(current, reference):
             return True
     wanted_uids = {ref["uid"] for ref in want.get("ownerReferences") or []}
     return any(
