@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter
 
 from enclave_admission.review import JSON, AdmissionRequest, Decision
-from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.events import EventRecorder, clipped
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class DenyEvents:
             message += f"/{request.sub_resource}"
         if request.namespace:
             message += f" in {request.namespace}"
-        message = (message + f" {text}")[:1024]
+        message = clipped(f"{message} {text}")
         key = (namespace, kind, name, reason, message)
         now = self.clock()
         record = self.records.get(key)

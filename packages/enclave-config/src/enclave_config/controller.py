@@ -89,7 +89,6 @@ class ConfigController:
         self.last_good: EffectiveConfiguration | None = None
         self.reconciled = asyncio.Event()
         self._trigger = asyncio.Event()
-        self._last_event: tuple[str, str] | None = None
         self._owner: list[JSON] | None = None
         self._tenant_names: frozenset[str] = frozenset()
         self._aggregated: frozenset[tuple[str, str]] = frozenset()
@@ -514,10 +513,8 @@ class ConfigController:
         log.warning("configuration not applied", extra={"reason": reason, "detail": message})
         if not self.leading:
             return
-        if self._last_event != (reason, message):
-            self._last_event = (reason, message)
-            events_namespace = (raw.get("spec") or {}).get("events", {}).get("namespace") or "default"
-            await self.events.emit(raw, "Warning", reason, message, namespace=events_namespace)
+        events_namespace = (raw.get("spec") or {}).get("events", {}).get("namespace") or "default"
+        await self.events.warn_once(self.settings.name, raw, reason, message, namespace=events_namespace)
         await self._write_status(raw, generation, "False", reason, message, self.last_good)
 
     async def _write_status(
@@ -530,7 +527,7 @@ class ConfigController:
         current: EffectiveConfiguration | None,
     ) -> None:
         if status == "True":
-            self._last_event = None
+            self.events.fine(self.settings.name)
         old = raw.get("status") or {}
         conditions = [Condition.model_validate(c) for c in old.get("conditions") or []]
         ready = new_condition(

@@ -27,7 +27,7 @@ from enclave_core.api.ledger import QuantityLedger, QuantityLedgerStatus
 from enclave_core.api.names import TENANT_LABEL
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
-from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_kind
 from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError
 from enclave_core.ledger.resources import fold_resources
 from enclave_core.quantity import Quantity
@@ -122,7 +122,6 @@ class GlobalQuotasController:
         """Set once the events namespace is known (at once without a configuration endpoint)."""
         if not wait_for_configuration:
             self.configuration.set()
-        self._warned: dict[str, tuple[str, str]] = {}
         self._ledgers_path = resource_path(GROUP_VERSION, "quantityledgers", namespace=ledger_namespace)
         self.ledger_client = LedgerClient(kube, ledger_namespace)
         self.settled: set[str] = set()
@@ -570,17 +569,15 @@ class GlobalQuotasController:
         WRITES.labels("GlobalResourceQuota", "status").inc()
 
     async def _warn(self, raw: JSON, problems: list[Problem]) -> None:
-        """One Warning per distinct problem set (not one per pass); cleared when the quota is fine again."""
+        """One Warning per distinct problem set (:meth:`EventRecorder.warn_once`), forgotten when the quota is
+        fine again."""
         key = raw["metadata"]["name"]
         if not problems:
-            self._warned.pop(key, None)
+            self.events.fine(key)
             return
-        signature = (problems[0].reason, "; ".join(p.message for p in problems)[: st.MESSAGE_LIMIT])
-        if self._warned.get(key) == signature:
-            return
-        self._warned[key] = signature
-        log.warning("quota not ready", extra={"object": key, "reason": signature[0], "detail": signature[1]})
-        await self._emit(raw, "GlobalResourceQuota", "Warning", signature[0], signature[1])
+        message = "; ".join(p.message for p in problems)
+        obj = with_kind(raw, GROUP_VERSION, "GlobalResourceQuota")
+        await self.events.warn_once(key, obj, problems[0].reason, message, namespace=self.events_namespace)
 
     async def _emit(self, raw: JSON, kind: str, event_type: EventType, reason: str, message: str) -> None:
         obj = {**raw, "apiVersion": raw.get("apiVersion") or GROUP_VERSION, "kind": raw.get("kind") or kind}

@@ -67,7 +67,6 @@ class PoolsController:
         self.hub = hub
         self.events = events
         self.events_namespace = "default"
-        self._warned: dict[str, tuple[str, str]] = {}
         self._events: asyncio.Queue[tuple[JSON, EventType, str, str]] = asyncio.Queue(maxsize=1000)
         self.pools = Informer(kube, POOLS_PATH, on_change=self._changed, name="resourcepools")
         self.claims = Informer(kube, CLAIMS_PATH, on_change=self._changed, name="resourcepoolclaims")
@@ -349,16 +348,11 @@ class PoolsController:
         log.info("pool finalised", extra={"pool": pool.name, "claims": len(pool.committed), "action": action})
 
     async def _warn(self, kind: str, raw: JSON, problems: list[str], reason: str) -> None:
-        """One Warning per distinct problem set (not one per pass); cleared when the object is fine again."""
+        """One Warning per distinct problem set (:meth:`EventRecorder.warn_once`), forgotten when the object is
+        fine again."""
         key = f"{kind}/{raw['metadata']['name']}"
         if not problems:
-            self._warned.pop(key, None)
+            self.events.fine(key)
             return
-        signature = (reason, "; ".join(problems)[: st.MESSAGE_LIMIT])
-        if self._warned.get(key) == signature:
-            return
-        self._warned[key] = signature
-        log.warning("object not ready", extra={"object": key, "reason": reason, "detail": signature[1]})
-        await self.events.emit(
-            with_kind(raw, GROUP_VERSION, kind), "Warning", reason, signature[1], namespace=self.events_namespace
-        )
+        obj = with_kind(raw, GROUP_VERSION, kind)
+        await self.events.warn_once(key, obj, reason, "; ".join(problems), namespace=self.events_namespace)

@@ -99,7 +99,6 @@ class QuotasController:
         self._last_discovery = 0.0
         self._good: dict[str, QuotaEntry] = {}
         """Last good entry per quota, kept while its spec is invalid."""
-        self._warned: dict[str, tuple[str, str]] = {}
         self._folded_at: dict[str, float] = {}
         self._claim_labels: set[tuple[str, ...]] = set()
         self._objects: dict[ApiResource, tuple[Informer, asyncio.Task[None]]] = {}
@@ -378,19 +377,17 @@ class QuotasController:
         WRITES.labels(view.kind, "status").inc()
 
     async def _report(self, view: QuotaView) -> None:
-        """One Event per distinct problem state of a quota (not one per pass)."""
-        state = (view.problems[0][0], "; ".join(m for _, m in view.problems)) if view.problems else ("", "")
-        if self._warned.get(view.key, ("", "")) == state:
+        """One Event per distinct problem state of a quota (:meth:`EventRecorder.warn_once`), not one per pass."""
+        if not view.problems:
+            self.events.fine(view.key)
             return
-        self._warned[view.key] = state
-        if view.problems:
-            await self.events.emit(
-                {**view.raw, "apiVersion": GROUP_VERSION, "kind": view.kind},
-                "Warning",
-                state[0],
-                state[1][:1024],
-                namespace=self.events_namespace,  # a cluster-scoped quota's: spec.events.namespace
-            )
+        await self.events.warn_once(
+            view.key,
+            {**view.raw, "apiVersion": GROUP_VERSION, "kind": view.kind},
+            view.problems[0][0],
+            "; ".join(m for _, m in view.problems),
+            namespace=self.events_namespace,  # a cluster-scoped quota's: spec.events.namespace
+        )
 
     async def _prune_ledgers(self, views: list[QuotaView]) -> None:
         wanted = {view.entry.ledger for view in views if view.entry is not None} | {

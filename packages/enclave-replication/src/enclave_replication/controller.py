@@ -135,7 +135,6 @@ class ReplicationController(Identities, Applier):
         self._applied: dict[tuple[str, tuple[str, str, str, str]], tuple[str, str]] = {}
         """(owner, object) -> (resourceVersion our last apply produced, the hash applied): while both still hold,
         the object is as we left it even where the server normalised a value (``1000m`` stored as ``1``)."""
-        self._warned: dict[str, str] = {}
         self._publish = asyncio.Event()
         self.reconciles = 0
         self.writes = 0
@@ -481,7 +480,7 @@ class ReplicationController(Identities, Applier):
         if not ok and reason not in ("Cordoned", "WaitingForDependencies"):
             await self._warn(owner, raw, reason, message)
         else:
-            self._warned.pop(owner.key, None)
+            self.events.fine(owner.key)
         if not st.changed(raw, status):
             return
         try:
@@ -496,17 +495,13 @@ class ReplicationController(Identities, Applier):
         self._publish.set()
 
     async def _warn(self, owner: Owner, raw: JSON, reason: str, message: str) -> None:
-        """One Warning per distinct problem (not one per pass)."""
-        signature = f"{reason}: {message}"
-        if self._warned.get(owner.key) == signature:
-            return
-        self._warned[owner.key] = signature
-        log.warning("replication object not ready", extra={"object": owner.key, "reason": reason, "detail": message})
-        await self._emit(owner, raw, "Warning", reason, message)
+        """One Warning per distinct problem (:meth:`EventRecorder.warn_once`), not one per pass."""
+        obj = with_kind(raw, GROUP_VERSION, owner.kind)
+        await self.events.warn_once(owner.key, obj, reason, message, namespace=self.events_namespace)
 
     async def _emit(self, owner: Owner, raw: JSON, event_type: EventType, reason: str, message: str) -> None:
         obj = with_kind(raw, GROUP_VERSION, owner.kind)
-        await self.events.emit(obj, event_type, reason, message[:1024], namespace=self.events_namespace)
+        await self.events.emit(obj, event_type, reason, message, namespace=self.events_namespace)
 
 
 def _fallback_spec(raw: JSON) -> TenantResourceSpec:

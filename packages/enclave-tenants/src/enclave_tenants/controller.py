@@ -105,7 +105,6 @@ class TenantsController(Reporting, NamespaceQuota):
         """The last compiled rules per tenant namespace (the write loop writes their RuleStatus status)."""
         self._managed: dict[str, str] = {}
         """Namespace -> signature of the managed metadata last reconciled onto its objects."""
-        self._warned: dict[str, tuple[str, str]] = {}
         self._dirty = work.Dirty()
         """Where the write loop may find work (hints; see :mod:`enclave_tenants.work`)."""
         self._plan: Plan | None = None

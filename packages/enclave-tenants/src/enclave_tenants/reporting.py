@@ -52,7 +52,6 @@ class Reporting(Caches):
     _retry_statuses: set[str]
     _not_ready: dict[str, bool]
     _managed: dict[str, str]
-    _warned: dict[str, tuple[str, str]]
 
     async def _unassigned_events(self, plan: Plan, outcomes: dict[str, _Outcome]) -> None:
         """A namespace in no tenant whose RoleBindings we removed: say so on the namespace itself."""
@@ -205,17 +204,15 @@ class Reporting(Caches):
         return True
 
     async def _warn(self, kind: str, raw: JSON, problems: list[status.Problem]) -> None:
-        """One Warning per distinct problem set (not one per pass); cleared when the object is fine again."""
+        """One Warning per distinct problem set (:meth:`EventRecorder.warn_once`), forgotten when the object is
+        fine again. Events about our cluster-scoped kinds go to the configuration's events namespace."""
         key = f"{kind}/{raw['metadata']['name']}"
         if not problems:
-            self._warned.pop(key, None)
+            self.events.fine(key)
             return
-        signature = (problems[0].reason, "; ".join(p.message for p in problems)[: status.MESSAGE_LIMIT])
-        if self._warned.get(key) == signature:
-            return
-        self._warned[key] = signature
-        log.warning("object not ready", extra={"object": key, "reason": signature[0], "detail": signature[1]})
-        await self._emit(raw, kind, "Warning", signature[0], signature[1])
+        message = "; ".join(p.message for p in problems)
+        obj = with_kind(raw, GROUP_VERSION, kind)
+        await self.events.warn_once(key, obj, problems[0].reason, message, namespace=self.policy.events_namespace)
 
     async def _emit(self, raw: JSON, kind: str, event_type: EventType, reason: str, message: str) -> None:
         """Events about our cluster-scoped kinds go to the configuration's events namespace."""

@@ -50,6 +50,7 @@ class EventRecorder:
         self.component = component
         self.instance = f"{socket.gethostname()}-{os.getpid()}"
         self.default_namespace = default_namespace
+        self._warned: dict[str, tuple[str, str]] = {}
 
     async def emit(
         self, obj: JSON, event_type: EventType, reason: str, message: str, *, namespace: str | None = None
@@ -110,3 +111,19 @@ class EventRecorder:
             log.warning("could not update event", extra={"reason": event.get("reason"), "error": str(err)})
             return False
         return True
+
+    async def warn_once(self, key: str, obj: JSON, reason: str, message: str, *, namespace: str | None = None) -> None:
+        """A Warning about the object ``key`` names, unless the last one about it said the same (as posted: the
+        message within :data:`MESSAGE_LIMIT`): a controller re-decides a broken object on every pass, and one
+        Event per pass would bury the one that matters. Also logged, once. :meth:`fine` forgets ``key``, so the
+        same problem coming back is said again."""
+        said = (reason, clipped(message))
+        if self._warned.get(key) == said:
+            return
+        self._warned[key] = said
+        log.warning("object not ready", extra={"object": key, "reason": reason, "detail": said[1]})
+        await self.emit(obj, "Warning", reason, message, namespace=namespace)
+
+    def fine(self, key: str) -> None:
+        """The object ``key`` names has no problem any more (see :meth:`warn_once`)."""
+        self._warned.pop(key, None)
