@@ -23,7 +23,7 @@ from enclave_core.ledger.resources import (
     rollback_resources,
 )
 from enclave_core.quantity import Quantity
-from enclave_core.resourcequota import spec_problems
+from enclave_core.resourcequota import resource_quota_problems
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -118,9 +118,9 @@ def test_drift_patch_restores_hard_and_removes_added_resources() -> None:
     assert drift_patch(live, desired) == {"spec": {"hard": {"secrets": None}}}
 
 
-def test_spec_problems_name_the_field() -> None:
-    assert spec_problems({"pods": 1, "requests.cpu": "1", "count/deployments.apps": 2}, None, None) == []
-    problems = spec_problems(
+def test_resource_quota_problems_name_the_field() -> None:
+    assert resource_quota_problems({"pods": 1, "requests.cpu": "1", "count/deployments.apps": 2}, None, None) == []
+    problems = resource_quota_problems(
         {"pods": "1.5", "gpus": 1, "requests.cpu": "1"}, ["BestEffort", "Sometimes"], [("Terminating", "In", ["x"])]
     )
     text = "\n".join(problems)

@@ -22,7 +22,7 @@ __all__ = [
     "SCOPES",
     "ScopeName",
     "is_integer_resource",
-    "spec_problems",
+    "resource_quota_problems",
 ]
 
 ScopeName: TypeAlias = Literal[
@@ -84,7 +84,7 @@ def is_integer_resource(name: str) -> bool:
     return True
 
 
-def spec_problems(
+def resource_quota_problems(
     hard: Mapping[str, QuantityLike] | None,
     scopes: Sequence[str] | None,
     scope_selector: Sequence[tuple[str, str, Sequence[str]]] | None,

@@ -37,7 +37,7 @@ from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotaVi
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_globalquotas import naming
 from enclave_globalquotas import status as st
-from enclave_globalquotas.ledger import Deferrals, in_flight, ledger_body, ledger_name, newer, object_path
+from enclave_globalquotas.ledger import Deferrals, in_flight, ledger_body, newer, object_path, quota_ledger_name
 from enclave_globalquotas.plan import Plan, Problem, QuotaPlan, build_plan, drift_patch, scopes_changed
 from enclave_globalquotas.recount import Pair, Recounts, count, kinds_for
 from enclave_globalquotas.rules import build_rule_plan
@@ -458,7 +458,7 @@ class GlobalQuotasController:
             self.ledger_client.observe(obj)
         wanted = set()
         for name, quota_plan in plan.quotas.items():
-            ledger = ledger_name(name)
+            ledger = quota_ledger_name(name)
             wanted.add(ledger)  # kept (with its reservations) even while the spec is refused
             if not quota_plan.valid:
                 continue

@@ -34,13 +34,13 @@ from enclave_core import API_GROUP, GROUP_VERSION
 from enclave_core.api import names
 from enclave_core.api.ledger import QuantityLedger, ResourceReservation, TargetRef
 from enclave_core.kube.rest import JSON, resource_path
-from enclave_core.ledger import ledger_name as shared_ledger_name
+from enclave_core.ledger import ledger_name
 from enclave_globalquotas import naming
 
 
-def ledger_name(quota: str) -> str:
+def quota_ledger_name(quota: str) -> str:
     """``globalresourcequota.<quota>``: the shared naming of ledgers (:func:`enclave_core.ledger.ledger_name`)."""
-    return shared_ledger_name(TargetRef(kind="GlobalResourceQuota", name=quota))
+    return ledger_name(TargetRef(kind="GlobalResourceQuota", name=quota))
 
 
 def ledger_body(quota: str, uid: str, namespace: str) -> JSON:
@@ -49,7 +49,7 @@ def ledger_body(quota: str, uid: str, namespace: str) -> JSON:
         "apiVersion": GROUP_VERSION,
         "kind": "QuantityLedger",
         "metadata": {
-            "name": ledger_name(quota),
+            "name": quota_ledger_name(quota),
             "namespace": namespace,
             "labels": {
                 names.MANAGED_BY: names.GLOBALQUOTAS_MANAGER,

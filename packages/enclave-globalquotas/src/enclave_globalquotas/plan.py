@@ -34,11 +34,11 @@ from enclave_core.api import names
 from enclave_core.api.quotas import GlobalResourceQuota
 from enclave_core.kube.holds import holds, quantity_equal
 from enclave_core.quantity import Quantity, max0, sub_maps
-from enclave_core.resourcequota import spec_problems
+from enclave_core.resourcequota import resource_quota_problems
 from enclave_core.selectors import matches_any
 from enclave_core.snapshots.globalquotas import GlobalQuotasSnapshot, GlobalQuotaView, ScopeRequirement
 from enclave_globalquotas import naming
-from enclave_globalquotas.ledger import ledger_name
+from enclave_globalquotas.ledger import quota_ledger_name
 
 JSON = dict[str, Any]
 
@@ -193,7 +193,7 @@ def plan_quota(
         return plan
     plan.quota = quota
     spec = quota.spec.quota
-    refused = spec_problems(spec.hard, spec.scopes, _scope_requirements(quota))
+    refused = resource_quota_problems(spec.hard, spec.scopes, _scope_requirements(quota))
     if refused:
         plan.problems.append(Problem("InvalidSpec", "; ".join(refused)))
         return plan
@@ -311,7 +311,7 @@ def _view(plan: QuotaPlan, ledger_namespace: str) -> GlobalQuotaView:
         uid=plan.uid,
         generation=plan.generation,
         ledger_namespace=ledger_namespace,
-        ledger_name=ledger_name(plan.name),
+        ledger_name=quota_ledger_name(plan.name),
         hard={key: str(value) for key, value in sorted(plan.hard.items())},
         scopes=list(spec.scopes or []),
         scope_selector=[

@@ -29,7 +29,7 @@ from enclave_core.api.pools import ResourcePoolSpec
 from enclave_core.kube.holds import holds, same
 from enclave_core.quantity import Quantity, add_maps, exceeded, max0, parse_map, sub_maps
 from enclave_core.resourcenames import resource_list_problems
-from enclave_core.resourcequota import spec_problems
+from enclave_core.resourcequota import resource_quota_problems
 from enclave_core.selectors import matches_any
 from enclave_core.snapshots.pools import BoundClaim, NamespaceQuota, PoolsSnapshot, PoolView
 
@@ -250,7 +250,7 @@ def _read_spec(raw: JSON) -> tuple[ResourcePoolSpec | None, list[str]]:
     requirements = (
         [(r.scope_name, r.operator, r.values or []) for r in (selector.match_expressions or [])] if selector else None
     )
-    problems = spec_problems(spec.quota.hard, spec.quota.scopes, requirements)
+    problems = resource_quota_problems(spec.quota.hard, spec.quota.scopes, requirements)
     problems += resource_list_problems(spec.defaults or {}, "spec.defaults")
     return spec, problems
 

@@ -25,7 +25,7 @@ from enclave_core.api.quotas import CustomQuotaSpec, GlobalCustomQuotaSpec, Quot
 from enclave_core.conditions import Condition, new_condition, set_condition
 from enclave_core.ledger import ledger_name
 from enclave_core.quantity import Quantity
-from enclave_core.quotas import UsageError, compile_source, scope_matches, spec_problems
+from enclave_core.quotas import UsageError, compile_source, custom_quota_problems, scope_matches
 from enclave_core.selectors import matches_any
 from enclave_core.snapshots.quotas import QuotaEntry, TargetSource
 from enclave_quotas.discovery import ApiResource, Catalogue
@@ -111,7 +111,7 @@ def count(
     except (ValidationError, ValueError) as err:
         view.problems.append(("InvalidSpec", f"spec does not validate: {err}"))
         return _finish(view, None, now)
-    problems = spec_problems(spec)
+    problems = custom_quota_problems(spec)
     if problems:
         view.problems.append(("InvalidSpec", "; ".join(problems)))
         return _finish(view, None, now)

@@ -12,7 +12,7 @@ would let them (each sees the same headroom), and kube-apiserver's own quota plu
 after this hook. A dry run checks against the ledger this replica holds and writes nothing.
 
 ``/globalresourcequotas`` refuses, naming the field, what the controller could never apply (resource names,
-quantities, scopes; :func:`enclave_core.resourcequota.spec_problems`), a ``hard`` below what is allocated
+quantities, scopes; :func:`enclave_core.resourcequota.resource_quota_problems`), a ``hard`` below what is allocated
 (used plus reserved), and a change of ``namespaceSelectors`` while reservations are pending (they were taken
 against the old selection).
 """
@@ -34,7 +34,7 @@ from enclave_core.api.quotas import GlobalResourceQuotaSpec
 from enclave_core.ledger import LedgerBusyError, LedgerMissingError
 from enclave_core.ledger.resources import ResourceHold, ResourceRefusal, reserve_resources, rollback_resources
 from enclave_core.quantity import Quantity, add_maps
-from enclave_core.resourcequota import spec_problems
+from enclave_core.resourcequota import resource_quota_problems
 from enclave_core.resourceusage import scoped, usage
 from enclave_core.snapshots.globalquotas import GlobalQuotaView
 
@@ -208,7 +208,7 @@ def validate_quota(request: AdmissionRequest, state: State) -> Decision:
         if selector
         else []
     )
-    problems = spec_problems(quota.hard, quota.scopes, requirements)
+    problems = resource_quota_problems(quota.hard, quota.scopes, requirements)
     if problems:
         return Decision.deny("InvalidGlobalQuota", f"{what}: " + "; ".join(problems))
     if request.operation != "UPDATE" or request.old is None:

@@ -25,7 +25,7 @@ from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.quantity import Quantity, parse_map
 from enclave_core.resourcenames import resource_list_problems
-from enclave_core.resourcequota import spec_problems
+from enclave_core.resourcequota import resource_quota_problems
 from enclave_core.snapshots.pools import BoundClaim, PoolView
 
 ZERO = Quantity(0)
@@ -182,7 +182,9 @@ def validate_pool(request: AdmissionRequest, state: State) -> Decision:
         for r in selector.get("matchExpressions") or []
         if isinstance(r, dict)
     ]
-    problems = spec_problems(hard, scopes, requirements or None) + resource_list_problems(defaults, "spec.defaults")
+    problems = resource_quota_problems(hard, scopes, requirements or None) + resource_list_problems(
+        defaults, "spec.defaults"
+    )
     if problems:
         return Decision.deny("InvalidPool", "; ".join(problems))
     if request.operation != "UPDATE" or not state.expect_pools:

@@ -34,7 +34,7 @@ from enclave_core.api.quotas import CustomQuotaSpec, GlobalCustomQuotaSpec
 from enclave_core.ledger import Hold, LedgerBusyError, LedgerMissingError, Refusal, add_pending_delete, reserve
 from enclave_core.ledger import rollback as undo
 from enclave_core.quantity import Quantity
-from enclave_core.quotas import UsageError, scope_matches, spec_problems
+from enclave_core.quotas import UsageError, custom_quota_problems, scope_matches
 from enclave_core.snapshots.quotas import QuotaEntry
 
 log = logging.getLogger(__name__)
@@ -248,7 +248,7 @@ def validate_quota(request: AdmissionRequest, state: State) -> Decision:
         first = err.errors()[0]
         field = "spec." + ".".join(str(part) for part in first["loc"])
         return Decision.deny("InvalidQuota", f"{request.kind} {request.name}: {field}: {first['msg']}")
-    problems = spec_problems(spec)
+    problems = custom_quota_problems(spec)
     if problems:
         return Decision.deny("InvalidQuota", f"{request.kind} {request.name}: " + "; ".join(problems))
     old_limit = ((request.old or {}).get("spec") or {}).get("limit")

@@ -11,9 +11,9 @@ from enclave_core.quotas.evaluate import (
     CompiledSource,
     UsageError,
     compile_source,
+    custom_quota_problems,
     scope_matches,
     source_problems,
-    spec_problems,
 )
 from enclave_core.quotas.jsonpath import JsonPathError, compile_path
 
@@ -23,7 +23,7 @@ __all__ = [
     "UsageError",
     "compile_path",
     "compile_source",
+    "custom_quota_problems",
     "scope_matches",
     "source_problems",
-    "spec_problems",
 ]

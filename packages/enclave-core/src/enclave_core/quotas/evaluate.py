@@ -101,7 +101,7 @@ def scope_matches(scope_selectors: Sequence[LabelSelector] | None, labels: Mappi
     return not scope_selectors or matches_any(scope_selectors, labels)
 
 
-def spec_problems(spec: CustomQuotaSpec | GlobalCustomQuotaSpec) -> list[str]:
+def custom_quota_problems(spec: CustomQuotaSpec | GlobalCustomQuotaSpec) -> list[str]:
     """What is wrong with a quota spec beyond its schema, each naming the field: usage expressions and
     selectors that do not compile, path/cel with count, both or neither of path and cel."""
     problems: list[str] = []
