@@ -30,3 +30,17 @@ def test_rejects(text: str) -> None:
 def test_format_round_trips() -> None:
     for seconds in (0, 1, 59, 60, 61, 3600, 3661, 86400):
         assert parse_duration(format_duration(timedelta(seconds=seconds))) == timedelta(seconds=seconds)
+
+
+def test_a_bad_duration_flag_exits_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from enclave_core.runtime.options import check_duration
+
+    parser = argparse.ArgumentParser(prog="enclave-x")
+    parser.add_argument("--token-cache-ttl", default="10s")
+    assert check_duration(parser, parser.parse_args([]), "token-cache-ttl") == timedelta(seconds=10)
+    with pytest.raises(SystemExit) as exit_info:
+        check_duration(parser, parser.parse_args(["--token-cache-ttl", "ten"]), "token-cache-ttl")
+    assert exit_info.value.code == 2
+    assert "--token-cache-ttl:" in capsys.readouterr().err

@@ -31,7 +31,6 @@ from enclave_admission.limits import add_limit_flags, limits_from
 from enclave_admission.server import AdmissionServer, Freshness
 from enclave_admission.state import State
 from enclave_core.api import names
-from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
@@ -44,7 +43,7 @@ from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import HostPort, add_common_flags, add_env_option, env_default
+from enclave_core.runtime.options import HostPort, add_common_flags, add_env_option, check_duration, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotasSnapshot
 from enclave_core.snapshots.pools import POOLS_KIND, PoolsSnapshot
@@ -121,10 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--tls-cert-file and --tls-key-file go together")
     if not (args.tls_cert_file or args.tls_secret_name):
         parser.error("give --tls-cert-file/--tls-key-file or --tls-secret-name: the webhook is served over HTTPS")
-    try:
-        args.reservation_ttl = parse_duration(args.reservation_ttl)
-    except ValueError as err:
-        parser.error(f"--reservation-ttl: {err}")
+    args.reservation_ttl = check_duration(parser, args, "reservation-ttl")
     if not args.identity:
         args.identity = f"{socket.gethostname()}-{os.getpid()}"
     return args

@@ -10,7 +10,13 @@ from enclave_config.controller import ConfigController, Settings
 from enclave_core.durations import parse_duration
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_env_option, add_resync_flag, env_default
+from enclave_core.runtime.options import (
+    add_env_option,
+    add_env_switch,
+    add_resync_flag,
+    check_duration,
+    check_resync_flag,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,19 +42,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "ClusterRole that owns the generated webhook configurations and RBAC, so that deleting it (helm "
         "uninstall) garbage-collects them; deleting the ServiceConfiguration never does",
     )
-    parser.add_argument(
-        "--manage-crds",
-        action=argparse.BooleanOptionalAction,
-        default=env_default("ENCLAVE_MANAGE_CRDS", "false").lower() in ("1", "true", "yes"),
-        help="point Enclave's CRDs' conversion webhook at the admission server with the webhook CA, and migrate "
-        "objects stored in an old version; one enclave-config per cluster does it (env ENCLAVE_MANAGE_CRDS)",
+    add_env_switch(
+        parser,
+        "manage-crds",
+        False,
+        "point Enclave's CRDs' conversion webhook at the admission server with the webhook CA, and migrate "
+        "objects stored in an old version; one enclave-config per cluster does it",
     )
     args = parser.parse_args(argv)
-    for flag in ("tls_validity", "resync"):
-        try:
-            parse_duration(getattr(args, flag))
-        except ValueError as err:
-            parser.error(f"--{flag.replace('_', '-')}: {err}")
+    check_duration(parser, args, "tls-validity")
+    check_resync_flag(parser, args)
     return args
 
 

@@ -20,12 +20,11 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from enclave_core.api.names import PROXY_MANAGER
-from enclave_core.durations import parse_duration
 from enclave_core.kube.rest import Kube
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import HostPort, add_common_flags, add_env_option, env_default
+from enclave_core.runtime.options import HostPort, add_common_flags, add_env_option, check_duration, env_default
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
 from enclave_proxy.forward import Upstream
@@ -94,14 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--tls-cert-file and --tls-key-file are required: the proxy serves HTTPS only")
     if not args.tenants_endpoint:
         parser.error("--tenants-endpoint is required: the proxy decides what tenant users see from its snapshot")
-    try:
-        args.token_ttl = parse_duration(args.token_cache_ttl).total_seconds()
-    except ValueError as err:
-        parser.error(f"--token-cache-ttl: {err}")
-    try:
-        args.tls_reload = parse_duration(args.tls_reload_interval).total_seconds()
-    except ValueError as err:
-        parser.error(f"--tls-reload-interval: {err}")
+    args.token_ttl = check_duration(parser, args, "token-cache-ttl").total_seconds()
+    args.tls_reload = check_duration(parser, args, "tls-reload-interval").total_seconds()
     if args.tls_reload <= 0:
         parser.error("--tls-reload-interval must be positive")
     if args.upstream_connections < 1:

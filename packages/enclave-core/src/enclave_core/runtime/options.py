@@ -7,7 +7,10 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
+
+from enclave_core.durations import parse_duration
 
 
 def env_default(env: str, default: str) -> str:
@@ -64,14 +67,18 @@ def add_resync_flag(parser: argparse.ArgumentParser) -> None:
     add_env_option(parser, "resync", "60s", "period of a full pass without changes")
 
 
+def check_duration(parser: argparse.ArgumentParser, args: argparse.Namespace, flag: str) -> timedelta:
+    """The duration flag ``--<flag>`` parsed, or exit 2 naming the flag (``parser.error``): a typo in a
+    duration is refused at start, not found at the first timer."""
+    try:
+        return parse_duration(getattr(args, flag.replace("-", "_")))
+    except ValueError as err:
+        parser.error(f"--{flag}: {err}")
+
+
 def check_resync_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float:
     """Refuse a bad ``--resync`` (exit 2 with the flag named); return it in seconds."""
-    from enclave_core.durations import parse_duration
-
-    try:
-        return parse_duration(args.resync).total_seconds()
-    except ValueError as err:
-        parser.error(f"--resync: {err}")
+    return check_duration(parser, args, "resync").total_seconds()
 
 
 def check_controller_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> float:
