@@ -1,0 +1,724 @@
+"""A namespace's compiled rules (RuleStatus ``status.rules``) to the body of a ValidatingAdmissionPolicy.
+
+Pure: no API, no clock. The unit is the namespace, never the rule: per judged item (a label key, an external
+IP, a node port) the webhook walks the namespace's rules in order and the *last matching* allow/deny decides,
+so the item's rules are folded into one CEL expression, a chain of ternaries built from the last rule back::
+
+    A(r2) && S(r2) ? V(r2) : (A(r1) && S(r1) ? V(r1) : (... : ''))
+
+``A`` is whether the rule applies (audience and conditions, one policy variable per rule), ``S`` whether it
+speaks about the item, ``V`` the verdict: ``''`` when the item passes, else the webhook's own message for it
+(origin, field path, value), so a native denial reads like the webhook's. Each item is a variable; a
+validation asks it to be ``''`` and uses it as its ``messageExpression``.
+
+**What stays on the webhook**, and why, is reported per rule and area (:class:`Placement`): a rule whose
+conditions read ``now`` (a policy has no clock variable) or that is broken; ingress, network, storage and
+workload areas (not compiled yet, or state such as PersistentVolume labels and PodDisruptionBudgets); mutations
+(the mutating webhook); quotas (ledgers). Items interact across rules, so an item is native only when *every*
+rule that speaks about it is: a label key one webhook-only rule governs stays on the webhook for all of them,
+as does a key with a ``managed`` value (the mutating webhook sets it and only the same code may refuse others),
+and an item whose expression would pass the policy's budget (:data:`MAX_TERMS`). Audit rules never decide;
+they go to a second policy bound with ``Warn`` and ``Audit`` (a warning to the client, an annotation in the
+API audit log) and failure policy ``Ignore``.
+
+Known differences from the webhook, both only for inputs that already fail closed there: a ``Custom`` audience
+that errors makes the webhook apply the rule, the policy fail (and so refuse); a condition that errors refuses
+with kube-apiserver's error text rather than the webhook's.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import ipaddress
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from enclave_core import cel
+from enclave_core.api.meta import ValueMatcher
+from enclave_core.api.rules import AppliedRule, CidrList, KindScope, MetadataValue
+from enclave_core.patterns import PatternError, compile_pattern
+from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TENANT_LABEL
+
+JSON = dict[str, Any]
+Path = Literal["native", "webhook"]
+
+MAX_TERMS: Final = 512
+"""Matcher terms one item's expression may fold (rules x values); past it the item stays on the webhook. A
+policy expression's runtime cost is bounded by kube-apiserver (per expression and per policy); staying far
+below it means a policy never fails on a large object."""
+
+GROUP_VERSION: Final = "admissionregistration.k8s.io/v1"
+MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGER: Final = "enclave-tenants"
+POLICY_TENANT_LABEL: Final = "enclave.dev/native-rules-tenant"
+"""On each policy and binding: the tenant whose rules it holds (so a tenant's objects are found and pruned)."""
+
+_SERVICES: Final = "request.resource.group == '' && request.resource.resource == 'services'"
+_AREAS_ON_WEBHOOK: Final = {
+    "ingress": "ingress hostnames are judged by the webhook (not compiled to a policy yet)",
+    "network": "NetworkPolicy address grants (a CIDR minus its except blocks, covered by a union) are judged by "
+    "the webhook",
+    "storage": "storage rules read PersistentVolume labels, state a policy is not given",
+    "workloads": "workload policies (image references normalised like the runtime, QoS, PodDisruptionBudget "
+    "coverage) are judged by the webhook",
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one area of one rule is judged, and why."""
+
+    origin: str
+    area: str
+    path: Path
+    why: str
+
+
+@dataclass
+class Program:
+    """What a namespace's rules compile to: the deciding and the auditing policy bodies, and each rule's path."""
+
+    placements: list[Placement] = field(default_factory=list)
+    variables: list[JSON] = field(default_factory=list)
+    validations: list[JSON] = field(default_factory=list)
+    audit_validations: list[JSON] = field(default_factory=list)
+    resources: set[str] = field(default_factory=set)
+
+    @property
+    def empty(self) -> bool:
+        return not self.validations and not self.audit_validations
+
+    def signature(self) -> str:
+        """Identical programs (namespaces of a tenant with the same rules) share one policy."""
+        body = json.dumps([self.variables, self.validations, self.audit_validations, sorted(self.resources)])
+        return hashlib.sha256(body.encode()).hexdigest()[:10]
+
+
+# -- CEL text ------------------------------------------------------------------------------------------------
+
+
+def lit(text: str) -> str:
+    """A CEL string literal for ``text`` (JSON escaping is CEL's; non-ASCII stays as is, never a surrogate)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(lit(value) for value in values) + "]"
+
+
+def origin_text(rule: AppliedRule) -> str:
+    """How the webhook names a rule in its messages."""
+    origin = rule.origin
+    if origin.kind == "Tenant":
+        return f"Tenant {origin.name} spec.rules[{origin.index}]"
+    return f"RuleStatus {origin.namespace}/{origin.name} spec[{origin.index}]"
+
+
+def _describe(values: Sequence[ValueMatcher]) -> str:
+    """The webhook's wording of a list of matchers."""
+    texts = []
+    for matcher in values:
+        parts = []
+        if matcher.exact:
+            parts.append(f"exact {sorted(matcher.exact)}")
+        if matcher.exp:
+            parts.append(f"{'not ' if matcher.negate else ''}matching {matcher.exp!r}")
+        texts.append(" or ".join(parts) or "nothing")
+    return "; ".join(texts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _go_regex_problem(pattern: str) -> str:
+    """Why kube-apiserver's RE2 (Go's regexp) would not take a pattern the webhook's RE2 does, or ''."""
+    try:
+        compile_pattern(pattern)
+    except PatternError as err:
+        return f"regular expression {pattern!r} does not compile: {err.reason}"
+    if "\\C" in pattern:
+        return f"regular expression {pattern!r} uses \\C (any byte), which Go's regexp refuses"
+    return ""
+
+
+def _matchers(var: str, values: Sequence[ValueMatcher]) -> str:
+    """CEL true when the string ``var`` matches one of ``values`` (exact, or the whole value a regex)."""
+    alternatives = []
+    for matcher in values:
+        parts = []
+        if matcher.exact:
+            parts.append(f"{var} in {_list(matcher.exact)}")
+        if matcher.exp:
+            anchored = lit("\\A(?:" + matcher.exp + ")\\z")
+            parts.append(f"{'!' if matcher.negate else ''}{var}.matches({anchored})")
+        alternatives.append("(" + (" || ".join(parts) or "false") + ")")
+    return "(" + (" || ".join(alternatives) or "false") + ")"
+
+
+def _terms(values: Sequence[ValueMatcher] | None) -> int:
+    return sum(len(m.exact or ()) + (1 if m.exp else 0) for m in values or ()) + 1
+
+
+def _matcher_problems(values: Sequence[ValueMatcher] | None) -> list[str]:
+    return [problem for m in values or () if m.exp for problem in [_go_regex_problem(m.exp)] if problem]
+
+
+def _scope(scope: KindScope) -> str:
+    """CEL true when the request's kind is in a metadata rule's ``kinds``/``apiGroups``."""
+    kind = "true" if scope.any_kind else f"request.kind.kind in {_list(sorted(scope.kinds))}"
+    if scope.any_group:
+        return kind
+    api_version = "(request.kind.group == '' ? request.kind.version : request.kind.group + '/' + request.kind.version)"
+    group = f"(request.kind.group in {_list(sorted(scope.groups))} || {api_version} in {_list(sorted(scope.versions))})"
+    return f"({kind} && {group})"
+
+
+# -- applicability --------------------------------------------------------------------------------------------
+
+
+def _applies(rule: AppliedRule) -> tuple[str, str]:
+    """(CEL for "the rule applies to this request", why it cannot be native or '')."""
+    audience = rule.audience or []
+    terms = []
+    users = sorted(
+        {
+            a.name if a.kind == "User" or a.name.startswith(SERVICE_ACCOUNT_PREFIX) else SERVICE_ACCOUNT_PREFIX + a.name
+            for a in audience
+            if a.kind in ("User", "ServiceAccount")
+        }
+    )
+    groups = sorted({a.name for a in audience if a.kind == "Group"})
+    if users:
+        terms.append(f"request.userInfo.username in {_list(users)}")
+    if groups:
+        terms.append(f"request.userInfo.groups.exists(g, g in {_list(groups)})")
+    facade = cel.default()
+    for position, entry in enumerate(audience):
+        if entry.kind == "Custom":
+            try:
+                facade.condition(entry.name, cel.RULE_AUDIENCE_ENV)
+            except cel.CelCompileError as err:
+                return "", f"audience[{position}] does not compile ({err}): the webhook refuses what it applies to"
+            terms.append(f"({entry.name})")
+    conditions = []
+    for position, condition in enumerate((rule.enforce.conditions if rule.enforce else None) or ()):
+        try:
+            program = facade.condition(condition.expression, cel.RULE_CONDITION_ENV)
+        except cel.CelCompileError as err:
+            return (
+                "",
+                f"enforce.conditions[{position}] does not compile ({err}): the webhook refuses what it applies to",
+            )
+        if any(read == "now" or read.startswith("now.") for read in program.reads):
+            return (
+                "",
+                f"enforce.conditions[{position}] reads `now`, which a ValidatingAdmissionPolicy has no variable for",
+            )
+        conditions.append(f"({condition.expression})")
+    who = "(" + " || ".join(terms) + ")" if terms else "true"
+    return " && ".join([who, *conditions]), ""
+
+
+# -- items ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Rule:
+    index: int
+    origin: str
+    action: str
+    variable: str
+    """``variables.a<index>``: the rule applies."""
+    conditional: bool
+
+
+def _chain(links: Sequence[tuple[str, str]]) -> str:
+    """``links`` in rule order, each (matches, verdict): the last matching link's verdict, else ''."""
+    expression = "''"
+    for matches, verdict in links:
+        expression = f"(({matches}) ? ({verdict}) : {expression})"
+    return expression
+
+
+def _quoted(var: str) -> str:
+    """The webhook's ``{value!r}`` of a plain string value."""
+    return f'"\'" + {var} + "\'"'
+
+
+class _Compiler:
+    def __init__(self, rules: Sequence[AppliedRule], program: Program) -> None:
+        self.program = program
+        self.rules: list[tuple[AppliedRule, _Rule | None]] = []
+        self.asked: dict[int, list[str]] = {}
+        for index, rule in enumerate(rules):
+            origin = origin_text(rule)
+            applies, why = _applies(rule)
+            if why:
+                self.rules.append((rule, None))
+                for area in _areas(rule):
+                    program.placements.append(Placement(origin, area, "webhook", why))
+                continue
+            name = f"a{index}"
+            conditional = bool(rule.enforce and rule.enforce.conditions)
+            program.variables.append({"name": name, "expression": applies})
+            action = rule.enforce.action if rule.enforce else "deny"
+            self.rules.append((rule, _Rule(index, origin, action, f"variables.{name}", conditional)))
+
+    # -- metadata
+
+    def metadata(self) -> None:
+        keys: dict[tuple[str, str], list[tuple[_Rule | None, AppliedRule, KindScope, MetadataValue]]] = {}
+        for rule, compiled in self.rules:
+            for entry in (rule.enforce.metadata if rule.enforce else None) or ():
+                scope = KindScope.of(entry.kinds, entry.api_groups)
+                for part, values in (("labels", entry.labels), ("annotations", entry.annotations)):
+                    for key, value in (values or {}).items():
+                        keys.setdefault((part, key), []).append((compiled, rule, scope, value))
+        outcome: dict[str, list[tuple[Path, str]]] = {}
+        for number, ((part, key), pairs) in enumerate(keys.items()):
+            path = f"metadata.{part}[{key!r}]"
+            why = self._metadata_problem(pairs, path)
+            deciding = [(c, s, v) for c, _, s, v in pairs if c is not None and c.action != "audit"]
+            if not why and deciding:
+                self._metadata_key(number, part, key, path, deciding)
+            for compiled, rule, scope, value in pairs:
+                origin = origin_text(rule)
+                if compiled is None:
+                    continue  # its placement is already said
+                if why:
+                    outcome.setdefault(origin, []).append(("webhook", why))
+                    continue
+                if compiled.action == "audit":
+                    self._metadata_audit(number, compiled, scope, part, key, path, value)
+                self.asked.setdefault(compiled.index, []).append(_scope(scope))
+                self.program.resources.add("*")
+                outcome.setdefault(origin, []).append(("native", f"{path} in one chain with the namespace's rules"))
+        for origin, results in outcome.items():
+            webhook = [why for path, why in results if path == "webhook"]
+            if webhook:
+                self.program.placements.append(
+                    Placement(origin, "metadata", "webhook", "; ".join(dict.fromkeys(webhook)))
+                )
+            else:
+                self.program.placements.append(
+                    Placement(origin, "metadata", "native", "labels and annotations compile to the policy")
+                )
+
+    @staticmethod
+    def _metadata_problem(
+        pairs: Sequence[tuple[_Rule | None, AppliedRule, KindScope, MetadataValue]], path: str
+    ) -> str:
+        if sum(_terms(value.values) for *_, value in pairs) > MAX_TERMS:
+            return f"{path}: its rules fold into more than {MAX_TERMS} terms, past the policy's budget"
+        for compiled, rule, _, value in pairs:
+            if compiled is None:
+                return f"{path}: {origin_text(rule)} also governs it and stays on the webhook (the last match decides)"
+            if value.managed is not None:
+                return f"{path} has a managed value: the mutating webhook sets it and refuses any other"
+            problems = _matcher_problems(value.values)
+            if problems:
+                return f"{path}: {problems[0]}"
+        return ""
+
+    @staticmethod
+    def _present(part: str, key: str) -> tuple[str, str]:
+        new = f"object.metadata.?{part}[?{lit(key)}]"
+        old = f"(oldObject == null ? optional.none() : oldObject.metadata.?{part}[?{lit(key)}])"
+        return new, old
+
+    def _metadata_key(
+        self, number: int, part: str, key: str, path: str, pairs: Sequence[tuple[_Rule, KindScope, MetadataValue]]
+    ) -> None:
+        new, old = self._present(part, key)
+        name = f"m{number}"
+        self.program.variables.append({"name": f"{name}v", "expression": new})
+        self.program.variables.append({"name": f"{name}o", "expression": old})
+        value, previous = f"variables.{name}v", f"variables.{name}o"
+        changed = (
+            f"request.operation != 'UPDATE' || {value}.hasValue() != {previous}.hasValue() || "
+            f"({value}.hasValue() && {value}.value() != {previous}.value())"
+        )
+        got = f"{value}.value()"
+        links = []
+        for rule, scope, entry in pairs:
+            applies = f"{rule.variable} && {_scope(scope)}"
+            if rule.action == "allow":
+                refused = (
+                    lit(f"{rule.origin} allows {path} only {_describe(entry.values or [])}; got ")
+                    + " + "
+                    + _quoted(got)
+                )
+                present = f"({_matchers(got, entry.values)} ? '' : {refused})" if entry.values else "''"
+                absent = lit(f"{rule.origin} requires {path}") if entry.required else "''"
+                links.append((applies, f"{value}.hasValue() ? {present} : {absent}"))
+            else:
+                hit = _matchers(got, entry.values) if entry.values else "true"
+                matched = f" (matches {_describe(entry.values)})" if entry.values else ""
+                message = (
+                    lit(f"{rule.origin} denies {path}=")
+                    + " + "
+                    + _quoted(got)
+                    + (f" + {lit(matched)}" if matched else "")
+                )
+                links.append((f"{applies} && ({value}.hasValue() ? {hit} : false)", message))
+        self.program.variables.append({"name": name, "expression": f"!({changed}) ? '' : {_chain(links)}"})
+        self._validate(name, self.program.validations)
+
+    def _metadata_audit(
+        self, number: int, rule: _Rule, scope: KindScope, part: str, key: str, path: str, entry: MetadataValue
+    ) -> None:
+        new, old = self._present(part, key)
+        changed = (
+            f"request.operation != 'UPDATE' || ({new}).hasValue() != ({old}).hasValue() || "
+            f"(({new}).hasValue() && ({new}).value() != ({old}).value())"
+        )
+        got = f"({new}).value()"
+        hit = _matchers(got, entry.values) if entry.values else "true"
+        matched = f" (matches {_describe(entry.values)})" if entry.values else ""
+        message = (
+            lit(f"{rule.origin} audits {path}=") + " + " + _quoted(got) + (f" + {lit(matched)}" if matched else "")
+        )
+        self.program.audit_validations.append(
+            {
+                "expression": f"!({rule.variable} && {_scope(scope)} && ({new}).hasValue() && ({changed}) && {hit})",
+                "messageExpression": message,
+            }
+        )
+
+    # -- services
+
+    def services(self) -> None:
+        governing = [(rule, compiled) for rule, compiled in self.rules if rule.enforce and rule.enforce.services]
+        if not governing:
+            return
+        on_webhook = [origin_text(rule) for rule, compiled in governing if compiled is None]
+        problems: list[str] = []
+        for rule, _ in governing:
+            services = rule.enforce.services if rule.enforce else None
+            if services and services.external_names:
+                problems += _matcher_problems(services.external_names.hostnames)
+        if on_webhook or problems:
+            why = (
+                f"{on_webhook[0]} also judges Services and stays on the webhook (the last match decides)"
+                if on_webhook
+                else problems[0]
+            )
+            for rule, compiled in governing:
+                if compiled is not None:
+                    self.program.placements.append(Placement(origin_text(rule), "services", "webhook", why))
+            return
+        rules = [(rule, compiled) for rule, compiled in governing if compiled is not None]
+        self.program.resources.add("services")
+        for _, compiled in rules:
+            self.asked.setdefault(compiled.index, []).append(_SERVICES)
+            self.program.placements.append(
+                Placement(compiled.origin, "services", "native", "Service fields compile to the policy")
+            )
+        self._service_items(rules)
+
+    def _service_items(self, rules: Sequence[tuple[AppliedRule, _Rule]]) -> None:
+        """Per Service constraint, the items it judges (``v`` a string, or ``p`` a port of ``spec.ports``), those
+        of the old object (an UPDATE judges only new values), and the items' field path."""
+        spec, old = "object.spec", "(oldObject == null ? {} : oldObject.spec)"
+        kind = "(has({0}.type) && {0}.type != '' ? {0}.type : 'ClusterIP')"
+        lb_old = (
+            f"({old}.?loadBalancerIP.orValue('') == '' ? [] : [{old}.loadBalancerIP]) + "
+            f"{old}.?loadBalancerSourceRanges.orValue([])"
+        )
+        ports = f"{old}.?ports.orValue([]).map(p, p.?nodePort.orValue(0))"
+        constraints = [
+            (
+                "types",
+                f"[{kind.format(spec)}]",
+                f"(oldObject == null ? [] : [{kind.format('oldObject.spec')}])",
+                "'spec.type'",
+            ),
+            (
+                "externalIPs",
+                f"{spec}.?externalIPs.orValue([])",
+                f"{old}.?externalIPs.orValue([])",
+                "'spec.externalIPs[' + string(i) + ']'",
+            ),
+            (
+                "externalNames",
+                f"({spec}.?externalName.orValue('') == '' ? [] : [{spec}.externalName])",
+                f"({old}.?externalName.orValue('') == '' ? [] : [{old}.externalName])",
+                "'spec.externalName'",
+            ),
+            (
+                "loadBalancerIP",
+                f"({spec}.?loadBalancerIP.orValue('') == '' ? [] : [{spec}.loadBalancerIP])",
+                lb_old,
+                "'spec.loadBalancerIP'",
+            ),
+            (
+                "loadBalancerSourceRanges",
+                f"{spec}.?loadBalancerSourceRanges.orValue([])",
+                lb_old,
+                "'spec.loadBalancerSourceRanges[' + string(i) + ']'",
+            ),
+            ("nodePorts", f"{spec}.?ports.orValue([])", ports, "'spec.ports[' + string(i) + '].nodePort'"),
+        ]
+        for what, items, previous, path in constraints:
+            links = []
+            audits = []
+            for rule, compiled in rules:
+                services = rule.enforce.services if rule.enforce else None
+                found = _service_link(what, compiled, services, path)
+                if found is None:
+                    continue
+                if compiled.action == "audit":
+                    audits.append((compiled, found))
+                else:
+                    links.append((f"{compiled.variable} && ({found[0]})", found[1]))
+            if what == "nodePorts":
+                element, skip = "p", f"(p.?nodePort.orValue(0) == 0 || p.?nodePort.orValue(0) in {previous})"
+            else:
+                element, skip = "v", f"v in {previous}"
+            if links:
+                name = f"s_{what}"
+                judged = f"{items}.transformList(i, {element}, {skip} ? '' : {_chain(links)}).filter(m, m != '')"
+                self.program.variables.append({"name": name, "expression": judged})
+                self.program.validations.append(
+                    {
+                        "expression": f"size(variables.{name}) == 0",
+                        "messageExpression": f"variables.{name}.join('; ')",
+                        "reason": "Forbidden",
+                    }
+                )
+            for compiled, (matches, message) in audits:
+                listed = f"{items}.transformList(i, {element}, {skip} || !({matches}) ? '' : {message})"
+                self.program.audit_validations.append(
+                    {
+                        "expression": f"!({compiled.variable}) || {listed}.all(m, m == '')",
+                        "messageExpression": f"{listed}.filter(m, m != '').join('; ')",
+                    }
+                )
+
+    # -- checks
+
+    def conditions_evaluate(self) -> None:
+        """A rule whose conditions error refuses the request whenever an area asks about it (the webhook's
+        rule): the error propagates through this validation (failure policy Fail)."""
+        for _, compiled in self.rules:
+            if compiled is None or not compiled.conditional or compiled.index not in self.asked:
+                continue
+            if compiled.action == "audit":
+                continue  # an audit rule's error is reported, never a refusal
+            asked = " || ".join(dict.fromkeys(self.asked[compiled.index]))
+            self.program.validations.append(
+                {
+                    "expression": f"!({asked}) || ({compiled.variable} ? true : true)",
+                    "message": f"{compiled.origin} could not be evaluated: a condition that errors rejects the "
+                    "request unless another condition is false",
+                    "reason": "Forbidden",
+                }
+            )
+
+    def other_areas(self) -> None:
+        for rule, compiled in self.rules:
+            if compiled is None:
+                continue
+            origin = origin_text(rule)
+            enforce = rule.enforce
+            for area, why in _AREAS_ON_WEBHOOK.items():
+                if enforce is not None and getattr(enforce, area) is not None:
+                    self.program.placements.append(Placement(origin, area, "webhook", why))
+            if rule.mutate:
+                self.program.placements.append(
+                    Placement(origin, "mutate", "webhook", "mutations run on the mutating webhook")
+                )
+            if rule.quota:
+                self.program.placements.append(
+                    Placement(origin, "quota", "webhook", "quotas are ledgers (enclave-globalquotas), never a policy")
+                )
+
+    def _validate(self, name: str, target: list[JSON]) -> None:
+        target.append(
+            {"expression": f"variables.{name} == ''", "messageExpression": f"variables.{name}", "reason": "Forbidden"}
+        )
+
+
+def _areas(rule: AppliedRule) -> list[str]:
+    enforce = rule.enforce
+    found = [
+        area
+        for area in ("metadata", "services", *_AREAS_ON_WEBHOOK)
+        if enforce is not None and getattr(enforce, area) is not None
+    ]
+    return found + (["mutate"] if rule.mutate else []) + (["quota"] if rule.quota else [])
+
+
+def _networks(cidrs: CidrList | None) -> list[str] | None:
+    """The rule's CIDRs as the fewest networks covering the same addresses (so a value is covered by their union
+    exactly when one network contains it); None when the rule has no such constraint."""
+    if cidrs is None:
+        return None
+    parsed: dict[int, list[Any]] = {4: [], 6: []}
+    for text in cidrs.cidrs or ():
+        try:
+            network = ipaddress.ip_network(text.strip(), strict=False)
+        except ValueError:
+            continue
+        parsed[network.version].append(network)
+    return [str(n) for version in (4, 6) for n in ipaddress.collapse_addresses(parsed[version])]
+
+
+_AS_CIDR: Final = "(isCIDR(v) ? cidr(v).masked() : cidr(v + (ip(v).family() == 4 ? '/32' : '/128')))"
+
+
+def _service_link(what: str, rule: _Rule, services: Any, path: str) -> tuple[str, str] | None:
+    """(matches, verdict) of one rule on one Service item (``v``, or Service port ``p``), or None when the rule has
+    no constraint on it (the webhook's ``services.py``)."""
+    verb = "denies" if rule.action == "deny" else "audits"
+    value = _quoted("v")
+
+    def verdict(inside: str, constraint: str) -> tuple[str, str]:
+        if rule.action == "allow":
+            return (
+                "true",
+                f"({inside}) ? '' : {lit(f'{rule.origin} allows ')} + {path} + {lit(f' only {constraint}; got ')} + {value}",
+            )
+        return inside, f"{lit(f'{rule.origin} {verb} ')} + {path} + '=' + {value} + {lit(f' ({constraint})')}"
+
+    if what == "types":
+        if not services.types:
+            return None
+        return verdict(f"v in {_list(services.types)}", f"types {sorted(services.types)}")
+    if what == "externalNames":
+        names = services.external_names.hostnames if services.external_names else None
+        if not names:
+            return None
+        return verdict(_matchers("v", names), f"hostnames {_describe(names)}")
+    if what == "nodePorts":
+        ranges = [(r.from_, r.to) for r in (services.node_ports.ports if services.node_ports else None) or ()]
+        if not ranges:
+            return None
+        port = "p.?nodePort.orValue(0)"
+        inside = " || ".join(f"({low} <= {port} && {port} <= {high})" for low, high in ranges)
+        text = ", ".join(f"{low}-{high}" for low, high in ranges)
+        value = _quoted(f"string({port})")
+        if rule.action == "allow":
+            return (
+                "true",
+                f"({inside}) ? '' : {lit(f'{rule.origin} allows ')} + {path} + {lit(f' only node ports {text}; got ')} + {value}",
+            )
+        return (
+            f"({inside})",
+            f"{lit(f'{rule.origin} {verb} ')} + {path} + '=' + {value} + {lit(f' (node ports {text})')}",
+        )
+    cidrs = services.external_i_ps if what == "externalIPs" else services.load_balancers
+    networks = _networks(cidrs)
+    if networks is None:
+        return None
+    parses = "(isIP(v) || isCIDR(v))"
+    if what == "externalIPs":
+        constraint = "the rule's externalIPs CIDRs"
+        if not networks:
+            if rule.action == "allow":
+                return None
+            return verdict("true", "no external IPs at all")
+    else:
+        constraint = "the rule's loadBalancers CIDRs"
+    contains = f"{_list(networks)}.exists(c, cidr(c).containsCIDR({_AS_CIDR}))"
+    if rule.action == "allow":
+        inside = contains
+    else:
+        inside = f"{_list(networks)}.exists(c, cidr(c).containsCIDR({_AS_CIDR}) || {_AS_CIDR}.containsCIDR(cidr(c)))"
+    matches, message = verdict(inside, constraint)
+    return f"{parses} && ({matches})", message
+
+
+# -- entry points ---------------------------------------------------------------------------------------------
+
+
+def compile_namespace(rules: Sequence[AppliedRule]) -> Program:
+    """A namespace's rules (in order, as RuleStatus ``status.rules`` holds them) to one policy program."""
+    program = Program()
+    compiler = _Compiler(rules, program)
+    compiler.metadata()
+    compiler.services()
+    compiler.conditions_evaluate()
+    compiler.other_areas()
+    return program
+
+
+def skip_unjudged(namespace: str, ignored_groups: Sequence[str]) -> JSON:
+    """The policy's matchCondition: who and what the webhook never judges (``enclave_admission.rules.exempt``):
+    Enclave's service accounts, ``system:masters``, ``system:`` users that are not service accounts, users of
+    ``ignoreUserWithGroups``, the control plane's objects in every namespace."""
+    user = "request.userInfo.username"
+    skipped = [
+        f"{user}.startsWith({lit(SERVICE_ACCOUNT_PREFIX + namespace + ':')})",
+        "'system:masters' in request.userInfo.groups",
+        f"({user}.startsWith('system:') && !{user}.startsWith('system:serviceaccount:'))",
+        "(request.resource.group == '' && request.resource.resource == 'configmaps' && request.name == 'kube-root-ca.crt')",
+        "(request.resource.group == '' && request.resource.resource == 'serviceaccounts' && request.name == 'default')",
+    ]
+    if ignored_groups:
+        skipped.append(f"request.userInfo.groups.exists(g, g in {_list(sorted(ignored_groups))})")
+    return {"name": "enclave.dev/skip-unjudged", "expression": "!(" + " || ".join(skipped) + ")"}
+
+
+def policy_name(tenant: str, program: Program, audit: bool = False) -> str:
+    return f"enclave-rules-{tenant}-{program.signature()}" + ("-audit" if audit else "")
+
+
+def policies(
+    tenant: str, program: Program, namespaces: Sequence[str], *, enclave_namespace: str, ignored_groups: Sequence[str]
+) -> list[JSON]:
+    """The ValidatingAdmissionPolicies and bindings enforcing ``program`` in ``namespaces`` of ``tenant``: the
+    deciding one (failure policy Fail, bound with Deny) and, with audit rules, the auditing one (Ignore, bound
+    with Warn and Audit). Each binding selects the namespaces by the tenant label and by name."""
+    labels = {MANAGED_BY: MANAGER, POLICY_TENANT_LABEL: tenant}
+    resources = ["*"] if "*" in program.resources else sorted(program.resources)
+    found: list[JSON] = []
+    for audit, validations in ((False, program.validations), (True, program.audit_validations)):
+        if not validations:
+            continue
+        name = policy_name(tenant, program, audit)
+        found.append(
+            {
+                "apiVersion": GROUP_VERSION,
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": name, "labels": dict(labels)},
+                "spec": {
+                    "failurePolicy": "Ignore" if audit else "Fail",
+                    "matchConstraints": {
+                        "resourceRules": [
+                            {
+                                "apiGroups": ["*"] if resources == ["*"] else [""],
+                                "apiVersions": ["*"],
+                                "operations": ["CREATE", "UPDATE"],
+                                "resources": resources,
+                                "scope": "Namespaced",
+                            }
+                        ]
+                    },
+                    "matchConditions": [skip_unjudged(enclave_namespace, ignored_groups)],
+                    "variables": program.variables,
+                    "validations": validations,
+                },
+            }
+        )
+        found.append(
+            {
+                "apiVersion": GROUP_VERSION,
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": name, "labels": dict(labels)},
+                "spec": {
+                    "policyName": name,
+                    "validationActions": ["Warn", "Audit"] if audit else ["Deny"],
+                    "matchResources": {
+                        "namespaceSelector": {
+                            "matchExpressions": [
+                                {"key": TENANT_LABEL, "operator": "In", "values": [tenant]},
+                                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)},
+                            ]
+                        }
+                    },
+                },
+            }
+        )
+    return found

@@ -1,0 +1,246 @@
+"""The compiler from a namespace's rules to ValidatingAdmissionPolicies: what goes where, and why.
+
+What the policies *decide* is proven on kube-apiserver against the webhook
+(tests/integration/rules/test_rules_native_differential.py); these tests pin the placement of each rule, the
+shape of the objects and the hostile-input bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from enclave_core.api.rules import AppliedRule
+from enclave_tenants.native.compiler import (
+    MAX_TERMS,
+    Program,
+    compile_namespace,
+    lit,
+    policies,
+    skip_unjudged,
+)
+
+
+def _rules(*bodies: dict[str, Any]) -> list[AppliedRule]:
+    return [
+        AppliedRule.model_validate({**body, "origin": {"kind": "Tenant", "name": "t", "index": index}})
+        for index, body in enumerate(bodies)
+    ]
+
+
+def _deny_label(key: str = "env", **extra: Any) -> dict[str, Any]:
+    return {
+        "enforce": {
+            "action": "deny",
+            "metadata": [{"kinds": ["ConfigMap"], "labels": {key: {"values": [{"exact": ["prod"]}]}}}],
+            **extra,
+        }
+    }
+
+
+def _placed(program: Program) -> dict[tuple[str, str], tuple[str, str]]:
+    return {(p.origin, p.area): (p.path, p.why) for p in program.placements}
+
+
+def test_metadata_and_services_rules_compile_together_into_one_program() -> None:
+    program = compile_namespace(
+        _rules(
+            _deny_label(),
+            {"enforce": {"action": "allow", "services": {"externalIPs": {"cidrs": ["10.0.0.0/8"]}}}},
+        )
+    )
+    placed = _placed(program)
+    assert placed[("Tenant t spec.rules[0]", "metadata")][0] == "native"
+    assert placed[("Tenant t spec.rules[1]", "services")][0] == "native"
+    assert program.resources == {"*", "services"}
+    assert len(program.validations) == 2  # the env key, the external IPs
+    assert not program.audit_validations
+
+
+def test_a_label_key_is_one_chain_with_the_last_rule_outermost() -> None:
+    program = compile_namespace(
+        _rules(
+            _deny_label(),
+            {
+                "enforce": {
+                    "action": "allow",
+                    "metadata": [{"kinds": ["ConfigMap"], "labels": {"env": {"values": [{"exact": ["dev"]}]}}}],
+                }
+            },
+        )
+    )
+    (key,) = [v for v in program.variables if v["name"] == "m0"]
+    expression = key["expression"]
+    # the allow (rule 1) is tested before the deny (rule 0): the last match decides
+    assert expression.index("variables.a1") < expression.index("variables.a0")
+    assert "Tenant t spec.rules[1] allows metadata.labels['env'] only exact ['dev']; got " in expression
+
+
+def test_rules_that_cannot_be_native_stay_on_the_webhook_and_say_why() -> None:
+    program = compile_namespace(
+        _rules(
+            _deny_label(conditions=[{"expression": "now > timestamp('2020-01-01T00:00:00Z')"}]),
+            {"enforce": {"action": "deny", "network": {"policies": {"egress": {"cidrs": ["10.0.0.0/8"]}}}}},
+            {"enforce": {"action": "allow", "workloads": {"registries": [{"url": "^r/"}]}}},
+            {"mutate": [{"metadata": {"kinds": ["ConfigMap"], "labels": {"a": "b"}}}]},
+            {"quota": [{"name": "q", "hard": {"pods": "1"}}]},
+            {"enforce": {"storage": {"volumes": [{"selector": {}}]}}},
+            {"enforce": {"ingress": {"hostnames": [{"exact": ["a.example"]}]}}},
+        )
+    )
+    placed = _placed(program)
+    assert placed[("Tenant t spec.rules[0]", "metadata")] == (
+        "webhook",
+        "enforce.conditions[0] reads `now`, which a ValidatingAdmissionPolicy has no variable for",
+    )
+    assert placed[("Tenant t spec.rules[1]", "network")][0] == "webhook"
+    assert "image references" in placed[("Tenant t spec.rules[2]", "workloads")][1]
+    assert placed[("Tenant t spec.rules[3]", "mutate")][0] == "webhook"
+    assert "ledgers" in placed[("Tenant t spec.rules[4]", "quota")][1]
+    assert "PersistentVolume labels" in placed[("Tenant t spec.rules[5]", "storage")][1]
+    assert placed[("Tenant t spec.rules[6]", "ingress")][0] == "webhook"
+    assert program.empty
+
+
+def test_a_key_one_webhook_rule_governs_stays_on_the_webhook_for_every_rule() -> None:
+    program = compile_namespace(
+        _rules(
+            _deny_label(),
+            _deny_label(conditions=[{"expression": "now > timestamp('2020-01-01T00:00:00Z')"}]),
+            _deny_label("team"),
+        )
+    )
+    placed = _placed(program)
+    path, why = placed[("Tenant t spec.rules[0]", "metadata")]
+    assert path == "webhook"
+    assert "Tenant t spec.rules[1] also governs it" in why
+    assert placed[("Tenant t spec.rules[2]", "metadata")][0] == "native"  # team: no webhook rule speaks of it
+
+
+def test_managed_keys_stay_on_the_webhook() -> None:
+    managed = {"enforce": {"action": "allow", "metadata": [{"kinds": ["*"], "labels": {"env": {"managed": "x"}}}]}}
+    placed = _placed(compile_namespace(_rules(_deny_label(), managed)))
+    assert placed[("Tenant t spec.rules[0]", "metadata")] == (
+        "webhook",
+        "metadata.labels['env'] has a managed value: the mutating webhook sets it and refuses any other",
+    )
+
+
+def test_services_go_to_the_webhook_together_when_one_services_rule_must() -> None:
+    program = compile_namespace(
+        _rules(
+            {"enforce": {"action": "deny", "services": {"types": ["LoadBalancer"]}}},
+            {
+                "enforce": {
+                    "action": "allow",
+                    "services": {"types": ["LoadBalancer"]},
+                    "conditions": [{"expression": "now > timestamp('2020-01-01T00:00:00Z')"}],
+                }
+            },
+        )
+    )
+    path, why = _placed(program)[("Tenant t spec.rules[0]", "services")]
+    assert path == "webhook"
+    assert "Tenant t spec.rules[1] also judges Services" in why
+    assert program.empty
+
+
+def test_regexes_go_cannot_take_stay_on_the_webhook() -> None:
+    rule = {
+        "enforce": {
+            "action": "deny",
+            "metadata": [{"kinds": ["*"], "labels": {"env": {"values": [{"exp": "a\\Cb"}]}}}],
+        }
+    }
+    path, why = _placed(compile_namespace(_rules(rule)))[("Tenant t spec.rules[0]", "metadata")]
+    assert path == "webhook"
+    assert "Go's regexp" in why
+
+
+def test_audit_rules_go_to_the_warn_and_audit_policy() -> None:
+    audit = {"enforce": {"action": "audit", "metadata": [{"kinds": ["ConfigMap"], "labels": {"cost": {}}}]}}
+    program = compile_namespace(_rules(_deny_label(), audit))
+    assert len(program.audit_validations) == 1
+    assert "audits metadata.labels['cost']=" in program.audit_validations[0]["messageExpression"]
+    deciding, deciding_binding, auditing, auditing_binding = policies(
+        "t", program, ["t-b", "t-a"], enclave_namespace="enclave-system", ignored_groups=["ops"]
+    )
+    assert deciding["spec"]["failurePolicy"] == "Fail"
+    assert deciding_binding["spec"]["validationActions"] == ["Deny"]
+    assert auditing["spec"]["failurePolicy"] == "Ignore"
+    assert auditing_binding["spec"]["validationActions"] == ["Warn", "Audit"]
+    assert auditing["metadata"]["name"] == deciding["metadata"]["name"] + "-audit"
+    selector = deciding_binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector == [
+        {"key": "enclave.dev/tenant", "operator": "In", "values": ["t"]},
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["t-a", "t-b"]},
+    ]
+    assert deciding["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "enclave-tenants"
+    (condition,) = deciding["spec"]["matchConditions"]
+    assert "'system:masters' in request.userInfo.groups" in condition["expression"]
+    assert '["ops"]' in condition["expression"]
+
+
+def test_same_rules_same_signature_and_different_rules_differ() -> None:
+    first = compile_namespace(_rules(_deny_label()))
+    again = compile_namespace(_rules(_deny_label()))
+    other = compile_namespace(_rules(_deny_label("team")))
+    assert first.signature() == again.signature() != other.signature()
+
+
+def test_conditional_rules_refuse_when_their_conditions_error() -> None:
+    program = compile_namespace(_rules(_deny_label(conditions=[{"expression": "object.data.k == 'x'"}])))
+    (check,) = [v for v in program.validations if "could not be evaluated" in v.get("message", "")]
+    assert "(variables.a0 ? true : true)" in check["expression"]
+    (applies,) = [v for v in program.variables if v["name"] == "a0"]
+    assert applies["expression"] == "true && (object.data.k == 'x')"
+
+
+def test_audiences_compile_to_user_group_and_custom_terms() -> None:
+    rule = {
+        **_deny_label(),
+        "audience": [
+            {"kind": "User", "name": "alice"},
+            {"kind": "ServiceAccount", "name": "ns:robot"},
+            {"kind": "Group", "name": "devs"},
+            {"kind": "Custom", "name": "request.operation == 'CREATE'"},
+        ],
+    }
+    (applies,) = [v for v in compile_namespace(_rules(rule)).variables if v["name"] == "a0"]
+    assert applies["expression"] == (
+        '(request.userInfo.username in ["alice", "system:serviceaccount:ns:robot"] || '
+        "request.userInfo.groups.exists(g, g in [\"devs\"]) || (request.operation == 'CREATE'))"
+    )
+
+
+def test_cidrs_are_collapsed_so_a_union_covers_exactly() -> None:
+    rule = {"enforce": {"action": "allow", "services": {"externalIPs": {"cidrs": ["10.0.0.0/25", "10.0.0.128/25"]}}}}
+    (items,) = [v for v in compile_namespace(_rules(rule)).variables if v["name"] == "s_externalIPs"]
+    assert '["10.0.0.0/24"]' in items["expression"]
+
+
+def test_literals_escape_quotes_backslashes_and_control_characters() -> None:
+    assert lit("a'b\"c\\d\ne") == '"a\'b\\"c\\\\d\\ne"'
+    assert json.loads(lit("é\u0001")) == "é\u0001"
+    assert "'kube-root-ca.crt'" in skip_unjudged("enclave-system", [])["expression"]
+
+
+def test_worst_case_rules_compile_fast_and_past_the_budget_stay_on_the_webhook() -> None:
+    """About as much as one stored object holds (kube-apiserver refuses objects past 1.5 MiB): 32 rules on the same
+    64 label keys, 16 regular expressions each, so every key's chain is as long as it gets (past the budget)."""
+    values = [{"exp": f"x{n}[0-9]+"} for n in range(16)]
+    entry = {"kinds": ["*"], "labels": {f"k{n}": {"values": values} for n in range(64)}}
+    rules = _rules(*[{"enforce": {"action": "deny", "metadata": [entry]}}] * 32)
+    started = time.monotonic()
+    program = compile_namespace(rules)
+    assert time.monotonic() - started < 5
+    path, why = _placed(program)[("Tenant t spec.rules[0]", "metadata")]
+    assert path == "webhook"
+    assert f"more than {MAX_TERMS} terms" in why
+    assert program.empty
+    started = time.monotonic()
+    program = compile_namespace(rules[:28])  # 28 x 17 terms: within the budget, compiled
+    assert time.monotonic() - started < 5
+    assert _placed(program)[("Tenant t spec.rules[0]", "metadata")][0] == "native"
+    assert len(program.validations) == 64

@@ -1,0 +1,348 @@
+"""Differential: every case decided by the webhook and by the compiled ValidatingAdmissionPolicies, on one
+kube-apiserver, must come out the same (and with the same reason where the policy could say it).
+
+Per case a tenant gets the rules; enclave-tenants compiles its namespace's RuleStatus and admission judges
+requests there (namespace A). The same ``status.rules`` go through :func:`enclave_tenants.native.compiler.
+compile_namespace` into policies bound to namespace B, which carries no tenant label, so only the policies judge
+there. Each request is sent, as the same user and as a server-side dry run, to both namespaces.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from enclave_core.api.rules import AppliedRule
+from enclave_tenants.native.compiler import compile_namespace, policies
+from enclave_testing.names import unique
+from enclave_testing.waiting import poll
+
+from .conftest import Stack
+
+PROBE = "enclave-native-probe"
+"""A label the test adds a refusal for to each policy: refused once kube-apiserver enforces the policy."""
+
+
+@dataclass
+class Request:
+    kind: str
+    """configmaps or services."""
+    body: dict[str, Any]
+    old: dict[str, Any] | None = None
+    """For an UPDATE: the object created first (as the cluster administrator) and then patched to ``body``."""
+    user: str = "owner"
+
+
+@dataclass
+class Case:
+    name: str
+    rules: list[dict[str, Any]]
+    requests: list[Request] = field(default_factory=list)
+
+
+def _cm(labels: dict[str, str] | None = None, data: dict[str, str] | None = None, **annotations: str) -> Request:
+    meta: dict[str, Any] = {"labels": labels or {}}
+    if annotations:
+        meta["annotations"] = annotations
+    return Request("configmaps", {"metadata": meta, "data": data or {"k": "v"}})
+
+
+def _svc(**spec: Any) -> Request:
+    return Request("services", {"metadata": {}, "spec": {"ports": [{"port": 80}], **spec}})
+
+
+def _meta(
+    action: str, kinds: list[str] | None = None, groups: list[str] | None = None, **labels: Any
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"kinds": kinds or ["ConfigMap"], "labels": labels}
+    if groups is not None:
+        entry["apiGroups"] = groups
+    return {"enforce": {"action": action, "metadata": [entry]}}
+
+
+PROD = {"values": [{"exact": ["prod"]}]}
+
+CASES = [
+    Case(
+        "deny-value",
+        [_meta("deny", env=PROD)],
+        [
+            _cm({"env": "prod"}),
+            _cm({"env": "dev"}),
+            _cm({"env": "prod", "enclave.dev/tenant": "x", "enclave.dev/managed-by": "enclave-replication"}),
+            _cm(),
+        ],
+    ),
+    Case(
+        "deny-and-audit",
+        [_meta("deny", env=PROD), _meta("audit", cost={})],
+        [_cm({"cost": "a1"}), _cm({"env": "prod"})],
+    ),
+    Case(
+        "update-judges-changed-keys",
+        [_meta("deny", env=PROD), _meta("deny", team={})],
+        [
+            Request(
+                "configmaps", {"metadata": {"labels": {"team": "x"}}, "data": {"k": "new"}}, old=_cm({"team": "x"}).body
+            ),
+            Request("configmaps", {"metadata": {"labels": {"team": "z"}}}, old=_cm({"team": "x"}).body),
+            Request("configmaps", {"metadata": {"labels": {"team": None}}}, old=_cm({"team": "x"}).body),
+        ],
+    ),
+    Case(
+        "conditions",
+        [
+            {
+                "enforce": {
+                    **_meta("deny", env=PROD)["enforce"],
+                    "conditions": [{"name": "weekend", "expression": "object.data.k == 'weekend'"}],
+                }
+            }
+        ],
+        [_cm({"env": "prod"}, {"k": "weekend"}), _cm({"env": "prod"}), _cm({"env": "dev"}, {"k": "weekend"})],
+    ),
+    Case(
+        "condition-errors",
+        [
+            {
+                "enforce": {
+                    **_meta("deny", env=PROD)["enforce"],
+                    "conditions": [{"name": "broken", "expression": "object.data.missing == 'x'"}],
+                }
+            }
+        ],
+        [_cm({"env": "dev"}), Request("services", _svc().body)],
+    ),
+    Case(
+        "audience",
+        [{**_meta("deny", env=PROD), "audience": [{"kind": "User", "name": "OTHER"}]}],
+        [_cm({"env": "prod"}), Request("configmaps", _cm({"env": "prod"}).body, user="other")],
+    ),
+    Case(
+        "custom-audience-and-groups",
+        [
+            {**_meta("deny", env=PROD), "audience": [{"kind": "Custom", "name": "request.operation == 'UPDATE'"}]},
+            {**_meta("deny", team={}), "audience": [{"kind": "Group", "name": "enclave.dev"}]},
+        ],
+        [
+            _cm({"env": "prod"}),
+            _cm({"team": "a"}),
+            Request("configmaps", {"metadata": {"labels": {"env": "prod"}}}, old=_cm().body),
+        ],
+    ),
+    Case(
+        "allow-required-values",
+        [_meta("allow", team={"required": True, "values": [{"exact": ["a", "b"]}, {"exp": "c[0-9]+"}]})],
+        [_cm(), _cm({"team": "c"}), _cm({"team": "a"}), _cm({"team": "c42"}), _cm({"team": "xc42"})],
+    ),
+    Case(
+        "deny-all-then-allow",
+        [_meta("deny", env={}), _meta("allow", env={"values": [{"exact": ["dev"]}]})],
+        [_cm({"env": "dev"}), _cm({"env": "prod"}), _cm({"other": "x"})],
+    ),
+    Case(
+        "allow-then-deny",
+        [_meta("allow", env={"values": [{"exp": "[a-z]+"}]}), _meta("deny", env={"values": [{"exact": ["root"]}]})],
+        [_cm({"env": "dev"}), _cm({"env": "root"}), _cm({"env": "D1"})],
+    ),
+    Case(
+        "negated-regex-annotations",
+        [
+            {
+                "enforce": {
+                    "action": "deny",
+                    "metadata": [
+                        {"kinds": ["*"], "annotations": {"owner": {"values": [{"exp": "team-[a-z]+", "negate": True}]}}}
+                    ],
+                }
+            }
+        ],
+        [Request("configmaps", {"metadata": {"annotations": {"owner": v}}, "data": {}}) for v in ("team-a", "me")]
+        + [_svc()],
+    ),
+    Case(
+        "kinds-and-groups",
+        [_meta("deny", kinds=["*"], groups=["apps"], env={}), _meta("deny", kinds=["Service"], env=PROD)],
+        [_cm({"env": "prod"}), Request("services", {**_svc().body, "metadata": {"labels": {"env": "prod"}}})],
+    ),
+    Case(
+        "services-external-ips-and-types",
+        [
+            {"enforce": {"action": "deny", "services": {"externalIPs": {"cidrs": []}, "types": ["LoadBalancer"]}}},
+            {
+                "enforce": {
+                    "action": "allow",
+                    "services": {"externalIPs": {"cidrs": ["10.20.0.0/17", "10.20.128.0/17"]}},
+                }
+            },
+        ],
+        [
+            _svc(externalIPs=["192.0.2.1"]),
+            _svc(externalIPs=["10.20.1.1", "10.20.200.1"]),
+            _svc(externalIPs=["10.20.1.1", "10.21.0.1"]),
+            _svc(type="LoadBalancer"),
+            _svc(type="NodePort"),
+        ],
+    ),
+    Case(
+        "services-load-balancers-and-node-ports",
+        [
+            {"enforce": {"action": "allow", "services": {"loadBalancers": {"cidrs": ["10.0.0.0/8"]}}}},
+            {"enforce": {"action": "deny", "services": {"loadBalancers": {"cidrs": ["10.9.0.0/16"]}}}},
+            {"enforce": {"action": "allow", "services": {"nodePorts": {"ports": [{"from": 30000, "to": 30100}]}}}},
+        ],
+        [
+            _svc(type="LoadBalancer", loadBalancerSourceRanges=["10.1.0.0/16"], allocateLoadBalancerNodePorts=False),
+            _svc(type="LoadBalancer", loadBalancerSourceRanges=["0.0.0.0/0"], allocateLoadBalancerNodePorts=False),
+            _svc(type="LoadBalancer", loadBalancerSourceRanges=["10.9.1.0/24"], allocateLoadBalancerNodePorts=False),
+            _svc(type="LoadBalancer", loadBalancerIP="10.1.2.3", allocateLoadBalancerNodePorts=False),
+            _svc(type="NodePort", ports=[{"port": 80, "nodePort": 30050}]),
+            _svc(type="NodePort", ports=[{"name": "a", "port": 80}, {"name": "b", "port": 81, "nodePort": 30500}]),
+            _svc(type="LoadBalancer"),
+        ],
+    ),
+    Case(
+        "services-external-names",
+        [
+            {
+                "enforce": {
+                    "action": "deny",
+                    "services": {"externalNames": {"hostnames": [{"exp": r".*\.internal"}, {"exact": ["db"]}]}},
+                }
+            },
+            {"enforce": {"action": "audit", "services": {"types": ["ExternalName"]}}},
+        ],
+        [
+            _svc(type="ExternalName", externalName="db.internal"),
+            _svc(type="ExternalName", externalName="db"),
+            _svc(type="ExternalName", externalName="example.com"),
+        ],
+    ),
+]
+
+
+def _outcome(call: Any) -> tuple[bool, str]:
+    """(admitted, the denial's own text after kube-apiserver's prefix)."""
+    try:
+        call()
+    except ApiException as err:
+        if err.status not in (400, 403, 422):
+            raise
+        message = str(json.loads(err.body or "{}").get("message", err.body))
+        for marker in ("denied the request: ", "denied request: "):
+            if marker in message:
+                return False, message.split(marker, 1)[1]
+        return False, message
+    return True, ""
+
+
+@pytest.fixture(scope="module")
+def native_namespaces(stack: Stack) -> Iterator[list[str]]:
+    made: list[str] = []
+    yield made
+    core = client.CoreV1Api(stack.kube)
+    registrations = client.AdmissionregistrationV1Api(stack.kube)
+    for policy in registrations.list_validating_admission_policy(label_selector="test.enclave.dev/native").items:
+        registrations.delete_validating_admission_policy(policy.metadata.name)
+    for binding in registrations.list_validating_admission_policy_binding(
+        label_selector="test.enclave.dev/native"
+    ).items:
+        registrations.delete_validating_admission_policy_binding(binding.metadata.name)
+    for name in made:
+        core.delete_namespace(name)
+
+
+def _enforce_natively(stack: Stack, tenant: str, rules: list[dict[str, Any]], namespace: str, user: str) -> None:
+    """The compiled policies, bound to ``namespace`` alone, with a probe refusal; returns once they enforce."""
+    program = compile_namespace([AppliedRule.model_validate(rule) for rule in rules])
+    # a probe the deciding policy refuses first, so the test knows when kube-apiserver enforces it
+    program.validations.insert(
+        0,
+        {"expression": f"!has(object.metadata.labels) || !({PROBE!r} in object.metadata.labels)", "message": PROBE},
+    )
+    registrations = client.AdmissionregistrationV1Api(stack.kube)
+    for obj in policies(tenant, program, [namespace], enclave_namespace=stack.namespace, ignored_groups=[]):
+        obj["metadata"]["name"] += "-" + namespace
+        obj["metadata"]["labels"]["test.enclave.dev/native"] = "true"
+        if obj["kind"] == "ValidatingAdmissionPolicy":
+            registrations.create_validating_admission_policy(obj)
+        else:
+            obj["spec"]["policyName"] += "-" + namespace
+            obj["spec"]["matchResources"]["namespaceSelector"] = {
+                "matchLabels": {"kubernetes.io/metadata.name": namespace}
+            }
+            registrations.create_validating_admission_policy_binding(obj)
+    for policy in registrations.list_validating_admission_policy(label_selector="test.enclave.dev/native").items:
+        checking = (policy.status.type_checking if policy.status else None) or None
+        warnings = (checking.expression_warnings if checking else None) or []
+        assert not warnings, [w.warning for w in warnings]
+    core = stack.core(user)
+    probe: dict[str, Any] = {"metadata": {"generateName": "probe-", "labels": {PROBE: "x"}}}
+    create = core.create_namespaced_config_map
+    if program.resources == {"services"}:
+        probe["spec"] = {"ports": [{"port": 80}]}
+        create = core.create_namespaced_service
+
+    def refused() -> bool:
+        admitted, message = _outcome(lambda: create(namespace, probe, dry_run="All", _request_timeout=10))
+        return not admitted and PROBE in message
+
+    poll(refused, timeout=30, what="the compiled policies enforced")
+
+
+def _send(stack: Stack, user: str, namespace: str, request: Request, name: str) -> tuple[bool, str]:
+    api = stack.core(user)
+    body = json.loads(json.dumps(request.body))
+    body["metadata"]["name"] = name
+    kind = "config_map" if request.kind == "configmaps" else "service"
+    create = getattr(api, f"create_namespaced_{kind}")
+    if request.old is None:
+        return _outcome(lambda: create(namespace, body, dry_run="All"))
+    admin = client.CoreV1Api(stack.kube)
+    old = json.loads(json.dumps(request.old))
+    old["metadata"]["name"] = name
+    getattr(admin, f"create_namespaced_{kind}")(namespace, old)
+    patch = getattr(api, f"patch_namespaced_{kind}")
+    return _outcome(lambda: patch(name, namespace, body, dry_run="All"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_webhook_and_native_policies_decide_alike(stack: Stack, native_namespaces: list[str], case: Case) -> None:
+    owner, other = unique("nat"), unique("oth")
+    rules = json.loads(json.dumps(case.rules).replace('"OTHER"', json.dumps(other)))
+    tenant = stack.tenant(owner, rules)
+    judged = stack.namespace_of(tenant, owner)
+    status = stack.wait_rules(judged, len(rules))
+    native = unique("native")
+    client.CoreV1Api(stack.kube).create_namespace({"metadata": {"name": native}})
+    native_namespaces.append(native)
+    rbac = client.RbacAuthorizationV1Api(stack.kube)
+    for namespace in (judged, native):
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": "differential-users"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user} for user in (owner, other)
+                ],
+            },
+        )
+    _enforce_natively(stack, tenant, status["rules"], native, owner)
+    users = {"owner": owner, "other": other}
+    for number, request in enumerate(case.requests):
+        name = f"r{number}"
+        user = users[request.user]
+        webhook = _send(stack, user, judged, request, name)
+        policy = _send(stack, user, native, request, name)
+        where = f"{case.name} request {number}: {request.body}"
+        assert webhook[0] == policy[0], f"{where}: webhook {webhook}, native {policy}"
+        if not webhook[0] and "could not be evaluated" not in webhook[1]:
+            for part in policy[1].split("; "):
+                assert part in webhook[1], f"{where}: native reason {part!r} not among the webhook's {webhook[1]!r}"
