@@ -22,7 +22,7 @@ import yaml
 from enclave_testing.binaries import ensure
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
-from enclave_testing.proxy import RunningProxy, start_proxy
+from enclave_testing.proxy import RunningProxy, start_proxy_on
 from enclave_testing.stack import TenancyStack, start_tenancy
 from enclave_testing.waiting import poll
 
@@ -55,14 +55,7 @@ def stack(plane: ControlPlane) -> Iterator[TenancyStack]:
 
 @pytest.fixture(scope="module")
 def proxy(plane: ControlPlane, stack: TenancyStack) -> Iterator[RunningProxy]:
-    assert stack.certificates is not None
-    running = start_proxy(
-        plane,
-        certificates=stack.certificates,
-        endpoints={p.spec.name: p.grpc_target for p in stack.processes if p.spec.grpc},
-        namespace=stack.namespace,
-        workdir=Path(tempfile.mkdtemp(prefix="enclave-proxy-oidc-")),
-    )
+    running = start_proxy_on(stack, Path(tempfile.mkdtemp(prefix="enclave-proxy-oidc-")))
     try:
         yield running
     finally:

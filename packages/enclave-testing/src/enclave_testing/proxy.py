@@ -24,6 +24,7 @@ from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.paths import repo_root
 from enclave_testing.processes import free_port
+from enclave_testing.stack import TenancyStack
 
 PROXY = ComponentSpec("proxy", "enclave_proxy")
 PROXY_RULES: list[dict[str, Any]] = [
@@ -173,3 +174,16 @@ def start_proxy(
         revoke(plane.admin_client(), granted)
         raise
     return RunningProxy(plane, component, f"https://127.0.0.1:{port}", workdir, identity, granted)
+
+
+def start_proxy_on(stack: TenancyStack, workdir: Path) -> RunningProxy:
+    """:func:`start_proxy` in front of ``stack``'s control plane, subscribed to its enclave-config and
+    enclave-tenants with the client certificate its enclave-config issues."""
+    assert stack.certificates is not None
+    return start_proxy(
+        stack.plane,
+        certificates=stack.certificates,
+        endpoints={p.spec.name: p.grpc_target for p in stack.processes if p.spec.grpc},
+        namespace=stack.namespace,
+        workdir=workdir,
+    )
