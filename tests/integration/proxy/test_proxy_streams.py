@@ -20,6 +20,8 @@ docs/proxy.md says what cannot run without a kubelet.
 from __future__ import annotations
 
 import os
+import socket
+import ssl
 import subprocess
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -179,3 +181,47 @@ def test_logs_follow_reaches_kube_apiserver_through_the_proxy(proxied: ProxyStac
     done = kubectl(proxied, target, {}, "logs", "-f", "--pod-running-timeout=1s", target.pod)
     assert done.returncode != 0
     kubelet_error(done.stderr)
+
+
+UPGRADES = {
+    "websocket": {
+        "Upgrade": "websocket",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": "ZW5jbGF2ZS1wcm94eS10ZXN0",
+        "Sec-WebSocket-Protocol": "v5.channel.k8s.io",
+    },
+    "spdy": {"Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "v4.channel.k8s.io"},
+}
+
+
+def upgrade_status(proxied: ProxyStack, token: str, path: str, headers: dict[str, str]) -> str:
+    """The status line the proxy answers a raw upgrade request with (what kubectl would get, without its own
+    ``GET`` of the pod first)."""
+    context = ssl.create_default_context(cafile=str(proxied.ca_file))
+    port = int(proxied.url.rsplit(":", 1)[1])
+    lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", f"Authorization: Bearer {token}"]
+    lines += ["Connection: Upgrade", *(f"{name}: {value}" for name, value in headers.items())]
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=30) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = tls.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0].decode()
+
+
+@pytest.mark.parametrize("transport", list(UPGRADES))
+def test_upgrade_into_another_tenants_pod_is_refused(proxied: ProxyStack, target: Target, transport: str) -> None:
+    """Another tenant's owner sends the exec upgrade itself (no ``GET`` of the pod first, as kubectl does): the
+    proxy relays it as that caller, and kube-apiserver refuses it before any protocol switch or kubelet."""
+    stranger = proxied.caller("stranger-streams")
+    proxied.tenant_of(stranger, 0)
+    path = f"/api/v1/namespaces/{target.namespace}/pods/{target.pod}/exec?command=true&stdout=1&stderr=1"
+    before = relayed(proxied).get("403", 0.0)
+    assert upgrade_status(proxied, stranger.token, path, UPGRADES[transport]).split(" ")[1] == "403"
+    assert relayed(proxied).get("403", 0.0) > before
