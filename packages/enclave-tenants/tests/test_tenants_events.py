@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from enclave_tenants.reporting import EVENT_MESSAGE_LIMIT, synced_message
+from enclave_core.kube.events import MESSAGE_LIMIT
+from enclave_tenants.reporting import synced_message
 
 
 def test_one_namespace_is_told_as_before() -> None:
@@ -12,7 +13,7 @@ def test_one_namespace_is_told_as_before() -> None:
 def test_many_namespaces_share_one_event_and_the_rest_are_counted() -> None:
     done = [f"namespace solar-{index:04d}: created RoleBindings enclave-user-alice-admin" for index in range(1000)]
     message = synced_message(done)
-    assert len(message) <= EVENT_MESSAGE_LIMIT
+    assert len(message) <= MESSAGE_LIMIT
     assert message.startswith("1000 namespaces: namespace solar-0000: created")
     shown = message.count("namespace solar-")
     assert message.endswith(f"; and {1000 - shown} more")

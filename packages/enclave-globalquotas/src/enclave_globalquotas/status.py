@@ -16,7 +16,7 @@ from enclave_core.quantity import Quantity
 from enclave_globalquotas.plan import Problem, QuotaPlan
 
 JSON = dict[str, Any]
-MESSAGE_LIMIT = 32000
+CONDITION_MESSAGE_LIMIT = 32000
 
 
 def _text(values: Mapping[str, Quantity]) -> dict[str, str]:
@@ -25,7 +25,7 @@ def _text(values: Mapping[str, Quantity]) -> dict[str, str]:
 
 def ready_condition(plan: QuotaPlan, problems: Sequence[Problem], now: datetime) -> Condition:
     if problems:
-        message = "; ".join(p.message for p in problems)[:MESSAGE_LIMIT]
+        message = "; ".join(p.message for p in problems)[:CONDITION_MESSAGE_LIMIT]
         return new_condition(
             "Ready", "False", problems[0].reason, message, now=now, observed_generation=plan.generation
         )

@@ -16,7 +16,7 @@ from enclave_core.quantity import max0, sub_maps
 from enclave_pools.plan import BOUND, PoolPlan, Verdict, fmt
 
 JSON = dict[str, Any]
-MESSAGE_LIMIT = 32000
+CONDITION_MESSAGE_LIMIT = 32000
 
 
 def _previous(raw: JSON) -> list[Condition]:
@@ -42,7 +42,7 @@ def pool_status(pool: PoolPlan, *, problems: list[str], now: datetime) -> JSON:
             "Ready",
             "False",
             "InvalidSpec" if pool.problems else "ApplyFailed",
-            "; ".join(problems)[:MESSAGE_LIMIT],
+            "; ".join(problems)[:CONDITION_MESSAGE_LIMIT],
             now=now,
             observed_generation=generation,
         )
@@ -92,7 +92,7 @@ def claim_status(raw: JSON, verdict: Verdict, *, now: datetime) -> JSON:
         "Bound",
         "True" if verdict.bound else "False",
         verdict.reason,
-        verdict.message[:MESSAGE_LIMIT],
+        verdict.message[:CONDITION_MESSAGE_LIMIT],
         now=now,
         observed_generation=generation,
     )
@@ -101,7 +101,7 @@ def claim_status(raw: JSON, verdict: Verdict, *, now: datetime) -> JSON:
         "Ready",
         "True" if fully else "False",
         verdict.reason,
-        verdict.message[:MESSAGE_LIMIT],
+        verdict.message[:CONDITION_MESSAGE_LIMIT],
         now=now,
         observed_generation=generation,
     )
@@ -146,7 +146,7 @@ def claim_current(raw: JSON, verdict: Verdict) -> bool:
     return (
         status.get("observedGeneration") == _generation(raw)
         and condition.get("reason") == verdict.reason
-        and condition.get("message") == verdict.message[:MESSAGE_LIMIT]
+        and condition.get("message") == verdict.message[:CONDITION_MESSAGE_LIMIT]
         and condition.get("status") == ("True" if verdict.bound else "False")
         and ((status.get("pool") or {}).get("name") or "") == (verdict.pool if verdict.bound else "")
         and (status.get("allocation") or None) == (allocation.to_k8s() if allocation is not None else None)

@@ -34,7 +34,7 @@ JSON = dict[str, Any]
 ClaimKey = tuple[str, str, str, str]
 """(group, kind, namespace, name) of a counted object: what a reservation's objectRef names."""
 
-MESSAGE_LIMIT: Final = 1024
+CONDITION_MESSAGE_LIMIT: Final = 1024
 ZERO = Quantity(0)
 
 
@@ -248,7 +248,7 @@ def _finish(view: QuotaView, status: JSON | None, now: datetime) -> QuotaView:
         reason = view.problems[0][0]
         message = "; ".join(message for _, message in view.problems)
         ready = new_condition(
-            "Ready", "False", reason, message[:MESSAGE_LIMIT], now=now, observed_generation=generation
+            "Ready", "False", reason, message[:CONDITION_MESSAGE_LIMIT], now=now, observed_generation=generation
         )
     else:
         ready = new_condition("Ready", "True", "Counted", "usage counted", now=now, observed_generation=generation)

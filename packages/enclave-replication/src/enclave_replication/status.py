@@ -14,7 +14,7 @@ from enclave_core.api.replication import ItemPolicy, ItemStatus, ProcessedItem, 
 from enclave_core.conditions import new_condition, set_condition
 from enclave_core.kube.rest import JSON
 
-MESSAGE_LIMIT: Final = 2048
+CONDITION_MESSAGE_LIMIT: Final = 2048
 ITEMS_LIMIT: Final = 5000
 """Processed items reported at most (etcd's object size bounds a status); size still counts them all."""
 
@@ -59,7 +59,7 @@ class ItemResult:
                 cluster_scoped=self.cluster_scoped,
                 created=self.created,
                 last_apply=self.last_apply,
-                message=self.message[:MESSAGE_LIMIT] or None,
+                message=self.message[:CONDITION_MESSAGE_LIMIT] or None,
                 policy=self.policy,
             ),
         )
@@ -97,7 +97,12 @@ def build(
         conditions = None
     ok, reason, message = ready
     condition = new_condition(
-        "Ready", "True" if ok else "False", reason, message[:MESSAGE_LIMIT], now=now, observed_generation=generation
+        "Ready",
+        "True" if ok else "False",
+        reason,
+        message[:CONDITION_MESSAGE_LIMIT],
+        now=now,
+        observed_generation=generation,
     )
     ordered = sorted(items, key=ItemResult.sort_key)
     status = ReplicationStatus(

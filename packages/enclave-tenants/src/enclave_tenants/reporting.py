@@ -220,20 +220,17 @@ class Reporting(Caches):
         await self.events.emit(obj, event_type, reason, message, namespace=self.policy.events_namespace)
 
 
-EVENT_MESSAGE_LIMIT = MESSAGE_LIMIT
-"""The recorder's limit: the message is built to fit it rather than be cut by it."""
-
-
 def synced_message(done: list[str]) -> str:
     """One Event per tenant and pass for what was written in its namespaces (one per namespace was a write per
-    namespace: 10,000 Events for 10,000 new namespaces); namespaces past the size limit are counted."""
+    namespace: 10,000 Events for 10,000 new namespaces), built to fit the recorder's :data:`MESSAGE_LIMIT` rather than
+    be cut by it: namespaces past it are counted."""
     if len(done) == 1:
-        return done[0][:EVENT_MESSAGE_LIMIT]
+        return done[0][:MESSAGE_LIMIT]
     head = f"{len(done)} namespaces: "
     shown: list[str] = []
     for index, item in enumerate(done):
         rest = f"; and {len(done) - index} more"
-        if len(head) + len("; ".join([*shown, item])) + len(rest) > EVENT_MESSAGE_LIMIT:
+        if len(head) + len("; ".join([*shown, item])) + len(rest) > MESSAGE_LIMIT:
             return head + "; ".join(shown) + rest
         shown.append(item)
     return head + "; ".join(shown)

@@ -46,7 +46,7 @@ from enclave_core.snapshots.rules import (
     VolumeView,
 )
 from enclave_tenants import namespaces as ns
-from enclave_tenants.status import MESSAGE_LIMIT, Problem
+from enclave_tenants.status import CONDITION_MESSAGE_LIMIT, Problem
 
 JSON = dict[str, Any]
 
@@ -276,7 +276,7 @@ def desired_status(plan: NamespaceRulePlan, now: datetime) -> JSON:
     """``status`` of the namespace's RuleStatus: the rules, their number, Ready and observedGeneration."""
     generation = int(((plan.live or {}).get("metadata") or {}).get("generation") or 0)
     if plan.problems:
-        message = "; ".join(p.message for p in plan.problems)[:MESSAGE_LIMIT]
+        message = "; ".join(p.message for p in plan.problems)[:CONDITION_MESSAGE_LIMIT]
         ready = new_condition(
             "Ready", "False", plan.problems[0].reason, message, now=now, observed_generation=generation
         )

@@ -18,7 +18,7 @@ from enclave_core.conditions import Condition, ConditionStatus, new_condition, r
 from enclave_tenants.owners import Owner
 
 JSON = dict[str, Any]
-MESSAGE_LIMIT = 32000
+CONDITION_MESSAGE_LIMIT = 32000
 
 
 class Problem(BaseModel):
@@ -37,7 +37,7 @@ def _previous(raw: JSON) -> list[Condition]:
 def _ready(problems: Sequence[Problem], ok_message: str, generation: int, now: datetime) -> Condition:
     if not problems:
         return new_condition("Ready", "True", "Active", ok_message, now=now, observed_generation=generation)
-    message = "; ".join(p.message for p in problems)[:MESSAGE_LIMIT]
+    message = "; ".join(p.message for p in problems)[:CONDITION_MESSAGE_LIMIT]
     return new_condition("Ready", "False", problems[0].reason, message, now=now, observed_generation=generation)
 
 
