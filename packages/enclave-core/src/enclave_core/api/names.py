@@ -46,6 +46,9 @@ PROMOTED_LABEL: Final = "enclave.dev/promoted"
 """Service-account label (value ``"true"``) by which a tenant owner promotes an account to owner."""
 CONFIGURATION_LABEL: Final = "enclave.dev/service-configuration"
 """On what enclave-config writes for a ServiceConfiguration: its name (several may coexist in tests)."""
+NATIVE_RULES_TENANT_LABEL: Final = "enclave.dev/native-rules-tenant"
+"""On each ValidatingAdmissionPolicy (and binding) compiled from a tenant's rules: the tenant whose rules it holds
+(so a tenant's objects are found and pruned)."""
 
 # -- ServiceConfiguration, CRDs, conversion -----------------------------------------------------------------
 CRD_DIGEST_ANNOTATION: Final = "enclave.dev/crd-digest"

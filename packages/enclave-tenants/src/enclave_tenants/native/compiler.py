@@ -38,9 +38,16 @@ from typing import Any, Final, Literal
 
 from enclave_core import cel
 from enclave_core.api.meta import ValueMatcher
+from enclave_core.api.names import (
+    MANAGED_BY,
+    NATIVE_RULES_TENANT_LABEL,
+    SKIP_UNJUDGED_CONDITION,
+    TENANT_LABEL,
+    TENANTS_MANAGER,
+)
 from enclave_core.api.rules import AppliedRule, CidrList, KindScope, MetadataValue
 from enclave_core.patterns import PatternError, compile_pattern
-from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TENANT_LABEL
+from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 
 JSON = dict[str, Any]
 Path = Literal["native", "webhook"]
@@ -51,10 +58,6 @@ policy expression's runtime cost is bounded by kube-apiserver (per expression an
 below it means a policy never fails on a large object."""
 
 GROUP_VERSION: Final = "admissionregistration.k8s.io/v1"
-MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-MANAGER: Final = "enclave-tenants"
-POLICY_TENANT_LABEL: Final = "enclave.dev/native-rules-tenant"
-"""On each policy and binding: the tenant whose rules it holds (so a tenant's objects are found and pruned)."""
 
 _SERVICES: Final = "request.resource.group == '' && request.resource.resource == 'services'"
 _AREAS_ON_WEBHOOK: Final = {
@@ -658,7 +661,7 @@ def skip_unjudged(namespace: str, ignored_groups: Sequence[str]) -> JSON:
     ]
     if ignored_groups:
         skipped.append(f"request.userInfo.groups.exists(g, g in {_list(sorted(ignored_groups))})")
-    return {"name": "enclave.dev/skip-unjudged", "expression": "!(" + " || ".join(skipped) + ")"}
+    return {"name": SKIP_UNJUDGED_CONDITION, "expression": "!(" + " || ".join(skipped) + ")"}
 
 
 def policy_name(tenant: str, program: Program, audit: bool = False) -> str:
@@ -671,7 +674,7 @@ def policies(
     """The ValidatingAdmissionPolicies and bindings enforcing ``program`` in ``namespaces`` of ``tenant``: the
     deciding one (failure policy Fail, bound with Deny) and, with audit rules, the auditing one (Ignore, bound
     with Warn and Audit). Each binding selects the namespaces by the tenant label and by name."""
-    labels = {MANAGED_BY: MANAGER, POLICY_TENANT_LABEL: tenant}
+    labels = {MANAGED_BY: TENANTS_MANAGER, NATIVE_RULES_TENANT_LABEL: tenant}
     resources = ["*"] if "*" in program.resources else sorted(program.resources)
     found: list[JSON] = []
     for audit, validations in ((False, program.validations), (True, program.audit_validations)):
