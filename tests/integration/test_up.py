@@ -56,6 +56,10 @@ def test_up_serves_tenants_and_stops_cleanly(tmp_path: Path) -> None:
         assert "hello" in shell.stdout, shell.stdout
         admin = client.CoreV1Api(api_client(kubeconfig))
         assert admin.read_namespace("solar-dev").metadata.labels["enclave.dev/tenant"] == "solar"
+        # enclave-proxy runs as the chart installs it; alice's own kubeconfig for it lists her tenant's only
+        assert "component proxy: ready at https://127.0.0.1:" in text
+        assert _through_proxy(tmp_path, "alice") == ["namespace/solar-dev"]
+        assert _through_proxy(tmp_path, "bob") == ["namespace/solar-dev"]  # bob owns solar by his TenantOwner
         # The sample GlobalTenantResource replicates its NetworkPolicy into the new namespace of the dev tenant.
         networking = client.NetworkingV1Api(api_client(kubeconfig))
         poll(lambda: networking.read_namespaced_network_policy("same-namespace-only", "solar-dev"))
@@ -113,6 +117,21 @@ def _assert_every_running_component_has_its_hooks(kubeconfig: Path, log: str) ->
         assert hooks_by_component()[name] <= registered, (name, sorted(hooks_by_component()[name] - registered))
     code = enclave(["--enclave-namespace", "enclave-system", "doctor", "--kubeconfig", str(kubeconfig)])
     assert code == 0
+
+
+def _through_proxy(workdir: Path, owner: str) -> list[str]:
+    """``kubectl get namespaces -o name`` as a sample owner with the kubeconfig `tox -e up` wrote for the proxy."""
+    from enclave_testing.binaries import ensure
+
+    kubeconfig = workdir / "proxy" / f"{owner}.kubeconfig"
+    done = subprocess.run(
+        [str(ensure("kubectl")["kubectl"]), f"--kubeconfig={kubeconfig}", "get", "namespaces", "-o", "name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.split()
 
 
 def _guide_commands(log: str) -> list[str]:

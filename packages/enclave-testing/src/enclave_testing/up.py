@@ -2,7 +2,9 @@
 
 Builds (or reuses) the pinned binaries, starts etcd, kube-apiserver and kube-controller-manager, installs the
 CRDs, runs every Enclave component that is installed as its own process, applies the samples in
-``hack/samples`` and prints how to act as a tenant owner.
+``hack/samples`` and prints how to act as a tenant owner. enclave-proxy runs as the chart installs it (its own
+identity with the chart's ClusterRole, the chart's settings; :mod:`enclave_testing.proxy`), and the sample
+tenants' owners get kubeconfigs that reach it with client certificates of their own.
 """
 
 from __future__ import annotations
@@ -28,8 +30,12 @@ from enclave_testing.components import COMPONENTS, RunningComponent, available, 
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.crds import crd_dir, install_crds
 from enclave_testing.paths import repo_root
+from enclave_testing.proxy import PROXY, RunningProxy, start_proxy
 
 ENCLAVE_NAMESPACE = "enclave-system"
+SAMPLE_OWNERS = {"alice": ["enclave.dev"], "bob": ["enclave.dev"]}
+"""The users hack/samples/10-tenants.yaml makes owners (alice of solar, bob through his TenantOwner), in the
+default tenant-user group: each gets a client certificate and a kubeconfig for enclave-proxy."""
 
 
 def _say(message: str) -> None:
@@ -113,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     plane = ControlPlane(args.workdir / "cluster")
     running: list[RunningComponent] = []
     certificates: ComponentCertificates | None = None
+    proxy: RunningProxy | None = None
     stop = False
 
     def request_stop(*_: object) -> None:
@@ -174,9 +181,23 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"component {spec.name}: ready (probes {component.probe_url})")
         samples = apply_samples(api, repo_root() / "hack" / "samples")
         _say(f"applied samples: {', '.join(samples) or 'none new'}")
+        owners: dict[str, Path] = {}
+        if available(PROXY) and {"config", "tenants"} <= endpoints.keys():
+            proxy = start_proxy(
+                plane,
+                certificates=certificates,
+                endpoints=endpoints,
+                namespace=ENCLAVE_NAMESPACE,
+                workdir=args.workdir / "proxy",
+                log_dir=args.workdir / "logs",
+                identity="enclave-proxy",
+            )
+            running.append(proxy.component)
+            owners = owner_kubeconfigs(plane, proxy)
+            _say(f"component proxy: ready at {proxy.url} (probes {proxy.component.probe_url})")
         kubeconfig = args.workdir / "kubeconfig"
         shutil.copy(plane.kubeconfig, kubeconfig)
-        _print_guide(kubeconfig, _kubectl(args.workdir / "bin"), running, args.workdir / "logs")
+        _print_guide(kubeconfig, _kubectl(args.workdir / "bin"), running, args.workdir / "logs", owners)
         while not stop and not args.exit_when_ready:
             time.sleep(0.5)
             dead = [c.spec.name for c in running if not c.process.running]
@@ -189,10 +210,27 @@ def main(argv: list[str] | None = None) -> int:
         _say("stopping")
         for component in reversed(running):
             component.process.stop()
+        if proxy is not None:
+            proxy.stop()
         if certificates is not None:
             certificates.close()
         plane.stop()
     return 0
+
+
+def owner_kubeconfigs(plane: ControlPlane, proxy: RunningProxy) -> dict[str, Path]:
+    """A client certificate (the control plane's CA, which the proxy is given as its client CA) and a kubeconfig
+    for enclave-proxy per sample owner: what an owner's own credentials would be on a real cluster."""
+    assert plane.ca is not None
+    found: dict[str, Path] = {}
+    for user, groups in SAMPLE_OWNERS.items():
+        pair = plane.ca.issue(user, organizations=groups, server=False, client=True)
+        cert, key = proxy.workdir / f"{user}.crt", proxy.workdir / f"{user}.key"
+        cert.write_bytes(pair.cert_pem)
+        key.write_bytes(pair.key_pem)
+        key.chmod(0o600)
+        found[user] = proxy.kubeconfig(user, {"client-certificate": str(cert), "client-key": str(key)})
+    return found
 
 
 def _kubectl(bin_dir: Path) -> Path:
@@ -208,8 +246,19 @@ def _kubectl(bin_dir: Path) -> Path:
     return link
 
 
-def _print_guide(kubeconfig: Path, kubectl: Path, running: list[RunningComponent], logs: Path) -> None:
+def _print_guide(
+    kubeconfig: Path, kubectl: Path, running: list[RunningComponent], logs: Path, owners: dict[str, Path]
+) -> None:
     names = [c.spec.name for c in running]
+    through_proxy = (
+        f"""
+  # alice through enclave-proxy, signed in with her own client certificate (no --as): she lists namespaces,
+  # which kube-apiserver refuses her, and sees her tenant's only; bob's kubeconfig is {owners["bob"]}
+  kubectl --kubeconfig {owners["alice"]} get namespaces
+"""
+        if "alice" in owners and "admission" in names
+        else ""
+    )
     tenancy = (
         """  # act as alice, owner of the sample tenant "solar": her namespace joins her tenant, she is its admin
   kubectl --as alice --as-group enclave.dev create namespace solar-dev
@@ -237,7 +286,7 @@ Try it in another shell (the admin may impersonate anyone, so --as acts as a ten
   export KUBECONFIG={kubeconfig}
   export PATH={kubectl.parent}:$PATH
   kubectl get tenants,tenantowners,serviceconfigurations
-{tenancy}
+{tenancy}{through_proxy}
   # or from Python, as alice:
   from kubernetes import client, config
   api = config.new_client_from_config("{kubeconfig}")
