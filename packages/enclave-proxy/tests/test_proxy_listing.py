@@ -13,7 +13,7 @@ from enclave_core.kube.connection import Connection
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
 from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
-from enclave_proxy.listing import NAMESPACES, NODES, ClusterIndex, ClusterWatch, Kind, list_body
+from enclave_proxy.listing import NAMESPACES, NODES, ClusterIndex, ClusterWatch, Kind, TooOldError, list_body
 from enclave_proxy.query import NODE_FIELDS, selection
 from enclave_proxy.visibility import Scope, Visibility
 
@@ -60,15 +60,19 @@ def index(*objects: dict[str, Any], kind: Kind = NAMESPACES, snapshot: TenancySn
 
 
 def watch(
-    built: World, selector: str = "", initial: bool = True, groups: tuple[str, ...] = ("enclave.dev",)
+    built: World,
+    selector: str = "",
+    initial: bool = True,
+    groups: tuple[str, ...] = ("enclave.dev",),
+    since: int | None = None,
 ) -> ClusterWatch:
     kind = built.index.kind
 
     def allowed() -> Scope | None:
-        return built.visibility.scope(kind.name, "alice", groups)
+        return built.visibility.scope(kind.setting or kind.name, "alice", groups, "watch")
 
     chosen = selection({"labelSelector": selector}, kind.fields)
-    created = ClusterWatch(built.index, allowed, chosen, initial=initial)
+    created = ClusterWatch(built.index, allowed, chosen, initial=initial, since=since)
     built.index.watches.add(created)
     return created
 
@@ -156,7 +160,7 @@ def node(name: str, version: int, **labels: str) -> dict[str, Any]:
 def test_nodes_are_those_the_tenants_node_selector_matches() -> None:
     snapshot = tenancy("oil-a", node_selector={"pool": "oil"})
     built = index(node("n1", 1, pool="oil"), node("n2", 2, pool="gas"), node("n3", 3), kind=NODES, snapshot=snapshot)
-    scope = built.visibility.scope("Node", "alice", ())
+    scope = built.visibility.scope("Nodes", "alice", ())
     assert scope is not None
     assert [n["metadata"]["name"] for n in built.index.visible(scope, selection({}, NODE_FIELDS))] == ["n1"]
     tenant = watch(built)
@@ -167,6 +171,37 @@ def test_nodes_are_those_the_tenants_node_selector_matches() -> None:
 
 def test_a_tenant_without_a_node_selector_sees_no_node() -> None:
     built = index(node("n1", 1, pool="oil"), kind=NODES)
-    scope = built.visibility.scope("Node", "alice", ())
+    scope = built.visibility.scope("Nodes", "alice", ())
     assert scope is not None
     assert built.index.visible(scope, selection({}, NODE_FIELDS)) == []
+
+
+def test_a_watch_resumes_from_a_version_and_sees_what_changed_since() -> None:
+    """kubectl lists, then watches from the list's resourceVersion: what changed in between arrives, what did
+    not is not sent again (the history holds the objects as they were)."""
+    built = index(ns("oil-a", 1), ns("oil-b", 2), ns("gas-a", 3))
+    listed_at = 3
+    built.informer.apply_event("MODIFIED", ns("oil-a", 4, team="x"))
+    built.informer.apply_event("DELETED", ns("oil-b", 5))
+    built.informer.apply_event("MODIFIED", ns("gas-a", 6))
+    built.visibility.set_tenancy(tenancy("oil-a", "oil-b", "oil-c"))
+    built.informer.apply_event("ADDED", ns("oil-c", 7))
+    assert kinds(watch(built, initial=False, since=listed_at).events()) == [
+        ("MODIFIED", "oil-a"),
+        ("DELETED", "oil-b"),
+        ("ADDED", "oil-c"),
+    ]
+    assert kinds(watch(built, initial=False, since=7).events()) == []
+    assert kinds(watch(built, initial=False, since=5).events()) == [("ADDED", "oil-c")]
+
+
+def test_a_version_older_than_the_history_is_gone() -> None:
+    built = World(
+        ClusterIndex(Kube(Connection("http://127.0.0.1:1"), "test"), NAMESPACES, history=2),
+        Visibility(tenancy=tenancy("oil-a")),
+    )
+    for version in range(1, 5):
+        built.informer.apply_event("MODIFIED", ns("oil-a", version))
+    with pytest.raises(TooOldError, match="too old resource version: 1"):
+        watch(built, initial=False, since=1)
+    assert kinds(watch(built, initial=False, since=3).events()) == [("MODIFIED", "oil-a")]

@@ -65,6 +65,29 @@ def test_snapshot_carries_what_admission_enforces() -> None:
     assert view.forbidden_labels.denied_regex == "^y"
 
 
+def test_snapshot_carries_what_the_proxy_shows() -> None:
+    """enclave-proxy reads the tenant's spec.proxy and the classes its allow rules name from the Tenancy stream."""
+
+    def placement(action: str, **classes: object) -> dict[str, object]:
+        return {"enforce": {"action": action, "workloads": {"placement": classes}}}
+
+    rules = [
+        placement("allow", priorityClasses=[{"exact": ["high"]}], runtimeClasses=[{"exp": "^gvisor-.*$"}]),
+        placement("deny", priorityClasses=[{"exact": ["system-critical"]}]),
+        placement("audit", runtimeClasses=[{"exact": ["kata"]}]),
+    ]
+    proxy = {"kinds": [{"kind": "StorageClasses", "names": [{"exact": ["gold"]}]}]}
+    plan = build_plan(
+        [tenant("oil", owners=[{"kind": "User", "name": "bob"}], rules=rules, proxy=proxy)], [], [], [], Policy()
+    )
+    view = TenancySnapshot.parse_item(plan.snapshot.items()["oil"])
+    assert [entry.kind for entry in view.proxy] == ["StorageClasses"]
+    assert view.proxy[0].names is not None
+    assert view.proxy[0].names[0].exact == ["gold"]
+    assert [matcher.exact for matcher in view.priority_classes] == [["high"]], "deny and audit rules grant nothing"
+    assert [matcher.exp for matcher in view.runtime_classes] == ["^gvisor-.*$"]
+
+
 def test_administrators_are_bound_but_not_owners() -> None:
     policy = Policy(administrators=[Entity(kind="Group", name="platform")], administration_cluster_roles=["del"])
     plan = build_plan([SOLAR], [], [namespace("solar-a", "solar")], [], policy)

@@ -103,6 +103,8 @@ def test_an_edit_through_v1beta1_keeps_the_v1beta2_only_fields() -> None:
     assert edited["spec"]["namespaceOptions"]["quota"] == 9
     assert edited["spec"]["owners"][-1] == {"kind": "User", "name": "carol"}
     assert edited["spec"]["rules"] == hub["spec"]["rules"], "rules have no v1beta1 field and must survive"
+    assert edited["spec"]["proxy"] == hub["spec"]["proxy"], "nor has proxy"
+    assert "proxy" not in spoke["spec"]
 
     configuration = example("ServiceConfiguration")
     spoke = convert(configuration, SPOKE)
@@ -111,6 +113,7 @@ def test_an_edit_through_v1beta1_keeps_the_v1beta2_only_fields() -> None:
     edited = convert(spoke, HUB)
     assert edited["spec"]["users"] == [{"kind": "Group", "name": "only-this-group"}]
     assert edited["spec"]["admission"] == configuration["spec"]["admission"]
+    assert edited["spec"]["proxy"] == configuration["spec"]["proxy"]
 
 
 def test_a_field_removed_through_v1beta1_stays_removed() -> None:

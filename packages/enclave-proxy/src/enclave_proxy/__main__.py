@@ -1,8 +1,9 @@
 """``python -m enclave_proxy`` / ``enclave-proxy``: the tenant-facing kube-apiserver proxy's process.
 
 Every replica is the same (no leader): it follows the Tenancy snapshot of enclave-tenants (and the
-configuration of enclave-config, for who is a tenant user), keeps informers on namespaces and nodes, and serves
-HTTPS. Ready once it listens, has listed both and holds the snapshots. docs/proxy.md says how to point a
+configuration of enclave-config, for who is a tenant user and the default proxy settings), keeps informers on
+the kinds it filters (namespaces, nodes, PersistentVolumes, storage, ingress, priority, runtime and gateway
+classes), and serves HTTPS. Ready once it listens, has listed namespaces and nodes and holds the snapshots. docs/proxy.md says how to point a
 kubeconfig at it.
 """
 
@@ -29,7 +30,7 @@ from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfigura
 from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
 from enclave_proxy.forward import Upstream
 from enclave_proxy.identity import ImpersonationReviewer, TokenReviewer
-from enclave_proxy.listing import NAMESPACES, NODES, ClusterIndex
+from enclave_proxy.listing import KINDS, ClusterIndex
 from enclave_proxy.server import ProxyServer
 from enclave_proxy.visibility import Visibility
 
@@ -152,7 +153,7 @@ async def body(process: component.Component) -> None:
     assert process.api is not None
     kube = Kube(process.api, field_manager=PROXY_MANAGER)
     visibility = Visibility()
-    indexes = [ClusterIndex(kube, NAMESPACES), ClusterIndex(kube, NODES)]
+    indexes = [ClusterIndex(kube, kind) for kind in KINDS]
 
     def snapshots_changed() -> None:
         for index in indexes:
@@ -182,10 +183,11 @@ async def body(process: component.Component) -> None:
         process.readiness.set(gate)
 
     for index in indexes:
-        gate = f"{index.kind.resource}-synced"
-        process.readiness.add(gate)
         process.spawn(index.run(), f"{index.kind.resource}-informer")
-        process.spawn(synced(index, gate), gate)
+        if index.kind.required:  # the others may be absent (a CRD not installed): passed through until listed
+            gate = f"{index.kind.resource}-synced"
+            process.readiness.add(gate)
+            process.spawn(synced(index, gate), gate)
     upstream = Upstream(process.api, connections=args.upstream_connections)
     reviewer = TokenReviewer(kube, ttl=args.token_ttl)
     impersonation = ImpersonationReviewer(kube, ttl=args.token_ttl)

@@ -14,14 +14,18 @@ left the tenant, or no longer match) DELETED, as kube-apiserver reports an objec
 Changes that happen while a slow client is being written to coalesce into one event per name (the latest
 state), so a watch holds at most one pending entry per object and never an unbounded queue.
 
-A watch's ``resourceVersion`` is honoured only as "from now" (the proxy keeps no history): empty or ``0``
-sends the current objects as ADDED first; any other value starts with what the caller listed being current.
+A watch's ``resourceVersion`` resumes: each kind keeps the last :data:`HISTORY` changes (which object, at which
+resourceVersion, as it was before), so a watch from a version the history still covers starts from what the
+caller saw then and sends what changed since; an older one is answered ``410 Gone`` (an ERROR event with reason
+``Expired``, as kube-apiserver's watch cache answers), and the client lists again. Empty or ``0`` sends the
+current objects as ADDED first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import datetime
 import logging
 import time
@@ -35,8 +39,19 @@ from prometheus_client import Counter, Gauge
 
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
-from enclave_proxy.query import NAMESPACE_FIELDS, NODE_FIELDS, FieldGetter, Selection
-from enclave_proxy.tables import NAMESPACE_TABLE, NODE_TABLE, TableSpec, table
+from enclave_proxy.query import NAME_FIELDS, NAMESPACE_FIELDS, NODE_FIELDS, FieldGetter, Selection
+from enclave_proxy.tables import (
+    GATEWAY_CLASS_TABLE,
+    INGRESS_CLASS_TABLE,
+    NAMESPACE_TABLE,
+    NODE_TABLE,
+    PRIORITY_CLASS_TABLE,
+    RUNTIME_CLASS_TABLE,
+    STORAGE_CLASS_TABLE,
+    VOLUME_TABLE,
+    TableSpec,
+    table,
+)
 from enclave_proxy.visibility import Scope
 
 log = logging.getLogger(__name__)
@@ -50,29 +65,109 @@ DEFAULT_WATCH_SECONDS = 1800
 BOOKMARK_SECONDS = 60.0
 """How often a watch that allows bookmarks gets one; it also checks that the client is still there."""
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+HISTORY = 4096
+"""Changes per kind a watch can resume across; a resourceVersion older than the oldest is answered 410 Gone."""
 
 
 @dataclass(frozen=True)
 class Kind:
-    """A cluster-scoped core kind the proxy answers tenant users' lists of."""
+    """A cluster-scoped kind the proxy answers tenant users' requests for."""
 
     name: str
     resource: str
     fields: Mapping[str, FieldGetter]
     table: TableSpec
+    api_version: str = "v1"
+    """``v1`` for the core group, ``<group>/<version>`` otherwise."""
+    setting: str = ""
+    """Its name in ``spec.proxy.kinds[].kind``; empty for namespaces, which are always shown (list and watch)."""
+    required: bool = False
+    """The proxy is not ready until it has listed this kind (namespaces, nodes); the others may be absent from a
+    cluster (a CRD not installed, a right not granted) and are passed through until listed."""
+
+    @property
+    def base(self) -> str:
+        return "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
 
     @property
     def paths(self) -> tuple[str, str]:
-        return f"/api/v1/{self.resource}", f"/api/v1/watch/{self.resource}"
+        """The list path and the deprecated watch path."""
+        return f"{self.base}/{self.resource}", f"{self.base}/watch/{self.resource}"
 
     def typed(self, obj: JSON) -> JSON:
-        if obj.get("kind") == self.name and obj.get("apiVersion") == "v1":
+        if obj.get("kind") == self.name and obj.get("apiVersion") == self.api_version:
             return obj
-        return {"kind": self.name, "apiVersion": "v1", **obj}
+        return {**obj, "kind": self.name, "apiVersion": self.api_version}
 
 
-NAMESPACES = Kind("Namespace", "namespaces", NAMESPACE_FIELDS, NAMESPACE_TABLE)
-NODES = Kind("Node", "nodes", NODE_FIELDS, NODE_TABLE)
+NAMESPACES = Kind("Namespace", "namespaces", NAMESPACE_FIELDS, NAMESPACE_TABLE, required=True)
+NODES = Kind("Node", "nodes", NODE_FIELDS, NODE_TABLE, setting="Nodes", required=True)
+PERSISTENT_VOLUMES = Kind(
+    "PersistentVolume", "persistentvolumes", NAME_FIELDS, VOLUME_TABLE, setting="PersistentVolumes"
+)
+STORAGE_CLASSES = Kind(
+    "StorageClass", "storageclasses", NAME_FIELDS, STORAGE_CLASS_TABLE, "storage.k8s.io/v1", "StorageClasses"
+)
+INGRESS_CLASSES = Kind(
+    "IngressClass", "ingressclasses", NAME_FIELDS, INGRESS_CLASS_TABLE, "networking.k8s.io/v1", "IngressClasses"
+)
+PRIORITY_CLASSES = Kind(
+    "PriorityClass", "priorityclasses", NAME_FIELDS, PRIORITY_CLASS_TABLE, "scheduling.k8s.io/v1", "PriorityClasses"
+)
+RUNTIME_CLASSES = Kind(
+    "RuntimeClass", "runtimeclasses", NAME_FIELDS, RUNTIME_CLASS_TABLE, "node.k8s.io/v1", "RuntimeClasses"
+)
+GATEWAY_CLASSES = Kind(
+    "GatewayClass", "gatewayclasses", NAME_FIELDS, GATEWAY_CLASS_TABLE, "gateway.networking.k8s.io/v1", "GatewayClasses"
+)
+KINDS = (
+    NAMESPACES,
+    NODES,
+    PERSISTENT_VOLUMES,
+    STORAGE_CLASSES,
+    INGRESS_CLASSES,
+    PRIORITY_CLASSES,
+    RUNTIME_CLASSES,
+    GATEWAY_CLASSES,
+)
+
+
+class TooOldError(ValueError):
+    """A watch's resourceVersion older than the history: answered 410 Gone (``Expired``)."""
+
+
+def parse_version(text: str) -> int:
+    """A resourceVersion as the number etcd issued; ValueError for anything else."""
+    if not text.isdigit():
+        raise ValueError(f"resourceVersion {text!r} is not a resourceVersion this server issued")
+    return int(text)
+
+
+class VersionedInformer(Informer):
+    """An informer that tells its ``on_change`` at which resourceVersion the change happened: the watch event's
+    object's (a deletion's too), or the list's for what a relist found changed."""
+
+    event_version: int | None = None
+    first_version: int | None = None
+    """The resourceVersion of the first list: the history covers every change after it."""
+
+    def apply_event(self, kind: str, obj: JSON) -> None:
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        self.event_version = int(version) if version.isdigit() else None
+        try:
+            super().apply_event(kind, obj)
+        finally:
+            self.event_version = None
+
+    async def _relist(self) -> None:
+        await super()._relist()
+        if self.first_version is None and self.resource_version.isdigit():
+            self.first_version = int(self.resource_version)
+
+    def change_version(self) -> int:
+        if self.event_version is not None:
+            return self.event_version
+        return int(self.resource_version) if self.resource_version.isdigit() else 0
 
 
 def _name(obj: JSON) -> str:
@@ -82,11 +177,18 @@ def _name(obj: JSON) -> str:
 class ClusterIndex:
     """Every object of one kind (an informer) and the tenant watches to wake when one changes."""
 
-    def __init__(self, kube: Kube, kind: Kind) -> None:
+    def __init__(self, kube: Kube, kind: Kind, history: int = HISTORY) -> None:
         self.kind = kind
         path = kind.paths[0]
-        self.informer = Informer(kube, path, on_change=self._changed, name=f"proxy-{kind.resource}")
+        self.informer = VersionedInformer(kube, path, on_change=self._changed, name=f"proxy-{kind.resource}")
         self.watches: set[ClusterWatch] = set()
+        self.history: collections.deque[tuple[int, str, JSON | None]] = collections.deque()
+        """(resourceVersion, name, the object before the change or None), oldest first."""
+        self.history_size = history
+        self._dropped = 0
+        """The newest resourceVersion dropped from the history: a watch must resume from at least this."""
+        self._last: dict[str, JSON] = {}
+        """Every object as the index last saw it (references to the informer's, not copies)."""
 
     @property
     def synced(self) -> asyncio.Event:
@@ -96,8 +198,34 @@ class ClusterIndex:
         await self.informer.run()
 
     def _changed(self, key: str) -> None:
+        before = self._last.get(key)
+        after = self.informer.items.get(key)
+        if after is None:
+            self._last.pop(key, None)
+        else:
+            self._last[key] = after
+        self.history.append((self.informer.change_version(), key, before))
+        if len(self.history) > self.history_size:
+            self._dropped = max(self._dropped, self.history.popleft()[0])
         for watch in self.watches:
             watch.touch(key)
+
+    def state_at(self, version: int) -> tuple[dict[str, JSON], set[str]]:
+        """The objects as they were at ``version`` and the names changed since; :class:`TooOldError` when the
+        history no longer reaches back that far."""
+        floor = max(self._dropped, self.informer.first_version or 0)
+        if version < floor:
+            raise TooOldError(f"too old resource version: {version} ({floor})")
+        changed: dict[str, JSON | None] = {}
+        for at, key, before in self.history:
+            if at > version and key not in changed:
+                changed[key] = before
+        state = {key: obj for key, obj in self.informer.items.items() if key not in changed}
+        state.update({key: obj for key, obj in changed.items() if obj is not None})
+        return state, set(changed)
+
+    def item(self, name: str) -> JSON | None:
+        return self.informer.get(name)
 
     def snapshots_changed(self) -> None:
         """A Tenancy or configuration snapshot arrived: every watch re-evaluates what its caller sees."""
@@ -179,7 +307,10 @@ class ClusterWatch:
         selection: Selection,
         *,
         initial: bool,
+        since: int | None = None,
     ) -> None:
+        """``initial``: the client has nothing (ADDED for everything visible); else it has what was visible at
+        ``since`` (a resourceVersion; None: now), and gets what changed after. Raises :class:`TooOldError`."""
         self.index = index
         self.allowed = allowed
         self.selection = selection
@@ -189,9 +320,19 @@ class ClusterWatch:
         self.wake = asyncio.Event()
         if initial:
             self.wake.set()
-        else:
-            scope = allowed() or Scope()
+            return
+        scope = allowed() or Scope()
+        if since is None:
             self.shown = {_name(obj): obj for obj in index.visible(scope, selection)}
+            return
+        state, changed = index.state_at(since)
+        for name in scope.candidates(state):
+            obj = state.get(name)
+            if obj is not None and scope.admits(obj) and selection.matches(obj):
+                self.shown[name] = index.kind.typed(obj)
+        if changed:
+            self._dirty = changed
+            self.wake.set()
 
     def touch(self, name: str) -> None:
         self._dirty.add(name)
@@ -241,6 +382,25 @@ def _watch_line(spec: TableSpec, kind: str, obj: JSON, version: str | None, incl
     return orjson.dumps({"type": kind, "object": obj}) + b"\n"
 
 
+def _bad_request(message: str) -> web.Response:
+    body: JSON = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
+    body |= {"reason": "BadRequest", "code": 400}
+    return web.Response(status=400, body=orjson.dumps(body), content_type="application/json")
+
+
+async def _expired(request: web.Request, kind: Kind, message: str) -> web.StreamResponse:
+    """kube-apiserver's answer to a watch from a resourceVersion its cache no longer holds: 200, then one ERROR
+    event with a 410 ``Expired`` Status; client-go (kubectl, informers) lists again."""
+    response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+    await response.prepare(request)
+    gone: JSON = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
+    gone |= {"reason": "Expired", "code": 410}
+    await response.write(orjson.dumps({"type": "ERROR", "object": gone}) + b"\n")
+    EVENTS.labels(kind.name, "ERROR").inc()
+    await response.write_eof()
+    return response
+
+
 async def serve_watch(
     request: web.Request,
     index: ClusterIndex,
@@ -254,7 +414,14 @@ async def serve_watch(
     version = query.get("resourceVersion", "")
     initial_events = query.get("sendInitialEvents") == "true"
     kind = index.kind
-    watch = ClusterWatch(index, allowed, selection, initial=version in ("", "0") or initial_events)
+    initial = version in ("", "0") or initial_events
+    try:
+        since = None if initial else parse_version(version)
+        watch = ClusterWatch(index, allowed, selection, initial=initial, since=since)
+    except TooOldError as err:
+        return await _expired(request, kind, str(err))
+    except ValueError as err:
+        return _bad_request(str(err))
     include = query.get("includeObject", "Metadata")
     bookmarks = query.get("allowWatchBookmarks") == "true"
     raw_timeout = query.get("timeoutSeconds", "")

@@ -8,7 +8,7 @@ one pass over at most :data:`MAX_SELECTOR` characters).
 Label selector terms, comma-separated and ANDed: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a)``,
 ``k`` (exists), ``!k`` (does not exist), ``k>n``, ``k<n`` (integers). Field selector terms: ``f=v``, ``f==v``,
 ``f!=v`` on the fields the kind supports (namespaces: ``metadata.name``, ``status.phase``; nodes:
-``metadata.name``, ``spec.unschedulable``).
+``metadata.name``, ``spec.unschedulable``; the other kinds: ``metadata.name``).
 """
 
 from __future__ import annotations
@@ -136,6 +136,11 @@ NODE_FIELDS: dict[str, FieldGetter] = {
     "spec.unschedulable": lambda obj: "true" if (obj.get("spec") or {}).get("unschedulable") else "false",
 }
 """The field selectors kube-apiserver supports on nodes."""
+
+
+NAME_FIELDS: dict[str, FieldGetter] = {"metadata.name": NAMESPACE_FIELDS["metadata.name"]}
+"""The field selector kube-apiserver supports on every other kind the proxy answers (classes, PersistentVolumes,
+a CRD's objects)."""
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,20 @@
 2. ``Impersonate-*`` headers the caller sends make it act as the identity they name only when
    SubjectAccessReviews about the caller say it may impersonate every part of it (403 otherwise): the proxy's
    own account may impersonate anyone, and that right must never stand in for the caller's.
-3. ``GET /api/v1/namespaces`` and ``GET /api/v1/nodes`` (list or watch) by a tenant user are answered from
-   memory (:mod:`enclave_proxy.listing`).
-4. Everything else goes to kube-apiserver as the caller (:mod:`enclave_proxy.forward`).
+3. A tenant user's list, watch or get of a kind the proxy filters (namespaces, nodes, PersistentVolumes and the
+   storage, ingress, priority, runtime and gateway classes) is answered from memory
+   (:mod:`enclave_proxy.listing`) when its tenants' settings grant the verb (:mod:`enclave_proxy.visibility`).
+   A get of an object it may not see is passed through as the caller, so kube-apiserver answers exactly what it
+   would without the proxy (its 403 says nothing of whether the object exists).
+4. An update, patch or delete of one object an administrator's ``spec.proxy`` grants, on an object the caller
+   sees, is forwarded as the caller plus the group ``enclave.dev:proxy:<resource>:<verb>``: kube-apiserver then
+   authorizes it by whatever the administrator bound to that group, never by the proxy's own rights.
+5. Everything else goes to kube-apiserver as the caller (:mod:`enclave_proxy.forward`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import ssl
@@ -37,21 +44,38 @@ from enclave_proxy.identity import (
 )
 from enclave_proxy.listing import ClusterIndex, list_body, serve_watch
 from enclave_proxy.query import SelectorError, selection
-from enclave_proxy.tables import accepts_json, wants_table
+from enclave_proxy.tables import accepts_json, table, wants_table
 from enclave_proxy.visibility import Scope, Visibility
 
 log = logging.getLogger(__name__)
 
 REQUESTS = Counter(
     "enclave_proxy_requests_total",
-    "Requests by how the proxy handled them (forwarded, upgraded, filtered, refused) and the answer's code",
+    "Requests by how the proxy handled them (forwarded, upgraded, filtered, granted, refused) and the answer's code",
     ["route", "code"],
 )
 FILTERED_SECONDS = Histogram(
     "enclave_proxy_filtered_seconds",
-    "Seconds to answer a tenant user's list (namespaces, nodes) from memory",
+    "Seconds to answer a tenant user's list or get of a filtered kind from memory",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25),
 )
+
+
+GRANT_GROUP = "enclave.dev:proxy:{resource}:{verb}"
+"""The group a granted update, patch or delete is forwarded with (docs/proxy.md: the administrator binds it)."""
+WRITE_VERBS = {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def request_verb(method: str, name: str, watch_path: bool, query: Any) -> str:
+    """The verb of a request on a filtered kind's path (kube-apiserver's), empty for one the proxy never answers
+    (a create, a deletecollection)."""
+    if watch_path:
+        return "watch" if method == "GET" else ""
+    if method == "GET":
+        if name:
+            return "get"
+        return "watch" if query.get("watch") in ("true", "1") else "list"
+    return WRITE_VERBS.get(method, "") if name else ""
 
 
 def status(code: int, reason: str, message: str) -> web.Response:
@@ -83,7 +107,21 @@ class ProxyServer:
         self.reviewer = reviewer
         self.impersonation = impersonation
         self.visibility = visibility
-        self.routes = {path: index for index in indexes for path in index.kind.paths}
+        self.lists = {index.kind.paths[0]: index for index in indexes}
+        self.watches = {index.kind.paths[1]: index for index in indexes}
+
+    def target(self, path: str) -> tuple[ClusterIndex, str, bool] | None:
+        """The filtered kind a path names, the object's name (empty for the collection) and whether it is the
+        deprecated ``/watch/`` path; None for any other path (subresources included)."""
+        if path in self.lists:
+            return self.lists[path], "", False
+        if path in self.watches:
+            return self.watches[path], "", True
+        parent, _, name = path.rpartition("/")
+        index = self.lists.get(parent)
+        if index is not None and name:
+            return index, name, False
+        return None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, handler_args={"max_field_size": 65536})
@@ -123,15 +161,54 @@ class ProxyServer:
             return "refused", status(err.code, "Forbidden" if err.code == 403 else "BadRequest", str(err))
         if identity is None:
             return "refused", status(401, "Unauthorized", "Unauthorized")
-        index = self.routes.get(request.path) if request.method == "GET" else None
-        if index is not None and self.visibility.scope(index.kind.name, identity.user, identity.groups) is not None:
-            return "filtered", await self._list(request, identity, index)
+        target = self.target(request.path)
+        if target is not None:
+            index, name, watch_path = target
+            verb = request_verb(request.method, name, watch_path, request.query)
+            kind = index.kind
+            scope = self.visibility.scope(kind.setting or kind.name, identity.user, identity.groups, verb)
+            if verb and scope is not None:
+                if not index.synced.is_set() and kind.required:
+                    return "refused", status(
+                        503, "ServiceUnavailable", f"enclave-proxy has not listed {kind.resource} yet; retry"
+                    )
+                if index.synced.is_set() and verb in ("list", "watch"):
+                    return "filtered", await self._list(request, identity, index, verb)
+                obj = index.item(name) if name and index.synced.is_set() else None
+                if obj is not None and scope.admits(obj):
+                    if verb == "get":
+                        return "filtered", self._get(request, index, obj)
+                    group = GRANT_GROUP.format(resource=kind.resource, verb=verb)
+                    granted = dataclasses.replace(identity, groups=(*identity.groups, group))
+                    return "granted", await self.upstream.forward(request, impersonation_headers(granted))
         headers = impersonation_headers(identity)
         if request.headers.get("Upgrade"):
             return "upgraded", await self.upstream.upgrade(request, headers)
         return "forwarded", await self.upstream.forward(request, headers)
 
-    async def _list(self, request: web.Request, identity: Identity, index: ClusterIndex) -> web.StreamResponse:
+    def _get(self, request: web.Request, index: ClusterIndex, obj: dict[str, Any]) -> web.Response:
+        """One object the caller sees, as kube-apiserver renders it (JSON, or the Table kubectl asks for)."""
+        kind = index.kind
+        accept = request.headers.get("Accept", "")
+        as_table = wants_table(accept)
+        if as_table is None and not accepts_json(accept):
+            return status(406, "NotAcceptable", "enclave-proxy answers tenant users in JSON only")
+        typed = kind.typed(obj)
+        body: dict[str, Any] = typed
+        if as_table is not None:
+            body = table(
+                kind.table,
+                [typed],
+                version=as_table,
+                include=request.query.get("includeObject", "Metadata"),
+                now=datetime.datetime.now(datetime.UTC),
+                resource_version=str((typed.get("metadata") or {}).get("resourceVersion") or ""),
+            )
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def _list(
+        self, request: web.Request, identity: Identity, index: ClusterIndex, verb: str
+    ) -> web.StreamResponse:
         kind = index.kind
         query = request.query
         try:
@@ -139,17 +216,15 @@ class ProxyServer:
         except SelectorError as err:
             return status(400, "BadRequest", str(err))
         accept = request.headers.get("Accept", "")
-        table = wants_table(accept)
-        if table is None and not accepts_json(accept):
+        as_table = wants_table(accept)
+        if as_table is None and not accepts_json(accept):
             return status(406, "NotAcceptable", "enclave-proxy answers tenant users' lists in JSON only")
-        if not index.synced.is_set():
-            return status(503, "ServiceUnavailable", f"enclave-proxy has not listed {kind.resource} yet; retry")
 
         def allowed() -> Scope | None:
-            return self.visibility.scope(kind.name, identity.user, identity.groups)
+            return self.visibility.scope(kind.setting or kind.name, identity.user, identity.groups, verb)
 
-        if request.path == kind.paths[1] or query.get("watch") in ("true", "1"):
-            return await serve_watch(request, index, allowed, chosen, table)
+        if verb == "watch":
+            return await serve_watch(request, index, allowed, chosen, as_table)
         started = time.perf_counter()
         objects = index.visible(allowed() or Scope(), chosen)
         try:
@@ -157,7 +232,7 @@ class ProxyServer:
                 kind,
                 objects,
                 query,
-                as_table=table,
+                as_table=as_table,
                 resource_version=index.informer.resource_version,
                 now=datetime.datetime.now(datetime.UTC),
             )

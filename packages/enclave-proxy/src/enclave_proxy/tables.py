@@ -2,7 +2,8 @@
 
 ``kubectl get namespaces`` prints what the server renders: a list answered from the proxy's memory must
 render it too, with kube-apiserver's columns (namespaces: Name, Status, Age; nodes: Name, Status, Roles, Age,
-Version) and its row objects
+Version; the classes and PersistentVolumes as kube-apiserver's printers, GatewayClasses as its CRD's printer
+columns) and its row objects
 (``includeObject``: ``Metadata`` by default, ``Object`` or ``None``). Ages are formatted as kube's
 ``duration.HumanDuration``. Pure functions of the objects and the clock.
 """
@@ -139,8 +140,102 @@ def _node_cells(obj: JSON, now: datetime.datetime) -> list[Any]:
     return [(obj.get("metadata") or {}).get("name", ""), _node_status(obj), _node_roles(obj), age(obj, now), version]
 
 
-def _column(name: str, description: str, fmt: str = "") -> JSON:
-    return {"name": name, "type": "string", "format": fmt, "description": description, "priority": 0}
+def _column(name: str, description: str, fmt: str = "", *, kind: str = "string", priority: int = 0) -> JSON:
+    return {"name": name, "type": kind, "format": fmt, "description": description, "priority": priority}
+
+
+def _meta(obj: JSON) -> JSON:
+    return obj.get("metadata") or {}
+
+
+def _spec(obj: JSON) -> JSON:
+    return obj.get("spec") or {}
+
+
+def _default_name(obj: JSON, annotation: str) -> str:
+    """The Name cell of a class that may be the cluster's default: ``standard (default)``, as kubectl shows it."""
+    name = str(_meta(obj).get("name", ""))
+    annotations = _meta(obj).get("annotations") or {}
+    beta = annotation.replace(".kubernetes.io/", ".beta.kubernetes.io/")
+    return f"{name} (default)" if "true" in (annotations.get(annotation), annotations.get(beta)) else name
+
+
+def _storage_class_cells(obj: JSON, now: datetime.datetime) -> list[Any]:
+    return [
+        _default_name(obj, "storageclass.kubernetes.io/is-default-class"),
+        obj.get("provisioner", ""),
+        obj.get("reclaimPolicy") or "Delete",
+        obj.get("volumeBindingMode") or "Immediate",
+        bool(obj.get("allowVolumeExpansion")),
+        age(obj, now),
+    ]
+
+
+def _ingress_class_cells(obj: JSON, now: datetime.datetime) -> list[Any]:
+    parameters = _spec(obj).get("parameters")
+    shown = "<none>"
+    if parameters:
+        shown = str(parameters.get("kind", ""))
+        if parameters.get("apiGroup"):
+            shown += "." + str(parameters["apiGroup"])
+        shown += "/" + str(parameters.get("name", ""))
+    return [
+        _default_name(obj, "ingressclass.kubernetes.io/is-default-class"),
+        _spec(obj).get("controller", ""),
+        shown,
+        age(obj, now),
+    ]
+
+
+def _priority_class_cells(obj: JSON, now: datetime.datetime) -> list[Any]:
+    return [
+        _meta(obj).get("name", ""),
+        int(obj.get("value") or 0),
+        bool(obj.get("globalDefault")),
+        age(obj, now),
+        obj.get("preemptionPolicy") or "PreemptLowerPriority",
+    ]
+
+
+def _runtime_class_cells(obj: JSON, now: datetime.datetime) -> list[Any]:
+    return [_meta(obj).get("name", ""), obj.get("handler", ""), age(obj, now)]
+
+
+def _gateway_class_cells(obj: JSON, now: datetime.datetime) -> list[Any]:
+    accepted = "Unknown"
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Accepted":
+            accepted = str(condition.get("status", "Unknown"))
+    spec = _spec(obj)
+    return [
+        _meta(obj).get("name", ""),
+        spec.get("controllerName", ""),
+        accepted,
+        age(obj, now),
+        spec.get("description", ""),
+    ]
+
+
+_ACCESS_MODES = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
+
+
+def _volume_cells(obj: JSON, now: datetime.datetime) -> list[Any]:
+    spec, status = _spec(obj), obj.get("status") or {}
+    claim = spec.get("claimRef") or {}
+    modes = [_ACCESS_MODES.get(mode, mode) for mode in spec.get("accessModes") or []]
+    return [
+        _meta(obj).get("name", ""),
+        str((spec.get("capacity") or {}).get("storage", "")),
+        ",".join(modes),
+        spec.get("persistentVolumeReclaimPolicy", ""),
+        status.get("phase", ""),
+        f"{claim.get('namespace', '')}/{claim.get('name', '')}" if claim else "",
+        spec.get("storageClassName", ""),
+        spec.get("volumeAttributesClassName") or "<unset>",
+        status.get("reason", ""),
+        age(obj, now),
+        spec.get("volumeMode") or "Filesystem",
+    ]
 
 
 @dataclass(frozen=True)
@@ -161,6 +256,90 @@ NODE_TABLE = TableSpec(
         _column("Version", "Kubelet Version reported by the node."),
     ],
     _node_cells,
+)
+_NAME, _AGE = NAMESPACE_COLUMNS[0], NAMESPACE_COLUMNS[2]
+STORAGE_CLASS_TABLE = TableSpec(
+    [
+        _NAME,
+        _column("Provisioner", "Indicates the type of the provisioner."),
+        _column(
+            "ReclaimPolicy",
+            "Dynamically provisioned PersistentVolumes of this storage class are created with this reclaimPolicy.",
+        ),
+        _column(
+            "VolumeBindingMode",
+            "VolumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound.",
+        ),
+        _column("AllowVolumeExpansion", "AllowVolumeExpansion shows whether the storage class allow volume expand."),
+        _AGE,
+    ],
+    _storage_class_cells,
+)
+INGRESS_CLASS_TABLE = TableSpec(
+    [
+        _NAME,
+        _column("Controller", "Controller that is responsible for handling this class."),
+        _column("Parameters", "A reference to a resource with additional parameters."),
+        _AGE,
+    ],
+    _ingress_class_cells,
+)
+PRIORITY_CLASS_TABLE = TableSpec(
+    [
+        _NAME,
+        _column("Value", "The value of this priority class.", kind="integer"),
+        _column(
+            "Global-Default",
+            "globalDefault specifies whether this PriorityClass should be considered as the default priority.",
+            kind="boolean",
+        ),
+        _AGE,
+        _column("PreemptionPolicy", "PreemptionPolicy is the Policy for preempting pods with lower priority."),
+    ],
+    _priority_class_cells,
+)
+RUNTIME_CLASS_TABLE = TableSpec(
+    [_NAME, _column("Handler", "Handler specifies the underlying runtime and configuration."), _AGE],
+    _runtime_class_cells,
+)
+GATEWAY_CLASS_TABLE = TableSpec(
+    [
+        _NAME,
+        _column("Controller", "", kind="string"),
+        _column("Accepted", "", kind="string"),
+        _column("Age", "", fmt="date"),
+        _column("Description", "", priority=1),
+    ],
+    _gateway_class_cells,
+)
+"""A CRD's table: its additionalPrinterColumns (Gateway API's GatewayClass: Controller, Accepted, Age, and
+Description at priority 1, shown by ``-o wide``)."""
+VOLUME_TABLE = TableSpec(
+    [
+        _NAME,
+        _column("Capacity", "capacity is the description of the persistent volume's resources and capacity."),
+        _column("Access Modes", "accessModes contains all ways the volume can be mounted."),
+        _column(
+            "Reclaim Policy",
+            "persistentVolumeReclaimPolicy defines what happens to a persistent volume when released from its claim.",
+        ),
+        _column("Status", "phase indicates if a volume is available, bound to a claim, or released by a claim."),
+        _column(
+            "Claim", "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim."
+        ),
+        _column(
+            "StorageClass", "storageClassName is the name of StorageClass to which this persistent volume belongs."
+        ),
+        _column("VolumeAttributesClass", "Name of VolumeAttributesClass to which this persistent volume belongs."),
+        _column("Reason", "reason is a brief CamelCase string that describes any failure."),
+        _AGE,
+        _column(
+            "VolumeMode",
+            "volumeMode defines if a volume is intended to be used with a formatted filesystem.",
+            priority=1,
+        ),
+    ],
+    _volume_cells,
 )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from enclave_core.api.meta import Entity
+from enclave_core.api.meta import Entity, ValueMatcher
 from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.api.tenancy import ForbiddenList, Tenant, TenantOwner
 from enclave_core.api.validation import forbidden_problems
@@ -174,7 +174,25 @@ def tenant_view(
         forbidden_annotations=_forbidden(
             options.forbidden_annotations if options else None, f"{where}.forbiddenAnnotations", problems
         ),
+        proxy=list(tenant.spec.proxy.kinds or []) if tenant.spec.proxy else [],
+        priority_classes=_allowed_classes(tenant, "priority"),
+        runtime_classes=_allowed_classes(tenant, "runtime"),
     )
+
+
+def _allowed_classes(tenant: Tenant, which: str) -> list[ValueMatcher]:
+    """The class matchers of the tenant's ``allow`` rules (``placement.priorityClasses`` or ``runtimeClasses``):
+    the classes its users may name somewhere, which enclave-proxy shows them. Audiences, conditions and
+    namespace selectors narrow where a class may be used, not whether the tenant may see it; deny rules hide
+    nothing (a class denied in one namespace may be allowed in another)."""
+    found: list[ValueMatcher] = []
+    for rule in tenant.spec.rules or []:
+        enforce = rule.enforce
+        placement = enforce.workloads.placement if enforce and enforce.workloads else None
+        if enforce is None or enforce.action != "allow" or placement is None:
+            continue
+        found += (placement.priority_classes if which == "priority" else placement.runtime_classes) or []
+    return found
 
 
 def _parse_owners(raw_owners: Iterable[JSON]) -> tuple[list[TenantOwner], dict[str, OwnerPlan]]:

@@ -165,6 +165,12 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
             },
             "overrides": {"TLSSecretName": "enclave-tls-custom"},
             "protectedNamespaceRegex": "^(kube|enclave)-.*$",
+            "proxy": {
+                "kinds": [
+                    {"kind": "StorageClasses", "selector": {"matchLabels": {"enclave.dev/shared": "true"}}},
+                    {"kind": "PersistentVolumes", "claimed": True},
+                ]
+            },
             "users": [
                 {"kind": "Group", "name": "enclave.dev"},
                 {"kind": "ServiceAccount", "name": "system:serviceaccount:ci:deployer"},
@@ -205,6 +211,13 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
             ],
             "rules": [{**_RULE, "namespaceSelector": {"matchLabels": {"env": "prod"}}}],
             "data": {"region": "eu", "replicas": 3, "nested": {"list": [1, "two"]}},
+            "proxy": {
+                "kinds": [
+                    {"kind": "StorageClasses", "names": [{"exact": ["gold"]}, {"exp": "^solar-.*$"}]},
+                    {"kind": "PersistentVolumes", "verbs": ["get", "list", "watch", "delete"]},
+                    {"kind": "Nodes", "verbs": []},
+                ]
+            },
         },
     },
     "TenantOwner": {

@@ -5,11 +5,21 @@ The suites that sign in through the proxy (tests/integration/proxy, the Keycloak
 bound to :data:`PROXY_RULES`, a serving certificate for ``127.0.0.1``/``localhost`` from the same CA, the
 control plane's CA for client certificates, and subscriptions to enclave-config and enclave-tenants with the
 client certificate enclave-config issues it (``certificates.args``), as the chart mounts them.
+
+:data:`FILTERED_KIND_RULES` are the reads the proxy needs to filter the kinds beyond namespaces and nodes (a
+suite adds them with :func:`enclave_testing.rbac.granted` until the chart's role holds them);
+:class:`ProxyClient` signs in with a client certificate of the control plane's CA, to the proxy or, for
+comparison, to kube-apiserver itself (tests/security/test_proxy_*.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +48,18 @@ PROXY_RULES: list[dict[str, Any]] = [
 ]
 """The chart's ClusterRole for enclave-proxy (charts/enclave/templates/proxy/rbac.yaml), repeated here so
 whatever runs on it runs with no more (tests/integration/proxy/test_proxy_chart.py compares the two)."""
+
+READ = ["get", "list", "watch"]
+FILTERED_KIND_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": READ},
+    {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": READ},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["ingressclasses"], "verbs": READ},
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": READ},
+    {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": READ},
+    {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["gatewayclasses"], "verbs": READ},
+]
+"""Reads of the kinds the proxy filters besides namespaces and nodes (it lists and watches each); without them it
+passes those kinds through (docs/proxy.md)."""
 
 
 def chart_settings() -> list[str]:
@@ -187,3 +209,75 @@ def start_proxy_on(stack: TenancyStack, workdir: Path) -> RunningProxy:
         namespace=stack.namespace,
         workdir=workdir,
     )
+
+
+def subject(user: str) -> dict[str, str]:
+    """An RBAC subject naming ``user``."""
+    return {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
+
+
+def caller(proxy: RunningProxy, user: str, groups: list[str]) -> ProxyClient:
+    """A client of ``proxy`` signing in as ``user`` in ``groups`` with a client certificate of the control
+    plane's CA."""
+    assert proxy.plane.ca is not None
+    pair = proxy.plane.ca.issue(user, organizations=groups, server=False, client=True)
+    stem = unique("caller")
+    cert, key = proxy.workdir / f"{stem}.crt", proxy.workdir / f"{stem}.key"
+    cert.write_bytes(pair.cert_pem)
+    key.write_bytes(pair.key_pem)
+    return ProxyClient(proxy.url, proxy.plane.ca_file, cert, key)
+
+
+def direct(proxy: RunningProxy, signed: ProxyClient) -> ProxyClient:
+    """The same caller talking to kube-apiserver itself: what it may see without the proxy."""
+    return ProxyClient(proxy.plane.api_url, proxy.plane.ca_file, signed.cert, signed.key)
+
+
+@dataclass
+class ProxyClient:
+    url: str
+    ca_file: Path
+    cert: Path
+    key: Path
+
+    def _context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(str(self.cert), str(self.key))
+        return context
+
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """One request; the status and the JSON body."""
+        data = json.dumps(body).encode() if body is not None else None
+        sent = {"Accept": "application/json", **(headers or {})}
+        if data is not None:
+            sent.setdefault("Content-Type", "application/json")
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=sent)
+        try:
+            with urllib.request.urlopen(request, context=self._context(), timeout=30) as answer:
+                return int(answer.status), json.loads(answer.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        return self.request("GET", path, headers=headers)
+
+    def names(self, path: str) -> set[str]:
+        """The names a list answers (asserting it answered 200)."""
+        code, body = self.get(path)
+        assert code == 200, (code, body)
+        return {item["metadata"]["name"] for item in body.get("items") or []}
+
+    @contextlib.contextmanager
+    def watch(self, path: str) -> Iterator[Iterator[dict[str, Any]]]:
+        """The events of a watch request, one JSON object per line, until the server ends it."""
+        request = urllib.request.Request(self.url + path, headers={"Accept": "application/json"})
+        with urllib.request.urlopen(request, context=self._context(), timeout=30) as answer:
+
+            def events() -> Iterator[dict[str, Any]]:
+                for line in answer:
+                    if line.strip():
+                        yield json.loads(line)
+
+            yield events()

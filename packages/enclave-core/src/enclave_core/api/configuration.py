@@ -20,6 +20,7 @@ from enclave_core.api.meta import (
     StatusModel,
 )
 from enclave_core.api.names import TENANT_LABEL
+from enclave_core.api.proxy import ProxySettings
 from enclave_core.api.schema import REQUIRED, Extra, Rule, TypeExtras
 
 __all__ = [
@@ -354,6 +355,8 @@ class ServiceConfigurationSpec(ApiModel):
     """Forbidden node metadata."""
     overrides: Overrides = Field(default_factory=Overrides)
     """Alternative names for Enclave's own objects."""
+    proxy: ProxySettings | None = None
+    """What enclave-proxy shows every tenant's users of cluster-scoped kinds, unless a Tenant's own spec.proxy names the kind (docs/proxy.md)."""
     protected_namespace_regex: Annotated[str | None, Field(max_length=1024)] = None
     """Creation of namespaces whose name matches this regular expression is refused."""
     user_groups: Annotated[list[Name] | None, Field(max_length=256)] = None

@@ -6,12 +6,13 @@ ConversionReview; :func:`convert` converts one object.
 
 Fidelity. The natural mapping of each kind (:class:`KindConversion`) moves fields between the two layouts
 (docs/versions.md has the table). Where the target cannot hold something the source has (Tenant
-``spec.rules`` has no v1beta1 field, ``users`` entries of kind ServiceAccount become plain user names, an
-explicitly empty list has no counterpart), the source ``spec`` travels in the annotation :data:`CONVERSION_ANNOTATION`
-of the converted object. Converting back, when the object still says what the saved spec would say (nobody
-edited it in between), the saved spec is restored exactly; when it was edited, the edited fields win and the
-fields only the saved version can hold (Tenant ``rules``, ServiceConfiguration ``admission``) are carried
-over. So v1beta1 -> v1beta2 -> v1beta1 and v1beta2 -> v1beta1 -> v1beta2 give back every field.
+``spec.rules`` and both kinds' ``spec.proxy`` have no v1beta1 field, ``users`` entries of kind ServiceAccount
+become plain user names, an explicitly empty list has no counterpart), the source ``spec`` travels in the
+annotation :data:`CONVERSION_ANNOTATION` of the converted object. Converting back, when the object still says
+what the saved spec would say (nobody edited it in between), the saved spec is restored exactly; when it was
+edited, the edited fields win and the fields only the saved version can hold (Tenant ``rules``,
+ServiceConfiguration ``admission``, both kinds' ``proxy``) are carried over. So v1beta1 -> v1beta2 -> v1beta1
+and v1beta2 -> v1beta1 -> v1beta2 give back every field.
 
 Bad input. A v1beta1 object that cannot be represented in v1beta2 raises :class:`ConversionError` naming
 the field; kube-apiserver then refuses the write, so nothing is stored half-converted. A review is answered
@@ -97,6 +98,10 @@ def _tenant_up(spec: Spec) -> Spec:
     return out
 
 
+_TENANT_HUB_ONLY: Final = ("rules", "proxy")
+_CONFIGURATION_HUB_ONLY: Final = ("admission", "proxy")
+
+
 def _tenant_down(spec: Spec) -> Spec:
     out: Spec = {}
     for key, value in spec.items():
@@ -109,7 +114,7 @@ def _tenant_down(spec: Spec) -> Spec:
                 out["namespacesMetadata"] = {
                     old: copy.deepcopy(metadata[new]) for old, new in _METADATA_MOVES if new in metadata
                 }
-        elif key != "rules":
+        elif key not in _TENANT_HUB_ONLY:
             out[key] = copy.deepcopy(value)
     return out
 
@@ -134,7 +139,7 @@ def _configuration_up(spec: Spec) -> Spec:
 
 
 def _configuration_down(spec: Spec) -> Spec:
-    dropped = ("users", "admission", "userGroups", "userNames")
+    dropped = ("users", "userGroups", "userNames", *_CONFIGURATION_HUB_ONLY)
     out = {key: copy.deepcopy(value) for key, value in spec.items() if key not in dropped}
     users = spec.get("users") or []
     groups = [entity["name"] for entity in users if entity.get("kind") == "Group"]
@@ -149,8 +154,8 @@ def _configuration_down(spec: Spec) -> Spec:
 
 
 CONVERSIONS: Final[Mapping[str, KindConversion]] = {
-    "Tenant": KindConversion(_tenant_up, _tenant_down, hub_only=("rules",)),
-    "ServiceConfiguration": KindConversion(_configuration_up, _configuration_down, hub_only=("admission",)),
+    "Tenant": KindConversion(_tenant_up, _tenant_down, hub_only=_TENANT_HUB_ONLY),
+    "ServiceConfiguration": KindConversion(_configuration_up, _configuration_down, hub_only=_CONFIGURATION_HUB_ONLY),
 }
 """Kinds whose shapes differ; every other kind converts by changing ``apiVersion`` alone."""
 

@@ -24,6 +24,7 @@ from enclave_core.api.meta import (
     Name,
     StatusModel,
 )
+from enclave_core.api.proxy import ProxySettings
 from enclave_core.api.rules import RuleBody
 from enclave_core.api.schema import Extra, Rule, TypeExtras
 
@@ -169,6 +170,8 @@ class TenantSpec(ApiModel):
     """Admission rules for the tenant's namespaces."""
     data: dict[str, Any] | None = None
     """Free-form data made available to replication templates."""
+    proxy: ProxySettings | None = None
+    """What enclave-proxy shows this tenant's users of cluster-scoped kinds; an entry for a kind replaces the ServiceConfiguration's entry for it (docs/proxy.md)."""
 
 
 class OwnerStatus(StatusModel):

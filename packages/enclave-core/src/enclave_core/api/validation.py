@@ -17,6 +17,7 @@ from enclave_core import cel, patterns
 from enclave_core.api.configuration import MutatingAdmission, ServiceConfigurationSpec, ValidatingAdmission
 from enclave_core.api.meta import ApiModel, ValueMatcher
 from enclave_core.api.names import NAMESPACE_NAME_LABEL
+from enclave_core.api.proxy import ProxySettings
 from enclave_core.api.replication import TenantResourceSpec
 from enclave_core.api.rules import RuleBody, Toleration, WorkloadMutation, WorkloadsPolicy
 from enclave_core.api.tenancy import ForbiddenList, TenantSpec
@@ -58,6 +59,7 @@ def service_configuration_problems(spec: ServiceConfigurationSpec) -> list[Probl
         ):
             if forbidden is not None:
                 found += _regex_problem(f"spec.nodeMetadata.{key}.deniedRegex", forbidden.denied_regex)
+    found += proxy_problems("spec.proxy", spec.proxy)
     try:
         if parse_duration(spec.cache_invalidation).total_seconds() < 1:
             found.append(Problem(field="spec.cacheInvalidation", message="must be at least 1s"))
@@ -77,13 +79,25 @@ def forbidden_problems(field: str, forbidden: ForbiddenList | None) -> list[Prob
 
 def tenant_problems(spec: TenantSpec) -> list[Problem]:
     """Everything the schema cannot check in a Tenant's spec outside its rules (:func:`rules_problems`): the
-    namespace options' forbidden-metadata patterns."""
+    namespace options' forbidden-metadata patterns and the proxy settings' name patterns."""
+    found = proxy_problems("spec.proxy", spec.proxy)
     options = spec.namespace_options
     if options is None:
-        return []
-    return forbidden_problems("spec.namespaceOptions.forbiddenLabels", options.forbidden_labels) + forbidden_problems(
-        "spec.namespaceOptions.forbiddenAnnotations", options.forbidden_annotations
+        return found
+    return (
+        found
+        + forbidden_problems("spec.namespaceOptions.forbiddenLabels", options.forbidden_labels)
+        + forbidden_problems("spec.namespaceOptions.forbiddenAnnotations", options.forbidden_annotations)
     )
+
+
+def proxy_problems(field: str, proxy: ProxySettings | None) -> list[Problem]:
+    """``spec.proxy`` entries whose name patterns the linear-time engine cannot compile (enclave-proxy would
+    otherwise show nothing for the kind, silently)."""
+    found: list[Problem] = []
+    for index, entry in enumerate(proxy.kinds or [] if proxy is not None else []):
+        found += _matchers_problems(f"{field}.kinds[{index}].names", entry.names)
+    return found
 
 
 RESYNC_RANGE: Final = (1, 24 * 3600)

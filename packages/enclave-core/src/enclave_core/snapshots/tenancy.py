@@ -14,7 +14,8 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from enclave_core.api.meta import Entity
+from enclave_core.api.meta import Entity, ValueMatcher
+from enclave_core.api.proxy import ProxyKind
 from enclave_core.snapshots.payload import SnapshotPayload
 
 TENANCY_KIND: Final = "Tenancy"
@@ -55,6 +56,14 @@ class TenantView(BaseModel):
     node_selector: dict[str, str] = Field(default_factory=dict)
     forbidden_labels: Forbidden = Field(default_factory=Forbidden)
     forbidden_annotations: Forbidden = Field(default_factory=Forbidden)
+    proxy: list[ProxyKind] = Field(default_factory=list)
+    """spec.proxy.kinds: enclave-proxy's settings for this tenant's users, replacing the configuration's entry for
+    each kind they name."""
+    priority_classes: list[ValueMatcher] = Field(default_factory=list)
+    """PriorityClass names the tenant's ``allow`` rules admit (``enforce.workloads.placement.priorityClasses``):
+    the classes enclave-proxy shows its users."""
+    runtime_classes: list[ValueMatcher] = Field(default_factory=list)
+    """RuntimeClass names its ``allow`` rules admit (``placement.runtimeClasses``), likewise."""
 
 
 def entity_matches(entity: Entity, username: str, groups: list[str] | tuple[str, ...]) -> bool:
