@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from enclave_core.api.meta import Entity, ValueMatcher
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.proxy import READ_VERBS, ProxyKind
 from enclave_core.patterns import Pattern, PatternError, compile_pattern
 from enclave_core.selectors import LabelSelector
 from enclave_core.snapshots.configuration import DEFAULT_USER_GROUP, EffectiveConfiguration
-from enclave_core.snapshots.tenancy import TENANT_LABEL, TenancySnapshot, TenantView, entity_matches
+from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView, entity_matches
 
 MAX_MEMO = 10_000
 
