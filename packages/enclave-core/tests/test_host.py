@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 from enclave_core.runtime import component, looplag
-from enclave_core.runtime.host import CONTROLLERS, Hosted, Plan, host, load, parse_args
+from enclave_core.runtime.host import CONTROLLERS, Hosted, Plan, component_args, host, load, parse_args
 from enclave_testing.processes import free_port
 from enclave_testing.waiting import poll
 
@@ -137,3 +137,21 @@ def test_a_blocked_loop_does_not_stall_its_neighbour(tmp_path: Path) -> None:
         runner.join(30)
     assert result == [0], "the host stops cleanly when asked"
     assert _lags_over("stall-test-steady", 0.25) == 0, "the neighbour's loop never woke a quarter second late"
+
+
+def test_hosted_components_follow_the_hosted_config_unless_told_otherwise() -> None:
+    ports = {"config": (8101, 9101), "tenants": (8102, 9102), "pools": (8103, 9103)}
+    argv = ["--components=config,tenants,pools", "--probe-address=127.0.0.1:8100", "--pools:config-endpoint=x:1"]
+    for name, (probe, grpc) in ports.items():
+        argv += [f"--{name}:probe-address=127.0.0.1:{probe}", f"--{name}:grpc-address=127.0.0.1:{grpc}"]
+    parsed = component_args(parse_args(argv))
+    assert parsed["tenants"].config_endpoint == "localhost:9101"
+    assert parsed["pools"].config_endpoint == "x:1"
+
+
+def test_two_hosted_listeners_on_one_port_are_refused_before_anything_starts() -> None:
+    # enclave-pools' and enclave-replication's default probe ports are the same (8085)
+    plan = parse_args(["--components=pools,replication", "--pools:grpc-address=127.0.0.1:9103"])
+    with pytest.raises(SystemExit) as exited:
+        component_args(plan)
+    assert "--replication:probe-address uses port 8085, as --pools:probe-address does" in str(exited.value)

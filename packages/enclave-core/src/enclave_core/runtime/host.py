@@ -231,7 +231,7 @@ def _log_setup(args: argparse.Namespace) -> None:
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(component)s %(name)s: %(message)s"))
 
 
-def _component_args(plan: Plan) -> dict[str, argparse.Namespace]:
+def component_args(plan: Plan) -> dict[str, argparse.Namespace]:
     """Each component's own parser over its argv; then the hosted enclave-config as the default endpoint, and
     addresses checked distinct (two listeners on one port would fail only at start, half-way up)."""
     parsed = {name: load(name).parse_args(argv) for name, argv in plan.argv.items()}
@@ -297,7 +297,7 @@ async def host(plan: Plan, hosted: list[Hosted], stop: asyncio.Event | None = No
 def main(argv: list[str] | None = None) -> int:
     plan = parse_args(argv)
     _log_setup(plan.args)
-    parsed = _component_args(plan)
+    parsed = component_args(plan)
     factory = component.loop_factory(plan.args)
     hosted = [Hosted(name, load(name), parsed[name], factory) for name in plan.args.components]
     with asyncio.Runner(loop_factory=factory) as runner:
