@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from loop_testing import DEADLINE, running, until
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
-
-DEADLINE = 10.0
 
 
 def _metrics() -> tuple[LoopMetrics, CollectorRegistry]:
@@ -47,28 +45,6 @@ class Recorder:
 
     async def passes(self, count: int) -> None:
         await until(lambda: len(self.times) >= count, self.ran)
-
-
-async def until(check: Callable[[], bool], progress: asyncio.Event) -> None:
-    """Wait (with a deadline) until ``check()`` holds, looking again each time ``progress`` is set."""
-
-    async def wait() -> None:
-        while not check():
-            progress.clear()
-            await progress.wait()
-
-    await asyncio.wait_for(wait(), DEADLINE)
-
-
-@contextlib.asynccontextmanager
-async def running(loop: ControllerLoop) -> AsyncIterator[ControllerLoop]:
-    task = asyncio.create_task(loop.run())
-    try:
-        yield loop
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _loop(reconcile: Callable[[], Awaitable[Result]], metrics: LoopMetrics, **options: Any) -> ControllerLoop:

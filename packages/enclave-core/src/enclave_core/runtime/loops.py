@@ -25,12 +25,25 @@ a change within milliseconds even while writes are slow), the *write* loop (afte
 (``leader_only=False``) runs everywhere and reads :attr:`ControllerLoop.leading` before it writes. A pass whose
 writes change something is followed by the next through the watch events those writes cause.
 
-**Options of the same loop, not twins of it.** Batched rounds (enclave-tenants: a bounded round, then another
-at once while work is left) are ``Result(requeue_after=0)``: the loop yields to the event loop (the watches and
-the publish loop run between rounds) and goes again; ``reconciled`` opens only after a pass that left nothing
-immediate. A per-key queue (enclave-replication: ``reconcile(key) -> Result`` with workers, per-key timers and
-per-key backoff) drives the same pass accounting (:meth:`ControllerLoop._pass`) from a queue instead of a
-trigger.
+**Options of the same loop, not twins of it.** Three shapes of controller run on it:
+
+- *one pass* (config, quotas, pools, globalquotas): each pass compares everything with the caches;
+- *batched rounds with hints* (enclave-tenants, ``hints=``): at 10,000 namespaces a pass over everything is too
+  long to run per change, so the controller keeps hints of where work is (:class:`Hints`) and each pass is a
+  bounded round over some of it, returning ``Result(requeue_after=0)`` while more is left: the loop yields to the
+  event loop (the watches and the publish loop run between rounds) and goes again, and ``reconciled`` opens only
+  after a round that left nothing immediate. The loop runs a round only when the hints say there is work
+  (an idle wake costs nothing and counts no pass), tells the hints to look at everything at each resync (on a
+  fixed period, even under a stream of changes: the safety net must not depend on quiet) and after a failed
+  round, drops them on a replica without the Lease, and lets a failed round's backoff run out (the retry looks
+  at everything anyway; changes meanwhile are gathered into it rather than each starting a full retry);
+- *a per-key queue* (enclave-replication, ``queue=``): ``reconcile(key) -> Result`` per object, worked by
+  bounded workers with dedupe, per-key timers and per-key backoff (:mod:`enclave_core.runtime.keyed`); the loop
+  owns it in place of the write loop, with the same informers, gate, publish loop, metrics and Lease gating.
+
+Two more options serve large controllers: ``release_memory`` hands freed heap back to the system when a burst of
+passes ends (:mod:`enclave_core.runtime.memory`), and ``publish_yield_after`` keeps a long snapshot compile from
+starving the write loop (see :meth:`ControllerLoop._publish_loop`).
 """
 
 from __future__ import annotations
@@ -41,11 +54,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import Counter, Histogram
 
 from enclave_core.kube.informer import Informer
+from enclave_core.runtime import memory
+
+if TYPE_CHECKING:
+    from enclave_core.runtime.keyed import KeyedQueue
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +82,30 @@ DONE = Result()
 """Nothing due until the next change or resync."""
 
 
+class Hints(Protocol):
+    """Where a controller of batched rounds keeps track of its work (``ControllerLoop(hints=...)``): hints, never
+    the truth, each round comparing what they name with the caches."""
+
+    def has_work(self) -> bool:
+        """Whether a round has anything to do now (time-driven work that came due included)."""
+        ...
+
+    def look_at_everything(self) -> None:
+        """The resync, or a failed round: every key is to be looked at again."""
+        ...
+
+    def forget_work(self) -> None:
+        """No Lease: keep nothing (a replica that gains it starts from everything)."""
+        ...
+
+
 @dataclass(frozen=True)
 class LoopMetrics:
     """The metrics every controller loop exports, under one naming scheme (:meth:`standard`)."""
 
-    passes: Counter
-    """Passes of the write loop, by ``result`` (``ok``, ``error``)."""
+    passes: Counter | None
+    """Passes of the write loop (per key with a queue), by ``result`` (``ok``, ``error``); None where a component
+    counts its reconciles its own way (enclave-replication, by kind and outcome)."""
     duration: Histogram
     """Seconds per pass."""
     publishes: Counter | None = None
@@ -108,22 +143,36 @@ class ControllerLoop:
         name: str,
         *,
         informers: Sequence[Informer],
-        reconcile: Callable[[], Awaitable[Result]],
-        resync_seconds: float,
+        reconcile: Callable[[], Awaitable[Result]] | None = None,
+        resync_seconds: float = 0.0,
         metrics: LoopMetrics,
         publish: Callable[[], Any] | None = None,
         gate: asyncio.Event | None = None,
         leader_only: bool = True,
         synced_after: Sequence[asyncio.Event] = (),
         settle_seconds: float = 0.0,
+        hints: Hints | None = None,
+        queue: KeyedQueue | None = None,
+        release_memory: bool = False,
+        publish_yield_after: float | None = None,
     ) -> None:
-        """``synced_after``: events that must be set too, after the informers listed, before ``synced`` (e.g. API
-        discovery). ``settle_seconds``: after each wake, how long to let a burst of watch events land before the
-        pass that handles them all."""
+        """Either ``reconcile`` (one pass, run at least every ``resync_seconds``) or ``queue`` (per-key reconciles,
+        each key's Result its own resync). ``synced_after``: events that must be set too, after the informers
+        listed, before ``synced`` (e.g. API discovery). ``settle_seconds``: after each wake, how long to let a
+        burst of watch events land before the pass that handles them all. ``hints``, ``queue``,
+        ``release_memory``, ``publish_yield_after``: the options in the module docstring."""
+        if (reconcile is None) == (queue is None):
+            raise ValueError("a controller loop takes a reconcile or a keyed queue, not both")
+        if reconcile is not None and resync_seconds <= 0:
+            raise ValueError("a reconcile needs a positive resync_seconds")
         self.name = name
         self.informers = list(informers)
         self._publish = publish
         self._reconcile = reconcile
+        self.queue = queue
+        self.hints = hints
+        self._memory = memory.Releaser() if release_memory else None
+        self.publish_yield_after = publish_yield_after
         self.resync_seconds = resync_seconds
         self.metrics = metrics
         self.gate = gate
@@ -137,11 +186,17 @@ class ControllerLoop:
         self._publish_trigger = asyncio.Event()
         self._write_trigger = asyncio.Event()
         self._backoff = BACKOFF_FIRST
+        self._failed = False
+        """Whether the last pass raised (batched rounds let its backoff run out)."""
 
     def changed(self, _key: str = "") -> None:
         """An informer's ``on_change``: recompile the snapshot and run a write pass."""
         self._publish_trigger.set()
         self._write_trigger.set()
+
+    def republish(self) -> None:
+        """Recompile the snapshot only (a change no write depends on)."""
+        self._publish_trigger.set()
 
     def again(self) -> None:
         """Ask for another write pass now (e.g. a write met a conflict and the watch brings the newer copy)."""
@@ -150,6 +205,8 @@ class ControllerLoop:
     def set_leading(self, leading: bool) -> None:
         self.leading = leading
         self.changed()
+        if self.queue is not None:
+            self.queue.wake()
 
     async def run(self) -> None:
         tasks = [asyncio.create_task(informer.run(), name=informer.name) for informer in self.informers]
@@ -168,15 +225,24 @@ class ControllerLoop:
         self.synced.set()
         if self.gate is not None:
             await self.gate.wait()
-        loops = [self._write_loop()]
+        loops = [self.queue.run(self._may_reconcile, self.metrics)] if self.queue is not None else [self._write_loop()]
         if self._publish is not None:
             loops.append(self._publish_loop(self._publish))
         await asyncio.gather(*loops)
 
+    def _may_reconcile(self) -> bool:
+        return self.leading or not self.leader_only
+
     async def _publish_loop(self, publish: Callable[[], Any]) -> None:
+        """Compile and publish after every change. With ``publish_yield_after``, a compile that took longer makes
+        the next one wait as long again: a compile covers everything, and at thousands of objects compiling on
+        every watch event of a burst would starve the write loop on this same event loop; changes that arrive
+        meanwhile are coalesced into the next compile, so at most half of the process goes to compiling, and
+        small compiles publish at once."""
         publishes = self.metrics.publishes
         while True:
             self._publish_trigger.clear()
+            started = time.monotonic()
             try:
                 publish()
                 if publishes is not None:
@@ -186,7 +252,10 @@ class ControllerLoop:
                 log.exception("compiling the snapshot failed", extra={"controller": self.name})
                 if publishes is not None:
                     publishes.labels("error").inc()
+            took = time.monotonic() - started
             await self._publish_trigger.wait()
+            if self.publish_yield_after is not None and took > self.publish_yield_after:
+                await asyncio.sleep(min(took, 2.0))
 
     async def _pass(self, reconcile: Callable[[], Awaitable[Result]]) -> float | None:
         """One reconcile, counted and timed; the seconds until the next pass is due (``None``: the resync).
@@ -198,26 +267,60 @@ class ControllerLoop:
             result = await reconcile()
         except Exception:
             log.exception("reconcile failed", extra={"controller": self.name})
-            self.metrics.passes.labels("error").inc()
+            self._failed = True
+            if self.metrics.passes is not None:
+                self.metrics.passes.labels("error").inc()
             wait, self._backoff = self._backoff, min(BACKOFF_MAX, self._backoff * 2)
             return wait
         finally:
             self.metrics.duration.observe(time.monotonic() - started)
-        self.metrics.passes.labels("ok").inc()
+        if self.metrics.passes is not None:
+            self.metrics.passes.labels("ok").inc()
+        self._failed = False
         self._backoff = BACKOFF_FIRST
         return result.requeue_after
 
     async def _write_loop(self) -> None:
+        assert self._reconcile is not None
+        reconcile, hints = self._reconcile, self.hints
+        now = time.monotonic()
+        resync_at, due_at = now + self.resync_seconds, float("inf")
         while True:
             self._write_trigger.clear()
-            due: float | None = None
-            if self.leading or not self.leader_only:
-                due = await self._pass(self._reconcile)
-            if due is not None and due <= 0:
+            now = time.monotonic()
+            if now >= resync_at:
+                resync_at = now + self.resync_seconds
+                if hints is not None:
+                    hints.look_at_everything()
+            passed, failed = False, False
+            if not self._may_reconcile():
+                due_at = float("inf")
+                if hints is not None:
+                    hints.forget_work()
+            elif hints is None or hints.has_work() or now >= due_at:
+                if self._memory is not None:
+                    self._memory.worked()
+                due = await self._pass(reconcile)
+                passed, failed = True, self._failed
+                now = time.monotonic()
+                due_at = float("inf") if due is None else now + due
+                if hints is None:
+                    resync_at = now + self.resync_seconds  # a full pass is a resync
+                elif failed:
+                    hints.look_at_everything()  # what the failed round had taken is looked at again
+            if passed and due_at <= now:
                 await asyncio.sleep(0)  # work left: the watches and the publish loop run between rounds
                 continue
             self.reconciled.set()
-            wait = self.resync_seconds if due is None else min(due, self.resync_seconds)
+            if hints is not None and failed:
+                await asyncio.sleep(max(0.0, due_at - time.monotonic()))  # the backoff runs out (module docstring)
+                continue
+            if hints is not None and self._may_reconcile() and hints.has_work():
+                await asyncio.sleep(0)  # work arrived during the round
+                continue
+            if self._memory is not None:
+                self._memory.idle()  # a burst of passes ended: give back what it freed
+            wait = max(0.0, min(resync_at, due_at) - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._write_trigger.wait(), timeout=wait)
             if self.settle_seconds:
