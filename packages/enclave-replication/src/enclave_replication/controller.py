@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -39,6 +38,8 @@ from enclave_core.kube.connection import Connection
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, with_kind
+from enclave_core.runtime.keyed import KeyedQueue
+from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.replication import REPLICATION_KIND, ManagedObject, ReplicationSnapshot
@@ -66,7 +67,14 @@ from enclave_replication.watches import GLOBAL_PATH, NAMESPACES_PATH, QUEUE, TEN
 log = logging.getLogger(__name__)
 
 RECONCILES = Counter("enclave_replication_reconciles_total", "Reconciles of replication objects", ["kind", "result"])
-RECONCILE_SECONDS = Histogram("enclave_replication_reconcile_seconds", "Duration of one reconcile")
+LOOP = LoopMetrics(
+    passes=None,  # counted by kind and outcome in RECONCILES
+    duration=Histogram("enclave_replication_reconcile_seconds", "Duration of one reconcile"),
+)
+RETRY_SECONDS = 5.0
+"""When an object comes back after the API could not be reached or a cleanup failed, and after its reconcile
+first raised (then doubling, per object, up to 30 s)."""
+RETRY = Result(requeue_after=RETRY_SECONDS)
 MANAGED = Gauge("enclave_replication_protected_objects", "Objects on the protection snapshot")
 
 
@@ -108,7 +116,6 @@ class ReplicationController(Identities, Applier):
         self.configuration = asyncio.Event()
         if not wait_for_configuration:
             self.configuration.set()
-        self.synced = asyncio.Event()
         self.controller_user = ""
         self.globals = Informer(kube, GLOBAL_PATH, on_change=self._global_changed, name="globaltenantresources")
         self.locals = Informer(kube, TENANT_PATH, on_change=self._local_changed, name="tenantresources")
@@ -127,15 +134,24 @@ class ReplicationController(Identities, Applier):
         """Collection path -> its resource, for the watches ``_recheck`` may stop."""
         self._rechecks: set[asyncio.Task[None]] = set()
         self._endpoint_client: tuple[tuple[str, str, str, str, bool], Connection] | None = None
-        self._queue: set[str] = set()
-        self._busy: set[str] = set()
-        self._again: set[str] = set()
-        self._wakeup = asyncio.Event()
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.queue = KeyedQueue(
+            "replication", self.reconcile, workers=self.settings.concurrency, depth=QUEUE, backoff_first=RETRY_SECONDS
+        )
+        """Replication object keys to reconcile (:mod:`enclave_core.runtime.keyed`), fed by :mod:`.watches`."""
+        self._prepared = asyncio.Event()
+        self.loop = ControllerLoop(
+            "replication",
+            informers=[self.globals, self.locals, self.tenants, self.namespaces],
+            queue=self.queue,
+            metrics=LOOP,
+            publish=self.publish,
+            gate=self.configuration,
+            synced_after=[self._prepared],
+        )
+        self.synced = self.loop.synced
         self._applied: dict[tuple[str, tuple[str, str, str, str]], tuple[str, str]] = {}
         """(owner, object) -> (resourceVersion our last apply produced, the hash applied): while both still hold,
         the object is as we left it even where the server normalised a value (``1000m`` stored as ``1``)."""
-        self._publish = asyncio.Event()
         self.reconciles = 0
         self.writes = 0
         """Every API write (apply, delete, patch, status), for the benchmark's writes-per-reconcile."""
@@ -143,66 +159,30 @@ class ReplicationController(Identities, Applier):
     # -- loops ---------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        base = [self.globals, self.locals, self.tenants, self.namespaces]
-        self._tasks = [asyncio.create_task(i.run(), name=i.name) for i in base]
+        """The loop (:class:`enclave_core.runtime.loops.ControllerLoop` with the per-key queue) and, beside it,
+        what ``synced`` waits for after the informers: who this controller is, and the watches of the kinds the
+        replication objects' status lists."""
         try:
-            self.controller_user = await self._whoami()
-            await asyncio.gather(*(informer.synced.wait() for informer in base))
-            await self._start_known_kinds()
-            self.synced.set()
-            self._publish.set()
-            await self.configuration.wait()
-            workers = [self._worker() for _ in range(self.settings.concurrency)]
-            await asyncio.gather(self._publish_loop(), *workers)
+            await asyncio.gather(self.loop.run(), self._prepare())
         finally:
             for task in [*self._tasks, *self._source_tasks.values(), *self._rechecks]:
                 task.cancel()
             if self._endpoint_client is not None:
                 await self._endpoint_client[1].close()
             await self.renderer.close()
-            for handle in self._timers.values():
-                handle.cancel()
 
-    async def _worker(self) -> None:
-        while True:
-            while not self._queue or not self.leading:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-            key = min(self._queue)
-            self._queue.discard(key)
-            QUEUE.set(len(self._queue))
-            self._busy.add(key)
-            started = time.monotonic()
-            try:
-                await self.reconcile(key)
-            except Exception:
-                log.exception("reconcile failed", extra={"object": key})
-                self._schedule(key, 5.0)
-            finally:
-                RECONCILE_SECONDS.observe(time.monotonic() - started)
-                self._busy.discard(key)
-                if key in self._again:
-                    self._again.discard(key)
-                    self.enqueue(key)
-
-    def _schedule(self, key: str, seconds: float) -> None:
-        previous = self._timers.pop(key, None)
-        if previous is not None:
-            previous.cancel()
-        self._timers[key] = asyncio.get_running_loop().call_later(seconds, self.enqueue, key)
+    async def _prepare(self) -> None:
+        self.controller_user = await self._whoami()
+        await asyncio.gather(*(informer.synced.wait() for informer in self.loop.informers))
+        await self._start_known_kinds()
+        self._prepared.set()
 
     # -- protection snapshot (every replica) ---------------------------------------------------------------
 
-    async def _publish_loop(self) -> None:
-        while True:
-            self._publish.clear()
-            try:
-                snapshot = self.snapshot()
-                self.hub.publish(REPLICATION_KIND, snapshot.model_dump_json().encode())
-                MANAGED.set(len(snapshot.objects))
-            except Exception:
-                log.exception("compiling the replication snapshot failed")
-            await self._publish.wait()
+    def publish(self) -> None:
+        snapshot = self.snapshot()
+        self.hub.publish(REPLICATION_KIND, snapshot.model_dump_json().encode())
+        MANAGED.set(len(snapshot.objects))
 
     def snapshot(self) -> ReplicationSnapshot:
         objects: list[ManagedObject] = []
@@ -247,15 +227,15 @@ class ReplicationController(Identities, Applier):
             return f"{GLOBAL_PATH}/{owner.name}"
         return f"/apis/{GROUP_VERSION}/namespaces/{owner.namespace}/tenantresources/{owner.name}"
 
-    async def reconcile(self, key: str) -> None:
+    async def reconcile(self, key: str) -> Result:
+        """One replication object, level-based from the caches; comes back after its ``spec.resyncPeriod``
+        (sooner when the API could not be reached or a cleanup failed), or not at all once it is gone or invalid
+        (a change to it brings it back)."""
         owner = Owner.parse(key)
         raw = self._raw(owner) if owner else None
         if owner is None or raw is None:
-            handle = self._timers.pop(key, None)
-            if handle is not None:
-                handle.cancel()
             await self._watch_sources(key, set(), {})
-            return
+            return DONE
         self.reconciles += 1
         try:
             if owner.kind == "GlobalTenantResource":
@@ -265,48 +245,46 @@ class ReplicationController(Identities, Applier):
         except ValidationError as err:
             if raw["metadata"].get("deletionTimestamp"):
                 # Deleted while invalid: clean up with what can still be read, never hold the finalizer on a typo.
-                await self._finalize(owner, raw, _fallback_spec(raw))
-                return
+                return RETRY if await self._finalize(owner, raw, _fallback_spec(raw)) else DONE
             first = err.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             # The objects stay as they are, and so does what status says about them (protection follows it).
             items, tenants = self._keep_all(owner, raw)
             await self._finish(owner, raw, items, tenants, None, (False, "InvalidSpec", f"{where}: {first['msg']}"))
             RECONCILES.labels(owner.kind, "invalid").inc()
-            return
-        self._schedule(key, max(1.0, parse_duration(spec.resync_period).total_seconds()))
+            return DONE
+        resync = Result(requeue_after=max(1.0, parse_duration(spec.resync_period).total_seconds()))
         deleting = bool(raw["metadata"].get("deletionTimestamp"))
         if deleting:
-            await self._finalize(owner, raw, spec)
-            return
+            return RETRY if await self._finalize(owner, raw, spec) else resync
         if REPLICATION_FINALIZER not in (raw["metadata"].get("finalizers") or []):
             finalizers = [*(raw["metadata"].get("finalizers") or []), REPLICATION_FINALIZER]
             stored = await self._write_meta(owner, {"metadata": {"finalizers": finalizers}})
             if stored is None:
-                return
+                return resync
             raw = stored
         identity = self._identity(owner, spec)
         if identity.problem:
             await self._finish(
                 owner, raw, *self._keep_all(owner, raw), None, (False, identity.reason, identity.problem)
             )
-            return
+            return resync
         if spec.cordoned:
             items, tenants = self._keep_all(owner, raw)
             await self._finish(
                 owner, raw, items, tenants, identity.account, (False, "Cordoned", "applies and deletions paused")
             )
-            return
+            return resync
         waiting = self._waiting_for(owner, spec)
         if waiting:
             items, tenants = self._keep_all(owner, raw)
             await self._finish(owner, raw, items, tenants, identity.account, (False, "WaitingForDependencies", waiting))
-            return
+            return resync
         tenants, targets, fence, problem = self._targets(owner, spec)
         if problem:
             items, _ = self._keep_all(owner, raw)
             await self._finish(owner, raw, items, tenants, identity.account, (False, "NotInTenant", problem))
-            return
+            return resync
         acting = ActingKube(self.kube, owner.field_manager, identity.user, await self._endpoint(identity))
         reader = ClusterReader(self.discovery, acting)
         try:
@@ -320,7 +298,7 @@ class ReplicationController(Identities, Applier):
                 message = f"{acting.who} lacks rights, nothing was written: " + "; ".join(forbidden[:5])
                 await self._finish(owner, raw, items, tenants, identity.account, (False, "Forbidden", message))
                 RECONCILES.labels(owner.kind, "forbidden").inc()
-                return
+                return resync
             await self._apply(owner, work, acting)
             await self._prune(owner, raw, work, acting)
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
@@ -330,8 +308,7 @@ class ReplicationController(Identities, Applier):
             message = f"{where} cannot be reached: {type(err).__name__}: {err}"
             await self._finish(owner, raw, items, tenants, identity.account, (False, "ApiUnreachable", message))
             RECONCILES.labels(owner.kind, "unreachable").inc()
-            self._schedule(key, 5.0)
-            return
+            return RETRY
         problems = [r for r in work.results if r.status == "False"]
         if problems:
             reasons = {r.reason for r in problems}
@@ -344,6 +321,7 @@ class ReplicationController(Identities, Applier):
             ready = (True, "Applied", f"{managed} object(s) in {len(tenants)} tenant(s)")
         await self._finish(owner, raw, work.results, tenants, identity.account, ready)
         RECONCILES.labels(owner.kind, "ok" if not problems else "failed").inc()
+        return resync
 
     def _waiting_for(self, owner: Owner, spec: TenantResourceSpec) -> str:
         waiting: list[str] = []
@@ -407,13 +385,15 @@ class ReplicationController(Identities, Applier):
             )
         return items, list((raw.get("status") or {}).get("selectedTenants") or [])
 
-    async def _finalize(self, owner: Owner, raw: JSON, spec: TenantResourceSpec) -> None:
+    async def _finalize(self, owner: Owner, raw: JSON, spec: TenantResourceSpec) -> bool:
+        """Release what ``owner`` manages and drop its finalizer; True when a cleanup failed and is to be tried
+        again soon (the finalizer kept)."""
         if REPLICATION_FINALIZER not in (raw["metadata"].get("finalizers") or []):
-            return
+            return False
         if spec.cordoned:
             items, tenants = self._keep_all(owner, raw)
             await self._finish(owner, raw, items, tenants, None, (False, "Cordoned", "deletion paused: cordoned"))
-            return
+            return False
         identity = self._identity(owner, spec)
         acting = ActingKube(self.kube, owner.field_manager, identity.user, await self._endpoint(identity))
         errors: list[str] = []
@@ -434,8 +414,7 @@ class ReplicationController(Identities, Applier):
             message = "cleanup on deletion failed: " + "; ".join(errors[:5])
             await self._emit(owner, raw, "Warning", "CleanupFailed", message)
             if not home_going and not identity.problem:
-                self._schedule(owner.key, 5.0)
-                return
+                return True
             # The TenantResource's namespace is being deleted (and with it, often, the account's RoleBindings), or
             # there is no identity to clean up as: holding the finalizer would keep the object (and its namespace)
             # forever. Best effort, reported, then let go.
@@ -446,6 +425,7 @@ class ReplicationController(Identities, Applier):
         await self._watch_sources(owner.key, set(), {})
         for key in [k for k in self._applied if k[0] == owner.key]:
             del self._applied[key]
+        return False
 
     async def _write_meta(self, owner: Owner, patch: JSON) -> JSON | None:
         try:
@@ -492,7 +472,7 @@ class ReplicationController(Identities, Applier):
         self.writes += 1
         WRITES.labels("status").inc()
         self._store(owner, stored)
-        self._publish.set()
+        self.loop.republish()
 
     async def _warn(self, owner: Owner, raw: JSON, reason: str, message: str) -> None:
         """One Warning per distinct problem (:meth:`EventRecorder.warn_once`), not one per pass."""

@@ -22,6 +22,8 @@ from enclave_core import GROUP_VERSION
 from enclave_core.api.names import ENCLAVE_MANAGED_BY, REPLICATION_MANAGER, REPLICATION_OWNER_ANNOTATION, TENANT_LABEL
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube
+from enclave_core.runtime.keyed import KeyedQueue
+from enclave_core.runtime.loops import ControllerLoop
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_replication import plan as planning
 from enclave_replication.access import WatchAccess
@@ -67,30 +69,22 @@ class Watches:
     _managed_tasks: dict[str, asyncio.Task[None]]
     _watched_kinds: dict[str, Resource]
     _rechecks: set[asyncio.Task[None]]
-    _queue: set[str]
-    _busy: set[str]
-    _again: set[str]
-    _wakeup: asyncio.Event
-    _publish: asyncio.Event
+    queue: KeyedQueue
+    loop: ControllerLoop
 
     # -- triggers ------------------------------------------------------------------------------------------
 
     def enqueue(self, key: str) -> None:
-        if key in self._busy:
-            self._again.add(key)
-        else:
-            self._queue.add(key)
-        QUEUE.set(len(self._queue))
-        self._wakeup.set()
+        self.queue.add(key)
 
     def _global_changed(self, key: str) -> None:
         self.enqueue(Owner("GlobalTenantResource", key).key)
-        self._publish.set()
+        self.loop.republish()
 
     def _local_changed(self, key: str) -> None:
         namespace, _, name = key.partition("/")
         self.enqueue(Owner("TenantResource", name, namespace).key)
-        self._publish.set()
+        self.loop.republish()
 
     def _everything_changed(self, _key: str = "") -> None:
         for name in self.globals.items:
@@ -142,6 +136,7 @@ class Watches:
 
     def set_leading(self, leading: bool) -> None:
         self.leading = leading
+        self.loop.set_leading(leading)
         if leading:
             self._everything_changed()
 
