@@ -62,8 +62,8 @@ class Loop:
 
     async def round(self) -> tuple[bool, list[tuple[str, str]]]:
         """One round of the write loop, then its writes echoed: (work left, writes)."""
-        more = await self.controller.reconcile()
-        return more, self.echo()
+        result = await self.controller.reconcile()
+        return result.requeue_after == 0, self.echo()
 
     async def settle(self, limit: int = 1000) -> int:
         """Rounds until one leaves nothing to do and wrote nothing; the number of rounds."""

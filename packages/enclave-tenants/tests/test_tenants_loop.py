@@ -117,9 +117,9 @@ async def test_a_failed_write_is_retried_and_reported() -> None:
     assert ready["status"] == "False"
     assert ready["reason"] == "ApplyFailed"
     loop.kube.fail = None
-    loop.controller._retry_at = 0.0
-    loop.controller._dirty.namespaces |= loop.controller._retry  # what the loop does once the retry is due
-    loop.controller._retry = set()
+    loop.controller._retry_at = 0.0  # the retry is due
+    assert loop.controller.has_work()  # what the loop asks then: the namespace is dirty again
+    assert loop.controller._retry == set()
     await loop.settle()
     assert _bound(loop) == {"t0000-n00", "t0000-n01", "t0000-n02"}
     ready = next(c for c in loop.controller.tenants.items["t0000"]["status"]["conditions"] if c["type"] == "Ready")
@@ -185,7 +185,9 @@ async def test_the_loop_settles_then_waits_and_retries_a_failed_write_after_a_ba
         return None
 
     loop.kube.fail = fail
-    task = asyncio.create_task(loop.controller._write_loop())
+    for informer in loop.controller.informers():
+        informer.synced.set()  # the caches were filled by hand
+    task = asyncio.create_task(loop.controller.loop.run_loops())
     try:
         await asyncio.wait_for(loop.controller.reconciled.wait(), timeout=10)
         assert _bound(loop) == {f"t{t:04d}-n{n:02d}" for t in range(3) for n in range(3)} - failing

@@ -20,6 +20,7 @@ from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.kube.informer import Informer, share
 from enclave_core.kube.rest import JSON
 from enclave_core.ledger import LedgerClient
+from enclave_core.runtime.loops import ControllerLoop
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_tenants import work
 from enclave_tenants.policy import Policy
@@ -43,11 +44,9 @@ class Caches:
     bindings: Informer
     ledger_cache: Informer
     ledgers: LedgerClient
-    leading: bool
     policy: Policy
     configuration: asyncio.Event
-    _publish_trigger: asyncio.Event
-    _write_trigger: asyncio.Event
+    loop: ControllerLoop
     _dirty: work.Dirty
     _signatures: dict[str, tuple[object, ...]]
     _ledgers_due: bool
@@ -65,7 +64,7 @@ class Caches:
 
     def _publish_only(self, _key: str) -> None:
         """PersistentVolumes and PodDisruptionBudgets only change the Rules snapshot: nothing to write."""
-        self._publish_trigger.set()
+        self.loop.republish()
 
     def _replan(self) -> None:
         self._plan_stale = True
@@ -91,7 +90,7 @@ class Caches:
             self._replan()
         else:
             self._dirty.statuses.add(name)
-            self._write_trigger.set()
+            self.loop.again()
 
     def _owner_changed(self, name: str) -> None:
         if self._spec_changed("TenantOwner", name, self.owners.get(name)):
@@ -99,7 +98,7 @@ class Caches:
             self._replan()
         else:
             self._dirty.owners = True
-            self._write_trigger.set()
+            self.loop.again()
 
     def _namespace_changed(self, name: str) -> None:
         self._dirty.namespaces.add(name)
@@ -113,7 +112,7 @@ class Caches:
         namespace, name = sys.intern(namespace), sys.intern(name)
         self._index_binding(namespace, name)
         self._dirty.namespaces.add(namespace)
-        self._write_trigger.set()
+        self.loop.again()
 
     def _index_binding(self, namespace: str, name: str) -> None:
         """Keep ``_binding_names`` (namespace -> names of our cached RoleBindings) as the cache is."""
@@ -139,13 +138,11 @@ class Caches:
         self._replan()
 
     def _changed(self, _key: str = "") -> None:
-        self._publish_trigger.set()
-        self._write_trigger.set()
+        self.loop.changed()
 
     def set_leading(self, leading: bool) -> None:
-        self.leading = leading
         self._dirty.mark_everything()
-        self._changed()
+        self.loop.set_leading(leading)
 
     def set_configuration(self, config: EffectiveConfiguration) -> None:
         policy = Policy.from_configuration(config)

@@ -7,12 +7,16 @@ the cluster on the same plan: namespace metadata (server-side apply, field manag
 RoleBindings, pruning, Tenant and TenantOwner status, events. Every write is decided by comparing the plan
 with the informer caches, so a steady state costs no API calls and any drift someone introduces (a deleted
 binding, an edited label) comes back as a watch event and is undone by the next pass.
+
+Both loops are the runtime's (:class:`enclave_core.runtime.loops.ControllerLoop`) with the batched-rounds option:
+this controller keeps hints of where work is (:mod:`enclave_tenants.work`), each pass is a bounded round
+(:meth:`TenantsController.reconcile`), and the loop asks the hints whether there is work, marks everything at the
+resync and after a failed round, and drops them on a replica without the Lease.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -25,7 +29,7 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer, keep_managed_fields
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerClient
-from enclave_core.runtime import memory
+from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.rules import RULE_STATUS_NAME, RULES_KIND
 from enclave_core.snapshots.tenancy import TENANCY_KIND, TenantView
@@ -51,7 +55,9 @@ from enclave_tenants.reporting import Reporting, _Outcome
 log = logging.getLogger(__name__)
 
 PUBLISH_YIELD_AFTER = 0.05
-"""Seconds a snapshot compile may take before the next one waits as long (see ``_publish_loop``)."""
+"""Seconds a snapshot compile (or a plan) may take before the next one waits as long: at most half of the process
+goes to compiling, half to planning (see ``ControllerLoop(publish_yield_after=...)`` and :meth:`reconcile`)."""
+LOOP = LoopMetrics(passes=RECONCILES, duration=RECONCILE_SECONDS, publishes=PUBLISHES)
 
 
 @dataclass(frozen=True)
@@ -87,18 +93,12 @@ class TenantsController(Reporting, NamespaceQuota):
         self.settings = settings
         self.hub = hub
         self.events = events
-        self.leading = False
         self.policy = Policy()
         self.configuration = asyncio.Event()
         """Set once the policy is known: at once without a configuration endpoint, else on the first snapshot.
         Nothing is published or written before, so a restart never briefly drops promoted owners."""
         if not wait_for_configuration:
             self.configuration.set()
-        self.synced = asyncio.Event()
-        self.published = asyncio.Event()
-        self.reconciled = asyncio.Event()
-        self._publish_trigger = asyncio.Event()
-        self._write_trigger = asyncio.Event()
         self._views: dict[str, TenantView] = {}
         self._encoded: dict[str, tuple[TenantView, bytes]] = {}
         self._rules: dict[str, rules.NamespaceRulePlan] = {}
@@ -118,7 +118,6 @@ class TenantsController(Reporting, NamespaceQuota):
         self._retry: set[str] = set()
         self._retry_statuses: set[str] = set()
         self._retry_at = float("inf")
-        self._memory = memory.Releaser()
         self._parsed: dict[str, tuple[JSON, Tenant]] = {}
         """Tenant name -> (cached object, its model), shared by every plan (see :func:`plan.build_plan`)."""
         self._retry_backoff = 0.5
@@ -126,7 +125,7 @@ class TenantsController(Reporting, NamespaceQuota):
         self._planned_at = 0.0
         self._plan_seconds = 0.0
         """How long the last plan took: a plan covers every tenant, so a stream of new namespaces (each one
-        making the plan stale) is planned at most every as long again (see ``_write_loop``)."""
+        making the plan stale) is planned at most every as long again (see :meth:`reconcile`)."""
         self._binding_names: dict[str, tuple[str, ...]] = {}
         # Only namespaces' own apply entries are read (what this controller applied, to release it); every
         # other cached kind needs no managedFields at all. At 10,000 namespaces they were most of the caches.
@@ -174,6 +173,32 @@ class TenantsController(Reporting, NamespaceQuota):
             kube, BUDGETS_PATH, on_change=self._publish_only, name="poddisruptionbudgets", transform=trim
         )
         """For ``disruptionBudgets.required``: admission decides coverage from the Rules snapshot alone."""
+        self.loop = ControllerLoop(
+            "tenants",
+            informers=self.informers(),
+            reconcile=self.reconcile,
+            resync_seconds=settings.resync_seconds,
+            metrics=LOOP,
+            publish=self.publish,
+            gate=self.configuration,
+            hints=self,
+            release_memory=True,
+            publish_yield_after=PUBLISH_YIELD_AFTER,
+        )
+        """Nothing is published or written before the policy is known (``gate``), so a restart never briefly
+        drops promoted owners."""
+        self.synced = self.loop.synced
+        self.published = self.loop.published
+        self.reconciled = self.loop.reconciled
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica holds the Lease (the loop's; only the Lease holder writes)."""
+        return self.loop.leading
+
+    @leading.setter
+    def leading(self, leading: bool) -> None:
+        self.loop.leading = leading
 
     def informers(self) -> list[Informer]:
         return [
@@ -191,90 +216,29 @@ class TenantsController(Reporting, NamespaceQuota):
     # -- loops ---------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(informer.run(), name=informer.name) for informer in self.informers()]
-        try:
-            await asyncio.gather(*(informer.synced.wait() for informer in self.informers()))
-            self.synced.set()
-            await self.configuration.wait()
-            await asyncio.gather(self._publish_loop(), self._write_loop())
-        finally:
-            for task in tasks:
-                task.cancel()
+        await self.loop.run()
 
-    async def _publish_loop(self) -> None:
-        while True:
-            self._publish_trigger.clear()
-            started = time.monotonic()
-            try:
-                self.publish()
-            except Exception:  # never let a bad object stop the stream; the last good snapshot stays
-                log.exception("compiling the tenancy snapshot failed")
-                PUBLISHES.labels("error").inc()
-            took = time.monotonic() - started
-            await self._publish_trigger.wait()
-            if took > PUBLISH_YIELD_AFTER:
-                # A compile covers every tenant; at thousands of namespaces it takes long enough that compiling
-                # on every watch event of a burst would starve the write loop on this same event loop. Changes
-                # that arrive meanwhile are coalesced into the next compile, which comes after as long again
-                # as this one took: at most half of the process goes to compiling. Small tenancies (a compile
-                # well under PUBLISH_YIELD_AFTER) publish at once as before.
-                await asyncio.sleep(min(took, 2.0))
+    # -- the loop's hints (batched rounds, :class:`enclave_core.runtime.loops.Hints`) ---------------------------
 
-    async def _write_loop(self) -> None:
-        """Bounded rounds while there is work (see :meth:`reconcile`), then wait for a change, a resync, a
-        ledger reservation's expiry or a retry. A round yields the event loop between its writes, so the
-        publish loop and the informers keep up with a long burst."""
-        backoff = 0.5
-        resync_at = time.monotonic() + self.settings.resync_seconds
-        while True:
-            self._write_trigger.clear()
-            now = time.monotonic()
-            if now >= resync_at:
-                self._dirty.mark_everything()  # the safety net for a missed event
-                resync_at = now + self.settings.resync_seconds
-            if now >= self._retry_at:
-                self._retry_at = float("inf")
-                self._dirty.namespaces |= self._retry
-                self._dirty.rules |= self._retry
-                self._dirty.statuses |= self._retry_statuses
-                self._retry, self._retry_statuses = set(), set()
-            if now >= self._fold_at:
-                self._fold_at = float("inf")
-                self._ledgers_due = True
-            more, failed, pause = False, False, 0.0
-            if not self.leading:
-                self._dirty = work.Dirty()  # the new leader starts from everything; keep nothing meanwhile
-            elif self._dirty or self._ledgers_due:
-                if self._plan_stale and self._plan_seconds > PUBLISH_YIELD_AFTER:
-                    # As the publish loop does: at most half of the process goes to planning; namespaces that
-                    # arrive meanwhile are planned together (at 10,000 namespaces a plan is ~0.2 CPU-s).
-                    await asyncio.sleep(max(0.0, self._planned_at + min(self._plan_seconds, 2.0) - time.monotonic()))
-                started = time.monotonic()
-                self._memory.worked()
-                try:
-                    more = await self.reconcile()
-                    RECONCILES.labels("ok").inc()
-                    backoff = 0.5
-                except Exception:
-                    log.exception("reconcile failed")
-                    RECONCILES.labels("error").inc()
-                    self._dirty.mark_everything()  # what the failed round had taken is looked at again
-                    failed, pause = True, backoff
-                    backoff = min(30.0, backoff * 2)
-                RECONCILE_SECONDS.observe(time.monotonic() - started)
-            if not more:
-                self.reconciled.set()
-            if failed:
-                await asyncio.sleep(pause)
-                continue
-            if more or (self.leading and self._dirty):
-                await asyncio.sleep(0)  # let the watches and the publish loop in between rounds
-                continue
-            self._memory.idle()  # a burst of rounds ended: give back what it freed
-            now = time.monotonic()
-            wait = max(0.0, min(resync_at, self._retry_at, self._fold_at) - now)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._write_trigger.wait(), timeout=wait)
+    def has_work(self) -> bool:
+        """Dirty keys, ledgers to write, or a retry or a ledger reservation's expiry that came due."""
+        now = time.monotonic()
+        if now >= self._retry_at:
+            self._retry_at = float("inf")
+            self._dirty.namespaces |= self._retry
+            self._dirty.rules |= self._retry
+            self._dirty.statuses |= self._retry_statuses
+            self._retry, self._retry_statuses = set(), set()
+        if now >= self._fold_at:
+            self._fold_at = float("inf")
+            self._ledgers_due = True
+        return bool(self._dirty) or self._ledgers_due
+
+    def look_at_everything(self) -> None:
+        self._dirty.mark_everything()
+
+    def forget_work(self) -> None:
+        self._dirty = work.Dirty()  # the new leader starts from everything; keep nothing meanwhile
 
     # -- plan and snapshot ---------------------------------------------------------------------------------
 
@@ -328,10 +292,8 @@ class TenantsController(Reporting, NamespaceQuota):
         rules_snapshot = rules.snapshot(self._rules, self.volumes.values(), self.budgets.values(), tenants)
         if self.hub.publish(RULES_KIND, rules_snapshot.payload()) is not None:
             log.debug("rules snapshot published", extra={"namespaces": len(rules_snapshot.namespaces)})
-        PUBLISHES.labels("ok").inc()
         TENANTS.set(len(plan.tenants))
         NAMESPACES.set(len(plan.namespace_tenant))
-        self.published.set()
         return plan
 
     # -- one write pass (leader only) ----------------------------------------------------------------------
@@ -352,14 +314,21 @@ class TenantsController(Reporting, NamespaceQuota):
                 del self._not_ready[gone]
         return self._plan
 
-    async def reconcile(self) -> bool:
-        """One bounded round of the write loop (Lease holder only); True when dirty work is left.
+    async def reconcile(self) -> Result:
+        """One bounded round of the write loop (Lease holder only): ``Result(0)`` while dirty work is left, else
+        when the next retry or ledger reservation's expiry is due.
 
         Every dirty namespace is compared with the plan (pure, cheap); those with nothing to write are done.
         Of the rest, ``batch_size`` are written (missing objects before drifted ones, oldest first), then the
         statuses of the tenants this round looked at, the TenantOwner statuses when owners or tenants changed,
         and the namespace-quota ledgers. The rest stays dirty for the next round, which re-reads the caches:
-        a namespace created meanwhile competes on its rank, not behind a 10,000-namespace pass."""
+        a namespace created meanwhile competes on its rank, not behind a 10,000-namespace pass.
+
+        A plan covers every tenant: as the publish loop does with compiles, at most half of the process goes to
+        planning, so a stream of new namespaces (each one making the plan stale) is planned together at most
+        every as long again as the last plan took (at 10,000 namespaces a plan is ~0.2 CPU-s)."""
+        if self._plan_stale and self._plan_seconds > PUBLISH_YIELD_AFTER:
+            await asyncio.sleep(max(0.0, self._planned_at + min(self._plan_seconds, 2.0) - time.monotonic()))
         plan = self._current_plan()
         dirty = self._dirty
         if dirty.everything:
@@ -420,7 +389,10 @@ class TenantsController(Reporting, NamespaceQuota):
         else:
             self._retry_backoff = 0.5
         dirty.settle()
-        return bool(dirty)
+        if dirty:
+            return Result(requeue_after=0)
+        due = min(self._retry_at, self._fold_at)
+        return DONE if due == float("inf") else Result(requeue_after=max(0.0, due - time.monotonic()))
 
     def _compile_rules(self, plan: Plan, names: set[str]) -> dict[str, rules.NamespaceRulePlan]:
         """The rules of ``names`` (those in a tenant and not terminating: nothing is written into a namespace
