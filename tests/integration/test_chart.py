@@ -1443,3 +1443,66 @@ def test_kubeconform_refuses_what_the_schemas_do_not_allow(
     assert "replicas" in messages["Deployment"], messages
     assert "port" in messages["Service"], messages
     assert "administratorz" in messages["ServiceConfiguration"], messages
+
+
+# -- the co-located shape (controllers.colocated: the controllers in one enclave-host Deployment) ------------------
+
+
+def _colocated(helm: Path, tmp_path: Path, namespace: str = "enclave-system") -> list[Manifest]:
+    values = all_components_values()
+    values["controllers"] = {"colocated": True, "replicas": 2}
+    return render(helm, namespace, _values_file(tmp_path, values, "colocated.yaml"))
+
+
+def test_colocated_shape_runs_the_controllers_in_one_host_and_admission_apart(helm: Path, tmp_path: Path) -> None:
+    manifests = _colocated(helm, tmp_path)
+    deployments = by_kind(manifests, "Deployment")
+    assert sorted(deployments) == ["enclave-admission", "enclave-controllers"]
+    host = container(deployments["enclave-controllers"])
+    assert host["command"] == ["python", "-m", "enclave_core.runtime.host"]
+    accounts = set(by_kind(manifests, "ServiceAccount"))
+    assert accounts == {"enclave-admission", "enclave-controllers"}
+    services = by_kind(manifests, "Service")
+    ports = {int(port["containerPort"]) for port in host["ports"] if port["name"].startswith("grpc-")}
+    for name in CONTROLLERS:  # each keeps its Service, now in front of the host's port for it
+        service = services[f"enclave-{name}"]
+        assert service["spec"]["selector"]["app.kubernetes.io/component"] == "controllers", name
+        grpc = next(port for port in service["spec"]["ports"] if port["name"] == "grpc")
+        assert grpc["port"] == 9090, name
+        assert grpc["targetPort"] in ports, name
+    assert len(ports) == len(CONTROLLERS)
+    for kind in ("ClusterRoleBinding", "RoleBinding"):  # the host's account holds every controller's roles
+        for binding in by_kind(manifests, kind).values():
+            for subject in binding.get("subjects") or []:
+                if subject["kind"] == "ServiceAccount":
+                    assert subject["name"] in accounts, (kind, binding["metadata"]["name"], subject)
+    policies = by_kind(manifests, "NetworkPolicy")
+    for name in CONTROLLERS:
+        selector = policies[f"enclave-{name}"]["spec"]["podSelector"]["matchLabels"]
+        assert selector["app.kubernetes.io/component"] == "controllers", name
+    assert "--tenants:namespace-grant=enclave-replication-read=enclave-controllers" in host["args"]
+
+
+def test_colocated_arguments_are_accepted_by_the_host_and_each_controller(helm: Path, tmp_path: Path) -> None:
+    """The host parses the command line the chart gives it, routes each controller its own flags, and each
+    controller's own parser accepts them: its own client certificate, ports apart from its neighbours'."""
+    from enclave_core.runtime.host import component_args, parse_args
+
+    host = container(by_kind(_colocated(helm, tmp_path), "Deployment")["enclave-controllers"])
+    try:
+        parsed = component_args(parse_args(host["args"]))
+    except SystemExit as exited:
+        pytest.fail(f"enclave-host refuses the chart's arguments ({exited}): {host['args']}")
+    assert sorted(parsed) == sorted(CONTROLLERS)
+    for name, args in parsed.items():
+        assert args.leader_elect, name
+        if name != "config":
+            assert args.grpc_client_cert == f"/etc/enclave/grpc-client-{name}/tls.crt", name
+            assert args.grpc_ca_file == "/etc/enclave/tls/ca.crt", name
+    mounts = {mount["mountPath"] for mount in host["volumeMounts"]}
+    assert {f"/etc/enclave/grpc-client-{name}" for name in CONTROLLERS if name != "config"} <= mounts
+
+
+def test_colocated_render_is_accepted_by_the_apiserver(helm: Path, kube: Any, namespace: str, tmp_path: Path) -> None:
+    manifests = _colocated(helm, tmp_path, namespace)
+    dry_run(kube, _without(manifests, "ServiceConfiguration", "ServiceMonitor"), namespace)

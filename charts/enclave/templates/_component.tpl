@@ -329,7 +329,11 @@ metadata:
 spec:
   type: ClusterIP
   selector:
+    {{- if include "enclave.hosted" . }}
+    {{- include "enclave.selectorLabels" (dict "root" .root "name" "controllers") | nindent 4 }}
+    {{- else }}
     {{- include "enclave.selectorLabels" . | nindent 4 }}
+    {{- end }}
   ports:
     - name: metrics
       port: 8081
@@ -338,7 +342,7 @@ spec:
     {{- if $meta.controller }}
     - name: grpc
       port: {{ $v.grpcPort }}
-      targetPort: grpc
+      targetPort: {{ if include "enclave.hosted" . }}{{ add 9090 (include "enclave.hostedPlace" .) }}{{ else }}grpc{{ end }}
       protocol: TCP
       appProtocol: grpc
     {{- end }}
@@ -429,7 +433,7 @@ roleRef:
   name: {{ include "enclave.componentName" $ctx }}
 subjects:
   - kind: ServiceAccount
-    name: {{ include "enclave.componentName" $ctx }}
+    name: {{ include "enclave.serviceAccountName" $ctx }}
     namespace: {{ $root.Release.Namespace }}
 {{- $namespaced := .namespacedRules | default "[]" | fromYamlArray -}}
 {{- if $meta.controller }}
@@ -462,7 +466,7 @@ roleRef:
   name: {{ include "enclave.componentName" $ctx }}
 subjects:
   - kind: ServiceAccount
-    name: {{ include "enclave.componentName" $ctx }}
+    name: {{ include "enclave.serviceAccountName" $ctx }}
     namespace: {{ $root.Release.Namespace }}
 {{- end }}
 {{- end -}}
@@ -470,6 +474,10 @@ subjects:
 {{/* The whole common set of one component, each document behind its own switch. */}}
 {{- define "enclave.component" -}}
 {{- $v := index .root.Values .name -}}
+{{- if include "enclave.hosted" . }}
+{{- /* Hosted in the controllers' enclave-host pod (templates/controllers): its Service selects that pod. */}}
+{{ include "enclave.service" . }}
+{{- else }}
 {{ include "enclave.serviceAccount" . }}
 ---
 {{ include "enclave.deployment" . }}
@@ -482,5 +490,6 @@ subjects:
 {{- if .root.Values.metrics.serviceMonitor.enabled }}
 ---
 {{ include "enclave.serviceMonitor" . }}
+{{- end }}
 {{- end }}
 {{- end -}}

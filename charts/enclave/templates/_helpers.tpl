@@ -43,6 +43,27 @@ replication:
 {{- index (include "enclave.components" . | fromYaml) .name | toYaml -}}
 {{- end -}}
 
+{{/*
+Whether a component runs inside the controllers' `enclave-host` pod (`controllers.colocated`, templates/controllers):
+"true" or "". Admission never does.
+*/}}
+{{- define "enclave.hosted" -}}
+{{- $meta := include "enclave.meta" . | fromYaml -}}
+{{- if and $meta.controller .root.Values.controllers.colocated -}}true{{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount a component's pods run as: its own, or the host's when it is hosted. */}}
+{{- define "enclave.serviceAccountName" -}}
+{{- if include "enclave.hosted" . -}}enclave-controllers{{- else -}}{{ include "enclave.componentName" . }}{{- end -}}
+{{- end -}}
+
+{{/* A hosted controller's place in the host (its gRPC port is 9090 + place, its probes 127.0.0.1:8090 + place). */}}
+{{- define "enclave.hostedPlace" -}}
+{{- range $place, $name := list "config" "tenants" "quotas" "globalquotas" "pools" "replication" -}}
+{{- if eq $name $.name }}{{ $place }}{{ end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Chart label value: name-version. */}}
 {{- define "enclave.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
@@ -130,11 +151,12 @@ needs only inside tenant namespaces is granted there, not cluster-wide (README "
 {{- $grants := list -}}
 {{- if .Values.tenants.enabled -}}
 {{- if .Values.tenants.managedMetadata.enabled -}}
-{{- $grants = append $grants (dict "clusterRole" "enclave-tenants-managed-metadata" "serviceAccount" "enclave-tenants") -}}
+{{- $grants = append $grants (dict "clusterRole" "enclave-tenants-managed-metadata" "serviceAccount" (include "enclave.serviceAccountName" (dict "root" . "name" "tenants"))) -}}
 {{- end -}}
 {{- if .Values.replication.enabled -}}
-{{- $grants = append $grants (dict "clusterRole" "enclave-replication-impersonate" "serviceAccount" "enclave-replication") -}}
-{{- $grants = append $grants (dict "clusterRole" "enclave-replication-read" "serviceAccount" "enclave-replication") -}}
+{{- $replication := include "enclave.serviceAccountName" (dict "root" . "name" "replication") -}}
+{{- $grants = append $grants (dict "clusterRole" "enclave-replication-impersonate" "serviceAccount" $replication) -}}
+{{- $grants = append $grants (dict "clusterRole" "enclave-replication-read" "serviceAccount" $replication) -}}
 {{- end -}}
 {{- end -}}
 {{- toYaml $grants -}}
