@@ -164,6 +164,11 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
         _rule(["enclave.dev"], ["rulestatuses/status"], ["get", "update", "patch"]),
         _rule([""], ["persistentvolumes"], READ),
         _rule(["policy"], ["poddisruptionbudgets"], READ),
+        _rule(
+            ["admissionregistration.k8s.io"],
+            ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            [*READ, "create", "update", "delete"],
+        ),
         EVENTS,
         _own_namespace(),
     },

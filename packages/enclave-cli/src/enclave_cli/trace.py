@@ -26,6 +26,7 @@ from enclave_core.api.rules import AppliedRule, RuleBody
 from enclave_core.api.tenancy import Tenant
 from enclave_core.selectors import matches
 from enclave_core.snapshots.rules import NamespaceRules, RulesSnapshot
+from enclave_tenants.native.compiler import Placement, compile_namespace
 
 SKIPPED, APPLIES, MATCHED, DECIDED, REJECTS = "skipped", "applies", "matched", "decides", "rejects"
 
@@ -50,6 +51,9 @@ class Trace:
     """Set when ``/resources`` decided before asking any rule (exempt, not governed, no rules)."""
     rules: list[RuleTrace] | None = None
     decided_by: tuple[str, ...] = ()
+    paths: list[Placement] | None = None
+    """Where each rule area is judged with ``spec.rules.engine`` native or both (:mod:`enclave_tenants.native`)."""
+    engine: str = "webhook"
 
 
 def _governs(rule: AppliedRule | RuleBody) -> str:
@@ -202,6 +206,10 @@ def trace(
     ordered += traces.values()  # the namespace's own RuleStatus rules, in their order
     found.rules = ordered
     found.decided_by = tuple(dict.fromkeys(f.origin for f in judged.findings if f.deny))
+    sources = [rule.source for rule in judged.rules.rules if rule.source is not None]
+    found.paths = compile_namespace(sources).placements if sources else None
+    settings = state.config.spec.rules if state.config is not None else None
+    found.engine = settings.engine if settings is not None else "webhook"
     return found
 
 
@@ -220,4 +228,9 @@ def render(found: Trace, style: Style) -> list[str]:
             lines.append(style.red("  decided by: " + ", ".join(found.decided_by)))
         else:
             lines.append(style.green("  decided by: no rule refuses the request"))
+    if found.paths:
+        lines.append(f"where each rule is judged with spec.rules.engine native or both (now: {found.engine}):")
+        for place in found.paths:
+            where = "kube-apiserver policy" if place.path == "native" else "webhook"
+            lines.append(f"  {place.origin} {place.area}: {where}: {place.why}")
     return lines

@@ -116,6 +116,18 @@ def test_an_edit_through_v1beta1_keeps_the_v1beta2_only_fields() -> None:
     assert edited["spec"]["proxy"] == configuration["spec"]["proxy"]
 
 
+def test_the_rules_engine_lives_in_v1beta2_and_survives_an_edit_through_v1beta1() -> None:
+    hub = example("ServiceConfiguration")
+    hub["spec"]["rules"] = {"engine": "both"}
+    spoke = convert(hub, SPOKE)
+    assert "rules" not in spoke["spec"]
+    assert convert(spoke, HUB) == hub
+    spoke["spec"]["forceTenantPrefix"] = True
+    edited = convert(spoke, HUB)
+    assert edited["spec"]["rules"] == {"engine": "both"}
+    assert edited["spec"]["forceTenantPrefix"] is True
+
+
 def test_a_field_removed_through_v1beta1_stays_removed() -> None:
     spoke = convert(example("Tenant"), SPOKE)
     del spoke["spec"]["namespaceQuota"]

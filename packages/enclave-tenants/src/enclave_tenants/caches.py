@@ -23,6 +23,7 @@ from enclave_core.ledger import LedgerClient
 from enclave_core.runtime.loops import ControllerLoop
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_tenants import work
+from enclave_tenants.native.controller import NativePolicies
 from enclave_tenants.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class Caches:
     _ledgers_due: bool
     _plan_stale: bool
     _binding_names: dict[str, tuple[str, ...]]
+    native: NativePolicies
 
     def _ledger_changed(self, key: str) -> None:
         obj = self.ledger_cache.get(key)
@@ -101,6 +103,7 @@ class Caches:
             self.loop.again()
 
     def _namespace_changed(self, name: str) -> None:
+        self.native.changed()
         self._dirty.namespaces.add(name)
         self._dirty.rules.add(name)
         self._ledgers_due = True
@@ -129,6 +132,7 @@ class Caches:
 
     def _rule_status_changed(self, key: str) -> None:
         namespace = key.partition("/")[0]
+        self.native.changed()
         self._dirty.namespaces.add(namespace)
         self._dirty.rules.add(namespace)
         self._changed()
@@ -141,6 +145,7 @@ class Caches:
         self.loop.changed()
 
     def set_leading(self, leading: bool) -> None:
+        self.native.set_leading(leading)
         self._dirty.mark_everything()
         self.loop.set_leading(leading)
 
@@ -149,6 +154,7 @@ class Caches:
         if policy != self.policy or not self.configuration.is_set():
             log.info("configuration received", extra={"configuration": config.name, "generation": config.generation})
         self.policy = policy
+        self.native.configure(policy.rules_engine, policy.ignored_groups)
         self.configuration.set()
         self._dirty.mark_everything()
         self._replan()

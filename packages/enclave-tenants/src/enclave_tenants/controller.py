@@ -48,6 +48,7 @@ from enclave_tenants.caches import (
 )
 from enclave_tenants.metrics import NAMESPACES, PUBLISHES, RECONCILE_SECONDS, RECONCILES, TENANTS, WRITES
 from enclave_tenants.namespace_quota import NamespaceQuota
+from enclave_tenants.native.controller import NativePolicies
 from enclave_tenants.plan import Plan, build_plan
 from enclave_tenants.policy import Policy
 from enclave_tenants.reporting import Reporting, _Outcome
@@ -190,6 +191,17 @@ class TenantsController(Reporting, NamespaceQuota):
         self.synced = self.loop.synced
         self.published = self.loop.published
         self.reconciled = self.loop.reconciled
+        self.native = NativePolicies(
+            kube,
+            events,
+            rule_statuses=self.rule_statuses,
+            namespaces=self.namespaces,
+            enclave_namespace=settings.namespace,
+            resync_seconds=settings.resync_seconds,
+        )
+        """The admission policies compiled from the RuleStatuses (``spec.rules.engine``), a loop of its own."""
+        if not wait_for_configuration:
+            self.native.configure(self.policy.rules_engine, self.policy.ignored_groups)
 
     @property
     def leading(self) -> bool:
@@ -216,7 +228,7 @@ class TenantsController(Reporting, NamespaceQuota):
     # -- loops ---------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        await self.loop.run()
+        await asyncio.gather(self.loop.run(), self.native.run())
 
     # -- the loop's hints (batched rounds, :class:`enclave_core.runtime.loops.Hints`) ---------------------------
 

@@ -1,6 +1,6 @@
 """The slice of the global configuration the tenants component acts on.
 
-The configuration component streams the whole effective ServiceConfiguration; this component needs six
+The configuration component streams the whole effective ServiceConfiguration; this component needs eight
 settings of it. Reducing it to :class:`Policy` once keeps the pure modules independent of the
 ServiceConfiguration model and lets the controller run with documented defaults when no configuration
 endpoint is given (development, or a cluster without enclave-config).
@@ -37,6 +37,10 @@ class Policy(BaseModel):
     do not name are reported in Tenant status.unlistedOwners, fenced because they own the tenant."""
     events_namespace: str = "default"
     """spec.events.namespace: where events about Tenants and TenantOwners (cluster-scoped) go."""
+    rules_engine: str = "webhook"
+    """spec.rules.engine: with native or both, tenant rules are also compiled to admission policies."""
+    ignored_groups: tuple[str, ...] = ()
+    """spec.ignoreUserWithGroups: the compiled policies skip these users as the webhook does."""
 
     @classmethod
     def from_configuration(cls, config: EffectiveConfiguration | None) -> Policy:
@@ -50,4 +54,6 @@ class Policy(BaseModel):
             administration_cluster_roles=list(spec.rbac.administration_cluster_roles),
             users=list(config.users),
             events_namespace=spec.events.namespace,
+            rules_engine=spec.rules.engine if spec.rules else "webhook",
+            ignored_groups=tuple(spec.ignore_user_with_groups or ()),
         )

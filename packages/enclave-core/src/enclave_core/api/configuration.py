@@ -33,6 +33,7 @@ __all__ = [
     "NodeMetadata",
     "Overrides",
     "Rbac",
+    "RulesSettings",
     "ServiceConfiguration",
     "ServiceConfigurationSpec",
     "ServiceConfigurationStatus",
@@ -328,6 +329,13 @@ class Overrides(ApiModel):
     """Deprecated: use admission.validating.name. Name of the generated validating configuration."""
 
 
+class RulesSettings(ApiModel):
+    """How tenant rules are enforced."""
+
+    engine: Literal["webhook", "native", "both"] = "webhook"
+    """`webhook`: admission judges every rule (no policies). `native`: rules that compile to ValidatingAdmissionPolicies are also enforced by kube-apiserver itself, with no network hop and through an Enclave outage (docs/rules.md, "Native policies"); the rest stays on the webhook. `both`: as native, and the webhook keeps judging every rule, so a difference shows as the webhook refusing what the policies admitted."""
+
+
 class ServiceConfigurationSpec(ApiModel):
     """Global configuration of Enclave."""
 
@@ -359,6 +367,8 @@ class ServiceConfigurationSpec(ApiModel):
     """What enclave-proxy shows every tenant's users of cluster-scoped kinds, unless a Tenant's own spec.proxy names the kind (docs/proxy.md)."""
     protected_namespace_regex: Annotated[str | None, Field(max_length=1024)] = None
     """Creation of namespaces whose name matches this regular expression is refused."""
+    rules: RulesSettings | None = None
+    """How tenant rules are enforced (the webhook, native admission policies, or both)."""
     user_groups: Annotated[list[Name] | None, Field(max_length=256)] = None
     """Deprecated: use users. Groups whose members are service users."""
     user_names: Annotated[list[Name] | None, Field(max_length=256)] = None

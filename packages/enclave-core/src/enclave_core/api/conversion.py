@@ -6,12 +6,12 @@ ConversionReview; :func:`convert` converts one object.
 
 Fidelity. The natural mapping of each kind (:class:`KindConversion`) moves fields between the two layouts
 (docs/versions.md has the table). Where the target cannot hold something the source has (Tenant
-``spec.rules`` and both kinds' ``spec.proxy`` have no v1beta1 field, ``users`` entries of kind ServiceAccount
+``spec.rules``, ServiceConfiguration ``spec.rules`` and both kinds' ``spec.proxy`` have no v1beta1 field, ``users`` entries of kind ServiceAccount
 become plain user names, an explicitly empty list has no counterpart), the source ``spec`` travels in the
 annotation :data:`CONVERSION_ANNOTATION` of the converted object. Converting back, when the object still says
 what the saved spec would say (nobody edited it in between), the saved spec is restored exactly; when it was
 edited, the edited fields win and the fields only the saved version can hold (Tenant ``rules``,
-ServiceConfiguration ``admission``, both kinds' ``proxy``) are carried over. So v1beta1 -> v1beta2 -> v1beta1
+ServiceConfiguration ``admission`` and ``rules``, both kinds' ``proxy``) are carried over. So v1beta1 -> v1beta2 -> v1beta1
 and v1beta2 -> v1beta1 -> v1beta2 give back every field.
 
 Bad input. A v1beta1 object that cannot be represented in v1beta2 raises :class:`ConversionError` naming
@@ -99,7 +99,7 @@ def _tenant_up(spec: Spec) -> Spec:
 
 
 _TENANT_HUB_ONLY: Final = ("rules", "proxy")
-_CONFIGURATION_HUB_ONLY: Final = ("admission", "proxy")
+_CONFIGURATION_HUB_ONLY: Final = ("admission", "proxy", "rules")
 
 
 def _tenant_down(spec: Spec) -> Spec:

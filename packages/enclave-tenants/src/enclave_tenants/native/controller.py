@@ -1,0 +1,242 @@
+"""Keeps the ValidatingAdmissionPolicies compiled from tenant rules in step with the RuleStatuses (leader only).
+
+Input is what ``kubectl get rulestatus default -o yaml`` shows (``status.rules``, written by the tenants
+controller) and the namespaces' tenant label, both from the tenants controller's own informer caches; output is
+one deciding policy + binding (and an auditing pair when audit rules compile) per tenant and distinct program,
+bound to the tenant's namespaces that share it. Level-based: each pass computes every wanted object and
+creates, replaces or deletes what differs from the cache of the objects labelled as ours, so a deleted or
+edited policy comes back. With ``spec.rules.engine: webhook`` (the default) the wanted set is empty and every
+policy this controller made is removed.
+
+Each namespace's RuleStatus gets a ``NativePolicies`` condition (True: every rule area is in a policy; False,
+reason ``OnWebhook``: which areas stay on the webhook and why) and, once per distinct report, a Warning Event
+``RuleNotNative`` naming them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+from prometheus_client import Counter, Histogram
+
+from enclave_core import GROUP_VERSION
+from enclave_core.api.names import MANAGED_BY, TENANT_LABEL, TENANTS_MANAGER
+from enclave_core.api.rules import AppliedRule
+from enclave_core.conditions import new_condition, read_conditions, set_condition
+from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.holds import holds
+from enclave_core.kube.informer import Informer
+from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
+from enclave_core.snapshots.rules import RULE_STATUS_NAME
+from enclave_tenants.native.compiler import GROUP_VERSION as POLICY_GROUP_VERSION
+from enclave_tenants.native.compiler import Program, compile_namespace, policies
+
+log = logging.getLogger(__name__)
+
+CONDITION: Final = "NativePolicies"
+POLICIES_PATH: Final = f"/apis/{POLICY_GROUP_VERSION}/validatingadmissionpolicies"
+BINDINGS_PATH: Final = f"/apis/{POLICY_GROUP_VERSION}/validatingadmissionpolicybindings"
+OURS: Final = f"{MANAGED_BY}={TENANTS_MANAGER}"
+
+METRICS = LoopMetrics(
+    passes=Counter("enclave_tenants_native_reconciles_total", "Passes of the native policies write loop", ["result"]),
+    duration=Histogram("enclave_tenants_native_reconcile_seconds", "Duration of one native policies pass"),
+)
+WRITES = Counter("enclave_tenants_native_writes_total", "Native policy writes", ["kind", "operation"])
+
+
+class NativePolicies:
+    """The policies' write loop; ``rule_statuses`` and ``namespaces`` are the tenants controller's informers,
+    whose handlers call :meth:`changed`."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        events: EventRecorder,
+        *,
+        rule_statuses: Informer,
+        namespaces: Informer,
+        enclave_namespace: str,
+        resync_seconds: float,
+    ) -> None:
+        self.kube = kube
+        self.events = events
+        self.rule_statuses = rule_statuses
+        self.namespaces = namespaces
+        self.enclave_namespace = enclave_namespace
+        self.engine = "webhook"
+        self.ignored_groups: tuple[str, ...] = ()
+        self.configured = asyncio.Event()
+        self.policies = Informer(kube, POLICIES_PATH, label_selector=OURS, on_change=self.changed, name="vaps")
+        self.bindings = Informer(kube, BINDINGS_PATH, label_selector=OURS, on_change=self.changed, name="vapbindings")
+        self._programs: dict[str, Program] = {}
+        """``status.rules`` as JSON -> its program (a tenant's namespaces mostly share their rules)."""
+        self.loops = ControllerLoop(
+            "native-policies",
+            informers=[self.policies, self.bindings],
+            reconcile=self.reconcile,
+            resync_seconds=resync_seconds,
+            metrics=METRICS,
+            gate=self.configured,
+            synced_after=[rule_statuses.synced, namespaces.synced],
+        )
+
+    def changed(self, _key: str = "") -> None:
+        self.loops.changed()
+
+    def set_leading(self, leading: bool) -> None:
+        self.loops.set_leading(leading)
+
+    def configure(self, engine: str, ignored_groups: Sequence[str]) -> None:
+        self.engine = engine
+        self.ignored_groups = tuple(sorted(ignored_groups))
+        self.configured.set()
+        self.changed()
+
+    async def run(self) -> None:
+        """The loops; a failure here (say, kube-apiserver does not serve the policy API) is logged, never the
+        end of the tenants controller."""
+        try:
+            await self.loops.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("native policies stopped")
+
+    # -- one pass ---------------------------------------------------------------------------------------------
+
+    def _program(self, rules: list[JSON]) -> Program:
+        key = json.dumps(rules, sort_keys=True)
+        found = self._programs.get(key)
+        if found is None:
+            found = compile_namespace([AppliedRule.model_validate(rule) for rule in rules])
+            if len(self._programs) > 1000:
+                self._programs = {}
+            self._programs[key] = found
+        return found
+
+    def wanted(self) -> tuple[dict[tuple[str, str], JSON], dict[str, Program]]:
+        """Every policy and binding wanted, by (kind, name), and each tenant namespace's program."""
+        if self.engine == "webhook":
+            return {}, {}
+        shared: dict[tuple[str, str], tuple[Program, list[str]]] = {}
+        programs: dict[str, Program] = {}
+        for status in self.rule_statuses.values():
+            meta = status.get("metadata") or {}
+            namespace = meta.get("namespace") or ""
+            if meta.get("name") != RULE_STATUS_NAME:
+                continue
+            tenant = ((self.namespaces.get(namespace) or {}).get("metadata", {}).get("labels") or {}).get(TENANT_LABEL)
+            rules = (status.get("status") or {}).get("rules") or []
+            if not tenant or not rules:
+                continue
+            try:
+                program = self._program(rules)
+            except ValueError as err:  # status written by an older or newer controller: leave it to the webhook
+                log.warning("rules not compiled natively", extra={"namespace": namespace, "error": str(err)})
+                continue
+            programs[namespace] = program
+            if not program.empty:
+                shared.setdefault((tenant, program.signature()), (program, []))[1].append(namespace)
+        found: dict[tuple[str, str], JSON] = {}
+        for (tenant, _), (program, namespaces) in shared.items():
+            for obj in policies(
+                tenant,
+                program,
+                namespaces,
+                enclave_namespace=self.enclave_namespace,
+                ignored_groups=self.ignored_groups,
+            ):
+                found[(obj["kind"], obj["metadata"]["name"])] = obj
+        return found, programs
+
+    async def reconcile(self) -> Result:
+        wanted, programs = self.wanted()
+        # Policies before their bindings; bindings gone before their policies.
+        for kind, informer, path in (
+            ("ValidatingAdmissionPolicy", self.policies, POLICIES_PATH),
+            ("ValidatingAdmissionPolicyBinding", self.bindings, BINDINGS_PATH),
+        ):
+            for (wanted_kind, _), obj in wanted.items():
+                if wanted_kind == kind:
+                    await self._converge(informer, path, obj)
+        for informer, path, kind in (
+            (self.bindings, BINDINGS_PATH, "ValidatingAdmissionPolicyBinding"),
+            (self.policies, POLICIES_PATH, "ValidatingAdmissionPolicy"),
+        ):
+            for live in informer.values():
+                name = live["metadata"]["name"]
+                if (kind, name) not in wanted:
+                    await self.kube.delete(f"{path}/{name}")
+                    WRITES.labels(kind, "delete").inc()
+        for namespace, program in programs.items():
+            await self._report(namespace, program, wanted)
+        return DONE
+
+    async def _converge(self, informer: Informer, path: str, obj: JSON) -> None:
+        name = obj["metadata"]["name"]
+        live = informer.get(name)
+        if live is None:
+            informer.store(await self.kube.create(path, obj), notify=False)
+            WRITES.labels(obj["kind"], "create").inc()
+            return
+        if holds(live, obj):
+            return
+        body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}}
+        informer.store(await self.kube.replace(f"{path}/{name}", body), notify=False)
+        WRITES.labels(obj["kind"], "update").inc()
+
+    async def _report(self, namespace: str, program: Program, wanted: dict[tuple[str, str], JSON]) -> None:
+        """The namespace's ``NativePolicies`` condition, and a Warning Event when some rule stays on the webhook."""
+        status = self.rule_statuses.get(f"{namespace}/{RULE_STATUS_NAME}")
+        if status is None:
+            return
+        on_webhook = [p for p in program.placements if p.path == "webhook"]
+        native = [p for p in program.placements if p.path == "native"]
+        names = sorted(
+            name for kind, name in wanted if kind == "ValidatingAdmissionPolicy" and program.signature() in name
+        )
+        condition: tuple[Literal["True", "False"], str, str]
+        if on_webhook:
+            detail = "; ".join(f"{p.origin} {p.area}: {p.why}" for p in on_webhook)
+            condition = (
+                "False",
+                "OnWebhook",
+                f"{len(native)} rule areas in {names or 'no policy'}; on the webhook: {detail}",
+            )
+        else:
+            condition = ("True", "Compiled", f"{len(native)} rule areas in {names}")
+        generation = int((status.get("metadata") or {}).get("generation") or 0)
+        now = datetime.now(UTC)
+        previous = read_conditions(status)
+        updated = set_condition(
+            previous,
+            new_condition(
+                CONDITION, condition[0], condition[1], condition[2][:1024], now=now, observed_generation=generation
+            ),
+        )
+        if updated != previous:
+            path = resource_path(GROUP_VERSION, "rulestatuses", namespace=namespace, name=RULE_STATUS_NAME)
+            body = {
+                "status": {"conditions": [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in updated]}
+            }
+            try:
+                self.rule_statuses.store(await self.kube.merge_patch(f"{path}/status", body), notify=False)
+                WRITES.labels("RuleStatus", "status").inc()
+            except KubeError as err:
+                if not err.gone:
+                    log.warning(
+                        "NativePolicies condition not written", extra={"namespace": namespace, "error": str(err)}
+                    )
+        key = f"native/{namespace}"
+        if on_webhook:
+            involved = {**status, "apiVersion": GROUP_VERSION, "kind": "RuleStatus"}  # cached list items carry neither
+            await self.events.warn_once(key, involved, "RuleNotNative", condition[2])
+        else:
+            self.events.fine(key)
