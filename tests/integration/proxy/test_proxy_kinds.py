@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from enclave_testing.names import unique
-from enclave_testing.proxy import FILTERED_KIND_RULES, subject
+from enclave_testing.proxy import FILTERED_KIND_RULES, subject, volume
 from enclave_testing.rbac import granted
 from enclave_testing.waiting import poll
 
@@ -184,26 +184,15 @@ def test_kubectl_get_gatewayclasses_shows_the_named_classes(
     assert forbidden(proxied, owner, "gatewayclass", other)
 
 
-def _volume(name: str, labels: dict[str, str], claim: str = "") -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "capacity": {"storage": "1Gi"},
-        "accessModes": ["ReadWriteOnce"],
-        "hostPath": {"path": f"/tmp/{name}"},
-    }
-    if claim:
-        spec["claimRef"] = {"namespace": claim, "name": "data"}
-    return {"metadata": {"name": name, "labels": labels}, "spec": spec}
-
-
 def test_kubectl_get_persistentvolumes_shows_the_tenants_volumes(
     proxied: ProxyStack, caller: Callable[[str], Caller], made: Callable[[str, str, dict[str, Any]], str]
 ) -> None:
     owner = caller("owner-pv")
     tenant, namespaces = proxied.tenant_of(owner, 1)
-    labelled = made("v1", "persistentvolumes", _volume(unique("labelled"), {"enclave.dev/tenant": tenant}))
-    bound = made("v1", "persistentvolumes", _volume(unique("bound"), {}, claim=namespaces[0]))
-    made("v1", "persistentvolumes", _volume(unique("loose"), {}))
-    made("v1", "persistentvolumes", _volume(unique("theirs"), {"enclave.dev/tenant": "someone-else"}))
+    labelled = made("v1", "persistentvolumes", volume(unique("labelled"), {"enclave.dev/tenant": tenant}))
+    bound = made("v1", "persistentvolumes", volume(unique("bound"), {}, namespaces[0]))
+    made("v1", "persistentvolumes", volume(unique("loose"), {}))
+    made("v1", "persistentvolumes", volume(unique("theirs"), {"enclave.dev/tenant": "someone-else"}))
     shown_exactly(proxied, owner, "persistentvolumes", {labelled})
     assert header(proxied, owner, "persistentvolumes")[:3] == ["NAME", "CAPACITY", "ACCESS"]
     set_proxy(proxied, tenant, [{"kind": "PersistentVolumes", "claimed": True}])

@@ -211,6 +211,19 @@ def start_proxy_on(stack: TenancyStack, workdir: Path) -> RunningProxy:
     )
 
 
+def volume(name: str, labels: dict[str, str], claim_namespace: str = "") -> dict[str, Any]:
+    """A PersistentVolume body (hostPath, 1Gi), pre-bound to claim ``data`` of ``claim_namespace`` when given:
+    what the proxy shows of volumes depends on the labels and the claim alone."""
+    spec: dict[str, Any] = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "hostPath": {"path": f"/tmp/{name}"},
+    }
+    if claim_namespace:
+        spec["claimRef"] = {"namespace": claim_namespace, "name": "data"}
+    return {"metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
 def subject(user: str) -> dict[str, str]:
     """An RBAC subject naming ``user``."""
     return {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
