@@ -126,7 +126,8 @@ class Decision(NamedTuple):
     tenant: str = ""
     """The tenant the decision concerns, for the log."""
     reserve: tuple[str, str] | None = None
-    """(tenant, namespace) to count toward the tenant's namespace quota until the snapshot shows it."""
+    """(tenant, namespace) a namespace decision admits into a tenant: the ``/namespaces`` route confirms it on
+    the tenant's namespace quota before answering (:mod:`enclave_admission.namespaces.quota`)."""
     warnings: tuple[str, ...] = ()
     audits: tuple[str, ...] = ()
     """What ``audit`` rules matched: one Event each (never for dry runs), whatever the decision."""

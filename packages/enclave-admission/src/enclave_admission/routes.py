@@ -1,7 +1,10 @@
 """The webhook paths this server answers, and the decision function behind each.
 
 This table is the map from an HTTP request to its decision: the server looks the path up here and calls the
-function, which is the whole decision for that webhook. The paths are the ones the default configuration
+function, which is the whole decision for that webhook, writes included: the quota hooks (``/quotas``,
+``/globalquotas``) and ``/namespaces`` (a tenant's namespace quota) hold their reservations themselves, through
+:mod:`enclave_admission.reservation`, before they return. The server adds only the answer around it (metrics,
+the log line, deny and audit Events). The paths are the ones the default configuration
 (:mod:`enclave_admission.defaults`) and the Helm chart point kube-apiserver at; any other path is answered with
 an error, never with an allow.
 """
@@ -35,9 +38,10 @@ from enclave_core.snapshots.quotas import QUOTAS_KIND
 from enclave_core.snapshots.replication import REPLICATION_KIND
 
 Handler = Callable[[AdmissionRequest, State], Decision | Awaitable[Decision]]
-"""A decision from memory, or an awaitable of one (quota reservations, which write a ledger; a request in a
-tenant namespace whose rules are not published yet, and a namespace request naming a tenant admission has not
-seen yet, which wait for them)."""
+"""A decision from memory, or an awaitable of one: quota reservations, which write a ledger (a counted object,
+a namespace admitted into a tenant with a namespace-quota ledger); a request in a tenant namespace whose rules
+are not published yet, and a namespace request naming a tenant admission has not seen yet, which wait for
+them."""
 
 NAMESPACES_MUTATE: Final = "/namespaces/mutate"
 NAMESPACES: Final = "/namespaces"

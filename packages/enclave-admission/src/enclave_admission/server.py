@@ -27,7 +27,6 @@ import orjson
 from enclave_admission import conversion
 from enclave_admission.events import DenyEvents
 from enclave_admission.listener import Answer, Limits, Listener
-from enclave_admission.quotas import namespaces as namespace_ledger
 from enclave_admission.review import AdmissionRequest, Decision, MalformedReviewError, response
 from enclave_admission.routes import FAILS_OPEN, ROUTES, SNAPSHOTS, SPARES_COMPONENTS, Handler
 from enclave_admission.state import Role, State
@@ -151,8 +150,10 @@ class AdmissionServer:
     def answer(self, method: str, path: str, body: bytes, trusted: bool = True) -> Answer | Awaitable[Answer]:
         """The whole exchange for one request: never raises, and nothing but a decision is ever an allow.
 
-        Decisions from memory are answered at once; a handler that must write (a quota reservation) returns
-        an awaitable, and so does this, which the listener writes when it completes (in request order).
+        Decisions from memory are answered at once; a handler that must write (a quota reservation,
+        :mod:`enclave_admission.reservation`) or wait returns an awaitable, and so does this, which the
+        listener writes when it completes (in request order). The handler's decision is the whole decision:
+        this adds the answer, its metrics, its log line and its deny or audit Events, nothing else.
 
         ``trusted`` is False for a caller the listener could not authenticate (client authentication on, no
         certificate): it gets conversion and nothing else, so no forged review ever reaches a decision, a
@@ -200,10 +201,6 @@ class AdmissionServer:
             metrics.decided("error")
             return _error(500, "internal error while deciding; see the admission server's log")
         if isinstance(decided, Decision):  # mypy narrows a NamedTuple by its class, not by ``tuple``
-            if decided.reserve is not None and decided.allowed and not request.dry_run:
-                held = namespace_ledger.reserve(self.state, request, decided)  # None: no ledger for the tenant
-                if held is not None:
-                    return self._later(path, metrics, request, held, started)
             return self._finish(path, metrics, request, decided, started)
         return self._later(path, metrics, request, decided, started)
 
@@ -232,8 +229,6 @@ class AdmissionServer:
     def _finish(
         self, path: str, metrics: _PathMetrics, request: AdmissionRequest, decision: Decision, started: float
     ) -> Answer:
-        if decision.reserve is not None and decision.allowed and not request.dry_run:
-            self.state.reservations.add(*decision.reserve)
         payload = orjson.dumps(response(request.uid, decision))
         elapsed = time.perf_counter() - started
         metrics.decided(decision.result)

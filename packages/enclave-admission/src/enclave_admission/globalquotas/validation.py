@@ -4,12 +4,12 @@
 ``/globalquotas`` sees CREATE and UPDATE of the kinds a native quota counts. For every GlobalResourceQuota
 selecting the request's namespace (the snapshot's namespace index: one lookup) it computes what the object
 counts for (:mod:`enclave_core.resourceusage`; an update holds only what grows). Nothing counted
-means an answer from memory. Otherwise one reservation per quota on its QuantityLedger, in quota-name order,
-through the shared ledger client (``allocated + hold <= hard`` for every resource, written with the
-resourceVersion read); when a later quota refuses, the reservations already written are rolled back before the
-denial. Two namespaces can therefore never both take the last unit: the provisioned ResourceQuotas alone
-would let them (each sees the same headroom), and kube-apiserver's own quota plugin still charges the object
-after this hook. A dry run checks against the ledger this replica holds and writes nothing.
+means an answer from memory. Otherwise one claim per quota on its QuantityLedger (``allocated + hold <= hard``
+for every resource, written with the resourceVersion read), held through :mod:`enclave_admission.reservation`
+(ledger-name order, which is quota-name order; a refusal takes back what was held before it; a dry run checks
+and writes nothing). Two namespaces can therefore never both take the last unit: the provisioned
+ResourceQuotas alone would let them (each sees the same headroom), and kube-apiserver's own quota plugin still
+charges the object after this hook.
 
 ``/globalresourcequotas`` refuses, naming the field, what the controller could never apply (resource names,
 quantities, scopes; :func:`enclave_core.resourcequota.resource_quota_problems`), a ``hard`` below what is allocated
@@ -19,35 +19,54 @@ against the old selection).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pydantic import ValidationError
 
+from enclave_admission import reservation
+from enclave_admission.reservation import Claim, QuotaWords
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.api.ledger import QuantityLedgerStatus
 from enclave_core.api.meta import ObjectRef
 from enclave_core.api.quotas import GlobalResourceQuotaSpec
-from enclave_core.ledger import LedgerBusyError, LedgerMissingError
 from enclave_core.ledger.resources import ResourceHold, ResourceRefusal, reserve_resources, rollback_resources
 from enclave_core.quantity import Quantity, add_maps
 from enclave_core.resourcequota import resource_quota_problems
 from enclave_core.resourceusage import scoped, usage
 from enclave_core.snapshots.globalquotas import GlobalQuotaView
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True, slots=True)
-class Need:
-    """What one request asks of one GlobalResourceQuota."""
+class ResourceClaim(Claim):
+    """What one request asks of one GlobalResourceQuota's ledger: a hold per resource under ``hard``."""
 
     quota: GlobalQuotaView
     hard: dict[str, Quantity]
     hold: ResourceHold
+
+    @property
+    def ledger(self) -> str:
+        return self.quota.ledger_name
+
+    def take(self, status: QuantityLedgerStatus | None, now: datetime) -> object:
+        return reserve_resources(status, self.hold, self.hard, now=now)
+
+    def give_back(self, status: QuantityLedgerStatus | None) -> QuantityLedgerStatus | None:
+        return rollback_resources(status, self.hold.id)
+
+    def refused(self, outcome: object) -> Decision | None:
+        if not isinstance(outcome, ResourceRefusal):
+            return None
+        return self._words().refused(outcome.describe(self.quota.name), outcome.initialised)
+
+    def unusable(self, err: Exception | None, action: str) -> Decision:
+        return self._words().unusable(err, action)
+
+    def _words(self) -> QuotaWords:
+        return QuotaWords("GlobalQuota", f"GlobalResourceQuota {self.quota.name}", "enclave-globalquotas")
 
 
 def _object_ref(request: AdmissionRequest) -> ObjectRef:
@@ -81,7 +100,7 @@ def validate(request: AdmissionRequest, state: State) -> Decision | Awaitable[De
     quotas = state.globalquotas.by_namespace.get(request.namespace)
     if not quotas:
         return Decision.allow("NotCounted")
-    needs: list[Need] = []
+    claims: list[ResourceClaim] = []
     ref: ObjectRef | None = None
     for quota in quotas:
         if not quota.valid:
@@ -98,92 +117,12 @@ def validate(request: AdmissionRequest, state: State) -> Decision | Awaitable[De
                 continue
         ref = ref or _object_ref(request)
         hard = {key: Quantity.parse(value) for key, value in quota.hard.items()}
-        needs.append(Need(quota, hard, ResourceHold(request.uid, ref, new, delta)))
-    if not needs:
+        claims.append(ResourceClaim(quota, hard, ResourceHold(request.uid, ref, new, delta)))
+    if not claims:
         return Decision.allow("WithinQuota")
     if request.dry_run:
-        return _dry_run(state, needs)
-    return _reserve(state, needs)
-
-
-def _refused(quota: GlobalQuotaView, refusal: ResourceRefusal) -> Decision:
-    reason = "GlobalQuotaExceeded" if refusal.initialised else "GlobalQuotaNotReady"
-    return Decision.deny(reason, refusal.describe(quota.name))
-
-
-def _missing(need: Need) -> Decision:
-    return Decision.deny(
-        "GlobalQuotaNotReady",
-        f"GlobalResourceQuota {need.quota.name} has no ledger yet (enclave-globalquotas creates it); retry shortly",
-    )
-
-
-async def _dry_run(state: State, needs: list[Need]) -> Decision:
-    ledgers = state.ledgers
-    if ledgers is None:
-        return Decision.deny("GlobalQuotaNotReady", "this admission replica has no ledger client; retry")
-    now = datetime.now(UTC)
-    for need in needs:
-        cached = ledgers.cached(need.quota.ledger_name)
-        if cached is None:
-            try:
-                await ledgers.read(need.quota.ledger_name)
-            except LedgerMissingError:
-                return _missing(need)
-            except Exception as err:  # kube-apiserver or etcd away: fail closed with a reason, not a 500
-                log.warning("ledger read failed", extra={"ledger": need.quota.ledger_name, "error": str(err)})
-                return Decision.deny(
-                    "GlobalQuotaNotReady",
-                    f"GlobalResourceQuota {need.quota.name}: the ledger could not be read: {err}; retry",
-                )
-            cached = ledgers.cached(need.quota.ledger_name)
-        outcome = reserve_resources(cached.status if cached else None, need.hold, need.hard, now=now)
-        if isinstance(outcome, ResourceRefusal):
-            return _refused(need.quota, outcome)
-    return Decision.allow("WithinQuota")
-
-
-def _reserving(need: Need, now: datetime) -> Callable[[QuantityLedgerStatus | None], object]:
-    return lambda status: reserve_resources(status, need.hold, need.hard, now=now)
-
-
-def _undoing(request_id: str) -> Callable[[QuantityLedgerStatus | None], object]:
-    return lambda status: rollback_resources(status, request_id)
-
-
-async def _reserve(state: State, needs: list[Need]) -> Decision:
-    ledgers = state.ledgers
-    if ledgers is None:
-        return Decision.deny("GlobalQuotaNotReady", "this admission replica has no ledger client; retry")
-    written: list[Need] = []
-    decision: Decision | None = None
-    for need in needs:
-        try:
-            outcome, _ = await ledgers.update(need.quota.ledger_name, _reserving(need, datetime.now(UTC)))
-        except LedgerMissingError:
-            decision = _missing(need)
-        except LedgerBusyError as err:
-            decision = Decision.deny("GlobalQuotaConflict", f"GlobalResourceQuota {need.quota.name}: {err}")
-        except Exception as err:
-            log.warning("ledger write failed", extra={"ledger": need.quota.ledger_name, "error": str(err)})
-            decision = Decision.deny(
-                "GlobalQuotaNotReady", f"GlobalResourceQuota {need.quota.name}: the ledger could not be written: {err}"
-            )
-        else:
-            if isinstance(outcome, ResourceRefusal):
-                decision = _refused(need.quota, outcome)
-            else:
-                written.append(need)
-                continue
-        break
-    if decision is None:
-        return Decision.allow("GlobalQuotaReserved")
-    for done in reversed(written):
-        try:
-            await ledgers.update(done.quota.ledger_name, _undoing(done.hold.id))
-        except Exception as err:  # it lapses on its own: the controller drops it at expiresAt
-            log.warning("rollback failed", extra={"ledger": done.quota.ledger_name, "error": str(err)})
-    return decision
+        return reservation.check(state.ledgers, claims, Decision.allow("WithinQuota"))
+    return reservation.reserve(state.ledgers, claims, Decision.allow("GlobalQuotaReserved"))
 
 
 # -- /globalresourcequotas: the quota objects themselves -------------------------------------------------------

@@ -13,6 +13,9 @@ every one of them can rewrite labels and owner references. Who is asking decides
 * administrators: the tenant label names an existing tenant, the owner reference agrees with it, and a tenant
   receiving a namespace has quota left;
 * everyone else passes untouched.
+
+The namespace quota is counted from the snapshot here; :func:`answer` (the route) then confirms an admission on
+the tenant's ledger and counts it on this replica (:mod:`enclave_admission.namespaces.quota`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 
 from enclave_admission.metadata import changed_keys, owner_references, references_tenant, tenant_references
+from enclave_admission.namespaces import quota
 from enclave_admission.namespaces.assignment import Refusal, choose_tenant, once_tenancy_shows
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.rules import metadata as metadata_rules
@@ -32,8 +36,9 @@ from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TenantView
 
 def answer(request: AdmissionRequest, state: State) -> Decision | Awaitable[Decision]:
     """The route: :func:`validate`, except that a refusal for want of a tenant this replica has not seen yet is
-    decided again once a newer Tenancy snapshot arrives (at most :attr:`State.tenancy_wait` later)."""
-    return once_tenancy_shows(validate, request, state)
+    decided again once a newer Tenancy snapshot arrives (at most :attr:`State.tenancy_wait` later), and that a
+    namespace admitted into a tenant is confirmed on its namespace quota (:mod:`.quota`) before the answer."""
+    return quota.confirm(request, state, once_tenancy_shows(validate, request, state))
 
 
 def validate(request: AdmissionRequest, state: State) -> Decision:

@@ -4,11 +4,10 @@
 ``/quotas`` sees CREATE, UPDATE and DELETE of exactly the resources some quota counts (enclave-quotas keeps
 the hook's rules equal to its targets). For each quota counting the object it computes what the request
 needs: a create its usage, an update max(new - old, 0), nothing for a change that does not grow. Nothing
-needed means an answer from memory, at once. Otherwise the answer is awaited: one reservation per quota on
-its QuantityLedger (the protocol in docs/architecture.md), all at once, and when any quota refuses, the
-reservations the others wrote for this request are rolled back before the denial. A dry run
-checks the same numbers against the ledgers this replica holds and writes nothing. A DELETE of a counted
-object leaves a pending-delete hint on each ledger.
+needed means an answer from memory, at once. Otherwise the answer is awaited: one claim per quota on its
+QuantityLedger, held through :mod:`enclave_admission.reservation` (ledger-name order; a refusal takes back
+what was held before it; a dry run checks and writes nothing). A DELETE of a counted object leaves a
+pending-delete hint on each ledger.
 
 An object whose usage cannot be read (the path yields nothing, or a value that is not a quantity) is refused,
 naming the path: the same stance as Kubernetes' ResourceQuota, which refuses a pod without the request a
@@ -17,22 +16,22 @@ quota limits, rather than admitting something no quota can count.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
+from enclave_admission import reservation
 from enclave_admission.quotas.index import Counted
+from enclave_admission.reservation import Claim, QuotaWords
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.api.ledger import QuantityLedgerStatus
 from enclave_core.api.meta import ObjectRef
 from enclave_core.api.quotas import CustomQuotaSpec, GlobalCustomQuotaSpec
-from enclave_core.ledger import Hold, LedgerBusyError, LedgerMissingError, Refusal, add_pending_delete, reserve
-from enclave_core.ledger import rollback as undo
+from enclave_core.ledger import Hold, Refusal, add_pending_delete, reserve, rollback
 from enclave_core.quantity import Quantity
 from enclave_core.quotas import UsageError, custom_quota_problems, scope_matches
 from enclave_core.snapshots.quotas import QuotaEntry
@@ -43,12 +42,34 @@ ZERO = Quantity(0)
 
 
 @dataclass(frozen=True, slots=True)
-class Need:
-    """What one request asks of one quota."""
+class QuotaClaim(Claim):
+    """What one request asks of one quota's ledger: a scalar hold under the quota's limit."""
 
     quota: QuotaEntry
     limit: Quantity
     hold: Hold
+    ttl: timedelta
+
+    @property
+    def ledger(self) -> str:
+        return self.quota.ledger
+
+    def take(self, status: QuantityLedgerStatus | None, now: datetime) -> object:
+        return reserve(status, self.hold, self.limit, now=now, ttl=self.ttl)
+
+    def give_back(self, status: QuantityLedgerStatus | None) -> QuantityLedgerStatus | None:
+        return rollback(status, self.hold.id)
+
+    def refused(self, outcome: object) -> Decision | None:
+        if not isinstance(outcome, Refusal):
+            return None
+        return self._words().refused(outcome.describe(self.quota.display), outcome.initialised)
+
+    def unusable(self, err: Exception | None, action: str) -> Decision:
+        return self._words().unusable(err, action)
+
+    def _words(self) -> QuotaWords:
+        return QuotaWords("Quota", self.quota.display, "its controller")
 
 
 def _counts(counted: Counted, obj: dict[str, object] | None, labels: object) -> bool:
@@ -105,7 +126,7 @@ def validate(request: AdmissionRequest, state: State) -> Decision | Awaitable[De
                 before = ZERO  # the old object was never counted for more than nothing
             old[ledger] = old.get(ledger, ZERO) + before
     ref = _object_ref(request)
-    needs: list[Need] = []
+    claims: list[QuotaClaim] = []
     for ledger in sorted(quotas):
         usage = new[ledger]
         if usage.sign() < 0:
@@ -119,98 +140,12 @@ def validate(request: AdmissionRequest, state: State) -> Decision | Awaitable[De
             if usage.sign() <= 0:
                 continue
             hold = Hold(request.uid, ref, usage)
-        needs.append(Need(quotas[ledger].quota, quotas[ledger].limit, hold))
-    if not needs:
+        claims.append(QuotaClaim(quotas[ledger].quota, quotas[ledger].limit, hold, state.reservation_ttl))
+    if not claims:
         return Decision.allow("WithinQuota")
     if request.dry_run:
-        return _dry_run(state, needs)
-    return _reserve(state, needs)
-
-
-async def _dry_run(state: State, needs: list[Need]) -> Decision:
-    """The same check against the ledgers as this replica holds them (read once if it holds none); nothing
-    is written."""
-    ledgers = state.ledgers
-    if ledgers is None:
-        return Decision.deny("QuotaNotReady", "this admission replica has no ledger client; retry")
-    now = datetime.now(UTC)
-    for need in needs:
-        cached = ledgers.cached(need.quota.ledger)
-        if cached is None:
-            try:
-                await ledgers.read(need.quota.ledger)
-            except LedgerMissingError:
-                return _missing(need)
-            except Exception as err:  # kube-apiserver or etcd away: fail closed with a reason, not a 500
-                log.warning("ledger read failed", extra={"ledger": need.quota.ledger, "error": str(err)})
-                return Decision.deny(
-                    "QuotaNotReady", f"{need.quota.display}: the ledger could not be read: {err}; retry"
-                )
-            cached = ledgers.cached(need.quota.ledger)
-        outcome = reserve(cached.status if cached else None, need.hold, need.limit, now=now)
-        if isinstance(outcome, Refusal):
-            return _refused(need.quota, outcome)
-    return Decision.allow("WithinQuota")
-
-
-def _missing(need: Need) -> Decision:
-    return Decision.deny(
-        "QuotaNotReady", f"{need.quota.display} has no ledger yet (its controller creates it); retry shortly"
-    )
-
-
-def _refused(quota: QuotaEntry, refusal: Refusal) -> Decision:
-    reason = "QuotaExceeded" if refusal.initialised else "QuotaNotReady"
-    return Decision.deny(reason, refusal.describe(quota.display))
-
-
-def _reserving(need: Need, now: datetime, ttl: timedelta) -> Callable[[QuantityLedgerStatus | None], object]:
-    return lambda status: reserve(status, need.hold, need.limit, now=now, ttl=ttl)
-
-
-def _undoing(request_id: str) -> Callable[[QuantityLedgerStatus | None], object]:
-    return lambda status: undo(status, request_id)
-
-
-async def _reserve(state: State, needs: list[Need]) -> Decision:
-    """Reserve on every ledger at once (ledgers are independent, so the latency is the slowest write, not
-    the sum); if any refuses, take back the reservations the others wrote and answer the first refusal in
-    ledger-name order."""
-    ledgers = state.ledgers
-    if ledgers is None:
-        return Decision.deny("QuotaNotReady", "this admission replica has no ledger client; retry")
-    now = datetime.now(UTC)
-
-    async def one(need: Need) -> Decision | None:
-        try:
-            outcome, _ = await ledgers.update(need.quota.ledger, _reserving(need, now, state.reservation_ttl))
-        except LedgerMissingError:
-            return _missing(need)
-        except LedgerBusyError as err:
-            return Decision.deny("QuotaConflict", f"{need.quota.display}: {err}")
-        except Exception as err:
-            log.warning("ledger write failed", extra={"ledger": need.quota.ledger, "error": str(err)})
-            return Decision.deny("QuotaNotReady", f"{need.quota.display}: the ledger could not be written: {err}")
-        return _refused(need.quota, outcome) if isinstance(outcome, Refusal) else None
-
-    outcomes = await asyncio.gather(*(one(need) for need in needs)) if len(needs) > 1 else [await one(needs[0])]
-    refusals = [decision for decision in outcomes if decision is not None]
-    if not refusals:
-        return Decision.allow("QuotaReserved")
-    await _rollback(state, [need for need, decision in zip(needs, outcomes, strict=True) if decision is None])
-    return refusals[0]
-
-
-async def _rollback(state: State, written: list[Need]) -> None:
-    """Take back this request's reservations on the quotas that accepted when another refused."""
-    ledgers = state.ledgers
-    assert ledgers is not None
-    for need in reversed(written):
-        request_id = need.hold.id
-        try:
-            await ledgers.update(need.quota.ledger, _undoing(request_id))
-        except Exception as err:  # it expires on its own: the controller drops it at expiresAt
-            log.warning("rollback failed", extra={"ledger": need.quota.ledger, "error": str(err)})
+        return reservation.check(state.ledgers, claims, Decision.allow("WithinQuota"))
+    return reservation.reserve(state.ledgers, claims, Decision.allow("QuotaReserved"))
 
 
 def _delete(request: AdmissionRequest, state: State, counted: list[Counted]) -> Decision | Awaitable[Decision]:
