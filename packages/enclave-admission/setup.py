@@ -22,6 +22,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED = [
     "review.py",
     "listener.py",
+    "connection.py",
     "server.py",
     "state.py",
     "metadata.py",

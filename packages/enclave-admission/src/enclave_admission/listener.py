@@ -1,17 +1,8 @@
-"""The webhook's HTTP/1.1 listener: httptools parses, one synchronous function answers.
+"""The webhook's listener: it accepts connections, bounds them, and hands each whole request to one function.
 
-kube-apiserver is the only client: it POSTs one AdmissionReview at a time on keep-alive TLS connections and
-waits for the answer. Every decision is made from memory without awaiting anything, so a request needs no
-task, no stream and no request object: the parser's callbacks collect the URL and body, and the answer is
-written from the callback that completes the message. Against aiohttp's web server, which builds all of
-those for each request, this cuts the CPU per review by more than half (docs/benchmarks.md).
-
-What HTTP needs and this keeps: llhttp (through httptools) does the parsing, chunked bodies included;
-answers go out in request order (pipelining); ``Connection: close`` and HTTP/1.0 are honoured; bodies over
-the limit get ``413``, request lines and headers over theirs ``431`` (before the parser buffers more),
-and malformed requests ``400``, each closing the connection; ``Expect: 100-continue``
-is answered; a client that stops reading stops being read (flow control). Connections idle longer than
-kube-apiserver keeps them (90 s) are closed, and so are requests that do not arrive whole in time.
+kube-apiserver is the only client. Each connection (:mod:`enclave_admission.connection`) parses its requests
+and calls :data:`Respond` with each whole one, answering from the callback that completes it; this module
+decides which connections exist at all, how many at once, and for how long.
 
 What one replica holds is bounded, so a flood (forged or not) costs a refusal, not the process: past
 ``max_connections`` a new connection is closed at once, and a body chunk that would take the request bytes
@@ -38,30 +29,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import errno
 import logging
 import socket
 import ssl
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, cast
 
-import httptools
-import orjson
-from prometheus_client import Counter, Gauge
+from prometheus_client import Gauge
+
+from enclave_admission.connection import CLOSED, Connection, DateHeader
 
 log = logging.getLogger(__name__)
 
-CONNECTIONS = Gauge("enclave_admission_connections", "Open webhook connections (kube-apiserver keeps them alive)")
-CLOSED = Counter(
-    "enclave_admission_connections_closed_by_server_total",
-    "Connections the server closed, by reason (idle, no-request, slow-headers, slow-request, malformed, too-large, "
-    "over-capacity, evicted, handshake, unauthenticated, anonymous-timeout, shutdown)",
-    ["reason"],
-)
 HANDSHAKES = Gauge("enclave_admission_handshakes", "Webhook connections accepted whose TLS handshake is in progress")
 ANONYMOUS = Gauge(
     "enclave_admission_anonymous_connections",
@@ -78,19 +58,6 @@ Respond = Callable[[str, str, bytes, bool], "Answer | Awaitable[Answer]"]
 """(method, path, body, trusted) -> the answer, or an awaitable of it for the few decisions that write (quota
 reservations on a QuantityLedger); must not raise (an exception is answered 500). ``trusted`` is False for a
 connection without a client certificate while client authentication is on: it may reach no decision."""
-
-_REASONS: Final = {
-    100: "Continue",
-    200: "OK",
-    400: "Bad Request",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    413: "Content Too Large",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
 
 
 @dataclass(frozen=True)
@@ -149,282 +116,6 @@ class Limits:
     present one."""
 
 
-_INTERNAL: Final[Answer] = (500, b'{"error":"internal error; see the admission server\'s log"}')
-
-
-class _Date:
-    """The ``Date`` header, formatted once a second rather than once a response."""
-
-    def __init__(self) -> None:
-        self._second = 0
-        self._value = b""
-
-    def header(self) -> bytes:
-        now = int(time.time())
-        if now != self._second:
-            self._second = now
-            self._value = email.utils.formatdate(now, usegmt=True).encode()
-        return self._value
-
-
-class _Connection(asyncio.Protocol):
-    """One client connection: parser callbacks in, answers out, in order."""
-
-    def __init__(self, listener: Listener, source: str) -> None:
-        self.listener = listener
-        self.source = source
-        """The peer's address (per-source limits)."""
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpRequestParser(self)
-        self.url = b""
-        self.body: list[bytes] = []
-        self.size = 0
-        self.head = 0
-        """Bytes received since the request began while its headers are incomplete; -1 once they are."""
-        self.head_size = 0
-        """Request target and header fields of the request in progress, as parsed."""
-        self.started: float | None = None
-        """When the request in progress began; None between requests."""
-        self.held = 0
-        """Body bytes of the request in progress counted in :attr:`Listener.buffered`."""
-        self.last = 0.0
-        """When the last answer was written (or the connection made)."""
-        self.made = 0.0
-        """When the handshake completed."""
-        self.requests = 0
-        """Requests begun on this connection."""
-        self.closing = False
-        self.anonymous = False
-        """No client certificate although client authentication is on: only ``open_paths`` are answered, once."""
-        self.queued: deque[tuple[asyncio.Future[Answer] | Answer, bool]] | None = None
-        """Answers not written yet behind an awaited one, in request order (None: nothing awaited)."""
-        self.max_head = listener.limits.max_head
-        self.max_body = listener.limits.max_body
-        self.time = listener.loop.time
-
-    # -- transport ---------------------------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
-        self.last = self.made = self.time()
-        listener = self.listener
-        listener.connections.add(self)
-        CONNECTIONS.inc()
-        limits = listener.limits
-        peercert = transport.get_extra_info("peercert")  # verified by the handshake when presented at all
-        if limits.require_client_certificate and not peercert:
-            self.anonymous = True
-            if not limits.open_paths:
-                self.abort("unauthenticated")
-                return
-            listener.admit_anonymous(self)
-            return
-        if len(listener.connections) - len(listener.anonymous) > limits.max_connections:
-            self.abort("over-capacity")
-            return
-        if limits.client_names and not _names(peercert) & limits.client_names:
-            log.warning("webhook client certificate names no allowed client; connection closed")
-            self.abort("unauthenticated")
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.release()
-        CONNECTIONS.dec()
-        self.listener.forget(self)
-
-    def release(self) -> None:
-        """Stop counting this request's body bytes (answered, refused or gone)."""
-        if self.held:
-            self.listener.buffered -= self.held
-            self.held = 0
-
-    def data_received(self, data: bytes) -> None:
-        if self.closing:
-            return
-        if self.head >= 0:
-            self.head += len(data)
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self.fail(400, "protocol upgrades are not served here", "malformed")
-        except httptools.HttpParserCallbackError:  # raised by our own callback: already logged and answered
-            self.close()
-        except httptools.HttpParserError as err:
-            self.fail(400, f"malformed HTTP request: {err}", "malformed")
-        if self.head > self.max_head:  # headers still incomplete: the parser buffers them whole
-            self._head_too_large()
-
-    def pause_writing(self) -> None:
-        """The client is not reading its answers: stop reading its requests until it does."""
-        if self.transport is not None and not self.closing:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.transport is not None and not self.closing:
-            self.transport.resume_reading()
-
-    # -- parser callbacks --------------------------------------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        self.requests += 1
-        self.release()
-        self.url = b""
-        self.body = []
-        self.size = 0
-        self.head_size = 0
-        self.started = self.time()
-
-    def on_headers_complete(self) -> None:
-        self.head = -1
-        if self.anonymous and _path(self.url) not in self.listener.limits.open_paths:
-            self.fail(
-                403,
-                "a client certificate is required for this path; without one only "
-                f"{', '.join(sorted(self.listener.limits.open_paths)) or 'nothing'} is served",
-                "unauthenticated",
-            )
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-        self.head_size += len(url)
-        if self.head_size > self.max_head:
-            self._head_too_large()
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        # once per header of every request: the size check inline, the Expect test only on a name that long
-        self.head_size += len(name) + len(value) + 4
-        if self.head_size > self.max_head:
-            self._head_too_large()
-        elif (
-            len(name) == 6
-            and name.lower() == b"expect"
-            and value.lower() == b"100-continue"
-            and not self.closing
-            and self.transport is not None
-        ):
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-
-    def _head_too_large(self) -> None:
-        self.fail(431, f"request line and headers over {self.max_head} bytes", "too-large")
-
-    def on_body(self, chunk: bytes) -> None:
-        if self.closing:
-            return
-        size = len(chunk)
-        self.size += size
-        if self.size > self.max_body:
-            self.fail(413, f"request body over {self.max_body} bytes", "too-large")
-            return
-        listener = self.listener
-        if listener.buffered + size > listener.limits.max_buffered:
-            self.fail(503, "the admission server holds as many request bytes as it may; try again", "over-capacity")
-            return
-        listener.buffered += size
-        self.held += size
-        self.body.append(chunk)
-
-    def on_message_complete(self) -> None:
-        if self.closing:
-            return
-        if self.parser.should_upgrade():
-            self.fail(400, "protocol upgrades are not served here", "malformed")
-            return
-        url = self.url
-        path = _path(url)
-        if path is None:
-            self.fail(400, f"malformed request target {url[:200]!r}", "malformed")
-            return
-        method = self.parser.get_method().decode("ascii", "replace")
-        try:
-            answer = self.listener.respond(method, path, b"".join(self.body), not self.anonymous)
-        except Exception:
-            log.exception("answering failed", extra={"path": path})
-            answer = _INTERNAL
-        # A caller without a certificate gets one answer per connection: it holds nothing between requests.
-        keep = self.parser.should_keep_alive() and not self.listener.stopping and not self.anonymous
-        self.release()
-        self.body = []
-        self.head = 0
-        self.started = None
-        self.last = self.time()
-        if type(answer) is tuple and self.queued is None:  # the synchronous path: written at once
-            self.write(answer[0], answer[1], keep)
-        else:
-            self._enqueue(answer, keep)
-
-    def _enqueue(self, answer: Answer | Awaitable[Answer], keep: bool) -> None:
-        """An awaited answer, or any answer behind one: written in request order as each completes."""
-        if self.queued is None:
-            self.queued = deque()
-        if type(answer) is tuple:
-            self.queued.append((answer, keep))
-            return
-        future = asyncio.ensure_future(cast(Awaitable[Answer], answer))
-        self.queued.append((future, keep))
-        future.add_done_callback(lambda _: self._flush())
-
-    def _flush(self) -> None:
-        queued = self.queued
-        while queued:
-            pending, keep = queued[0]
-            if isinstance(pending, asyncio.Future):
-                if not pending.done():
-                    return
-                try:
-                    answer = pending.result()
-                except Exception:
-                    log.exception("answering failed")
-                    answer = _INTERNAL
-            else:
-                answer = pending
-            queued.popleft()
-            self.last = self.time()
-            self.write(answer[0], answer[1], keep and not self.listener.stopping)
-        self.queued = None
-        if self.listener.stopping and self.started is None:
-            self.close("shutdown")
-
-    # -- answers -----------------------------------------------------------------------------------------------
-
-    def write(self, status: int, payload: bytes, keep: bool) -> None:
-        if self.transport is None or self.transport.is_closing():
-            return
-        head = b"HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (
-            status,
-            _REASONS.get(status, "Error").encode(),
-            self.listener.date.header(),
-            len(payload),
-            b"" if keep else b"Connection: close\r\n",
-        )
-        self.transport.write(head + payload)
-        if not keep:
-            self.close()
-
-    def fail(self, status: int, message: str, reason: str) -> None:
-        """Answer ``status`` and close: after a framing error nothing later on the connection can be trusted."""
-        if self.closing:
-            return
-        CLOSED.labels(reason).inc()
-        self.release()
-        self.body = []
-        self.write(status, orjson.dumps({"error": message}), keep=False)
-        self.close()
-
-    def close(self, reason: str = "") -> None:
-        if reason and not self.closing:
-            CLOSED.labels(reason).inc()
-        self.closing = True
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
-
-    def abort(self, reason: str) -> None:
-        if not self.closing:
-            CLOSED.labels(reason).inc()
-        self.closing = True
-        if self.transport is not None:
-            self.transport.abort()
-
-
 class _Pending:
     """An accepted connection whose handshake is in progress."""
 
@@ -441,15 +132,15 @@ class Listener:
     def __init__(self, respond: Respond, limits: Limits | None = None) -> None:
         self.respond = respond
         self.limits = limits or Limits()
-        self.connections: set[_Connection] = set()
+        self.connections: set[Connection] = set()
         """Every connection past its handshake."""
-        self.anonymous: dict[_Connection, None] = {}
+        self.anonymous: dict[Connection, None] = {}
         """Connections without a client certificate (client authentication on), oldest first."""
         self.handshakes: dict[asyncio.Task[None], _Pending] = {}
         """Accepted connections in their TLS handshake, oldest first."""
         self.buffered = 0
         """Request body bytes held by all connections together."""
-        self.date = _Date()
+        self.date = DateHeader()
         self.stopping = False
         self.port = 0
         self._drained = asyncio.Event()
@@ -458,7 +149,7 @@ class Listener:
         self._sweeper: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending_by_source: dict[str, dict[asyncio.Task[None], None]] = {}
-        self._anonymous_by_source: dict[str, dict[_Connection, None]] = {}
+        self._anonymous_by_source: dict[str, dict[Connection, None]] = {}
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -551,10 +242,10 @@ class Listener:
         source, accepted = pending.source, pending.socket
         try:
             if self._ssl is None:
-                await self.loop.connect_accepted_socket(lambda: _Connection(self, source), accepted)
+                await self.loop.connect_accepted_socket(lambda: Connection(self, source), accepted)
             else:
                 await self.loop.connect_accepted_socket(
-                    lambda: _Connection(self, source),
+                    lambda: Connection(self, source),
                     accepted,
                     ssl=self._ssl,
                     ssl_handshake_timeout=self.limits.handshake_timeout,
@@ -568,7 +259,7 @@ class Listener:
             if task is not None:
                 self._handshake_done(task)
 
-    def admit_anonymous(self, connection: _Connection) -> None:
+    def admit_anonymous(self, connection: Connection) -> None:
         """Count a connection without a certificate, dropping the oldest past the limits."""
         limits = self.limits
         mine = self._anonymous_by_source.setdefault(connection.source, {})
@@ -579,11 +270,11 @@ class Listener:
         self.anonymous[connection] = None
         self._anonymous_by_source.setdefault(connection.source, {})[connection] = None
 
-    def _evict_anonymous(self, connection: _Connection) -> None:
+    def _evict_anonymous(self, connection: Connection) -> None:
         connection.abort("evicted")
         self._unlist_anonymous(connection)
 
-    def _unlist_anonymous(self, connection: _Connection) -> None:
+    def _unlist_anonymous(self, connection: Connection) -> None:
         if connection not in self.anonymous:
             return
         del self.anonymous[connection]
@@ -616,7 +307,7 @@ class Listener:
                 await self._sweeper
         self._socket = None
 
-    def forget(self, connection: _Connection) -> None:
+    def forget(self, connection: Connection) -> None:
         self.connections.discard(connection)
         self._unlist_anonymous(connection)
         if self.stopping and not self.connections:
@@ -646,28 +337,3 @@ class Listener:
                         connection.abort("no-request")
                 elif now - connection.last > limits.idle_timeout:
                     connection.close("idle")
-
-
-def _path(url: bytes) -> str | None:
-    """The path of a request target; None when it is malformed."""
-    if url[:1] == b"/" and b"#" not in url:  # origin form, as kube-apiserver sends (`/path?timeout=10s`)
-        return url.partition(b"?")[0].decode("utf-8", "replace")
-    try:
-        return str(httptools.parse_url(url).path.decode("utf-8", "replace"))
-    except httptools.HttpParserInvalidURLError:
-        return None
-
-
-def _names(peercert: Any) -> frozenset[str]:
-    """Common names and DNS names of a verified peer certificate (``SSLSocket.getpeercert()`` form)."""
-    if not isinstance(peercert, dict):
-        return frozenset()
-    names: set[str] = set()
-    for rdn in peercert.get("subject") or ():
-        for key, value in rdn:
-            if key == "commonName":
-                names.add(str(value))
-    for key, value in peercert.get("subjectAltName") or ():
-        if key == "DNS":
-            names.add(str(value))
-    return frozenset(names)
