@@ -1,1 +1,2 @@
-"""Namespaces: assignment to tenants (mutation) and the tenant fence around them (validation)."""
+"""Namespaces: assignment to tenants (:mod:`.mutation`, choosing with :mod:`.assignment`), the tenant fence around
+them (:mod:`.validation`), and the tenant's namespace quota an admission is confirmed on (:mod:`.quota`)."""

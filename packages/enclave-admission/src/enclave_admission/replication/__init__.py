@@ -1,2 +1,3 @@
-"""Replication admission: protection of replicated objects (validation) and the conversion of the deprecated
-``settings``/``pruningOnDelete`` into per-block policies (mutation)."""
+"""Replication admission: protection of replicated objects (:mod:`.validation`), the conversion of the deprecated
+``settings``/``pruningOnDelete`` into per-block policies (:mod:`.mutation`), and GlobalTenantResource and
+TenantResource specs that cannot work (:mod:`.spec`)."""
