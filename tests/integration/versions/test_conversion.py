@@ -94,6 +94,7 @@ def test_a_v1beta1_edit_keeps_v1beta2_only_fields(stack: Stack) -> None:
     hub = stack.get("Tenant", name, "v1beta2")
     assert hub["spec"]["namespaceOptions"]["quota"] == 7
     assert hub["spec"]["rules"] == created["spec"]["rules"]
+    assert hub["spec"]["proxy"] == created["spec"]["proxy"], "spec.proxy has no v1beta1 field either"
 
 
 def test_what_v1beta2_cannot_hold_is_refused_at_write_naming_the_field(stack: Stack) -> None:

@@ -36,7 +36,8 @@ _CONFIGURED = frozenset({ADMISSION, TENANTS, QUOTAS, GLOBALQUOTAS, POOLS, REPLIC
 
 SUBSCRIBERS: Final[Mapping[str, frozenset[str]]] = {
     CONFIG_KIND: _CONFIGURED,
-    TENANCY_KIND: frozenset({ADMISSION, PROXY}),  # the proxy: which namespaces a tenant user may list
+    # the proxy: each tenant's namespaces, node selector, spec.proxy and the classes its rules allow
+    TENANCY_KIND: frozenset({ADMISSION, PROXY}),
     RULES_KIND: frozenset({ADMISSION}),
     QUOTAS_KIND: frozenset({ADMISSION}),
     GLOBALQUOTAS_KIND: frozenset({ADMISSION}),
