@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from enclave_core.quantity import Quantity
+from enclave_pools import model, resourcequotas
 from enclave_pools import plan as p
 from enclave_pools.status import claim_current, claim_patch, claim_status, pool_status
 
@@ -59,9 +60,9 @@ def test_claims_bind_in_creation_order_while_they_fit() -> None:
     ]
     plan = p.build_plan([pool("p", {"requests.cpu": "4"})], claims, NAMESPACES)
     verdicts = plan.verdicts
-    assert verdicts["n1/first"].reason == p.BOUND
-    assert verdicts["n1/second"].reason == p.BOUND
-    assert verdicts["n2/late"].reason == p.POOL_EXHAUSTED
+    assert verdicts["n1/first"].reason == model.BOUND
+    assert verdicts["n1/second"].reason == model.BOUND
+    assert verdicts["n2/late"].reason == model.POOL_EXHAUSTED
     assert "requests.cpu requested 2, available 1" in verdicts["n2/late"].message
     pool_plan = plan.pools["p"]
     assert pool_plan.quotas["n1"]["hard"] == {"requests.cpu": "3"}
@@ -78,8 +79,8 @@ def test_without_ordered_queue_a_smaller_later_claim_passes_a_waiting_one() -> N
     committed = claim("n2", "held", {"requests.cpu": "2"})
     pools = [pool("p", {"requests.cpu": "4"}, claims=[record(committed)])]
     plan = p.build_plan(pools, [*claims, committed], NAMESPACES)
-    assert plan.verdicts["n1/big"].reason == p.POOL_EXHAUSTED
-    assert plan.verdicts["n1/small"].reason == p.BOUND
+    assert plan.verdicts["n1/big"].reason == model.POOL_EXHAUSTED
+    assert plan.verdicts["n1/small"].reason == model.BOUND
 
 
 def test_ordered_queue_blocks_later_claims_for_the_same_resources_only() -> None:
@@ -91,9 +92,9 @@ def test_ordered_queue_blocks_later_claims_for_the_same_resources_only() -> None
     committed = claim("n2", "held", {"requests.cpu": "2"})
     pools = [pool("p", {"requests.cpu": "4", "pods": "5"}, claims=[record(committed)], config={"orderedQueue": True})]
     plan = p.build_plan(pools, [*claims, committed], NAMESPACES)
-    assert plan.verdicts["n1/small"].reason == p.QUEUE_EXHAUSTED
+    assert plan.verdicts["n1/small"].reason == model.QUEUE_EXHAUSTED
     assert "queued behind n1/big for requests.cpu" in plan.verdicts["n1/small"].message
-    assert plan.verdicts["n1/pods"].reason == p.BOUND
+    assert plan.verdicts["n1/pods"].reason == model.BOUND
 
 
 def test_a_queued_claims_status_names_only_its_own_tenants_claims() -> None:
@@ -114,7 +115,7 @@ def test_a_queued_claims_status_names_only_its_own_tenants_claims() -> None:
     pools = [pool("p", hard, claims=[record(committed)], config={"orderedQueue": True})]
     plan = p.build_plan(pools, [*claims, committed], namespaces)
     message = plan.verdicts["solar-a/small"].message
-    assert plan.verdicts["solar-a/small"].reason == p.QUEUE_EXHAUSTED
+    assert plan.verdicts["solar-a/small"].reason == model.QUEUE_EXHAUSTED
     assert "queued behind solar-b/big, 1 claim outside your tenant for requests.cpu, requests.memory" in message
     assert "oil" not in message
     assert "secret-project" not in message
@@ -124,9 +125,9 @@ def test_a_released_claim_makes_room_for_the_next_waiting_one() -> None:
     held = claim("n1", "held", {"requests.cpu": "4"}, second=1)
     waiting = claim("n2", "waiting", {"requests.cpu": "3"}, second=2)
     pools = [pool("p", {"requests.cpu": "4"}, claims=[record(held)])]
-    assert p.build_plan(pools, [held, waiting], NAMESPACES).verdicts["n2/waiting"].reason == p.POOL_EXHAUSTED
+    assert p.build_plan(pools, [held, waiting], NAMESPACES).verdicts["n2/waiting"].reason == model.POOL_EXHAUSTED
     plan = p.build_plan(pools, [waiting], NAMESPACES)  # held was deleted
-    assert plan.verdicts["n2/waiting"].reason == p.BOUND
+    assert plan.verdicts["n2/waiting"].reason == model.BOUND
     assert plan.pools["p"].quotas["n1"]["hard"] == {}
     assert plan.pools["p"].quotas["n2"]["hard"] == {"requests.cpu": "3"}
 
@@ -147,7 +148,7 @@ def test_defaults_and_defaults_zero_shape_the_provisioned_quota() -> None:
     assert plan.pools["p"].quotas["n1"]["hard"] == {"pods": "3", "requests.cpu": "1", "requests.memory": "0"}
     assert plan.pools["p"].quotas["n2"]["hard"] == {"pods": "3", "requests.cpu": "0", "requests.memory": "0"}
     # defaults do not count toward the allocation
-    assert p.fmt(plan.pools["p"].claimed()) == {"requests.cpu": "1"}
+    assert model.fmt(plan.pools["p"].claimed()) == {"requests.cpu": "1"}
 
 
 def test_scopes_are_copied_into_the_quota() -> None:
@@ -167,10 +168,10 @@ def test_claims_that_cannot_bind_say_why() -> None:
         claim("n1", "typo", {"cpus": "1"}),
     ]
     verdicts = p.build_plan([pool("p", {"requests.cpu": "4"})], claims, NAMESPACES).verdicts
-    assert verdicts["other/unselected"].reason == p.NAMESPACE_NOT_SELECTED
-    assert verdicts["n1/gpu"].reason == p.RESOURCE_NOT_OFFERED
-    assert verdicts["n1/ghost"].reason == p.POOL_NOT_FOUND
-    assert verdicts["n1/negative"].reason == p.INVALID_SPEC
+    assert verdicts["other/unselected"].reason == model.NAMESPACE_NOT_SELECTED
+    assert verdicts["n1/gpu"].reason == model.RESOURCE_NOT_OFFERED
+    assert verdicts["n1/ghost"].reason == model.POOL_NOT_FOUND
+    assert verdicts["n1/negative"].reason == model.INVALID_SPEC
     assert "spec.claim[requests.cpu]" in verdicts["n1/negative"].message
     assert "unknown resource name 'cpus'" in verdicts["n1/typo"].message
 
@@ -181,8 +182,8 @@ def test_an_invalid_pool_binds_nothing_and_keeps_its_quotas() -> None:
     plan = p.build_plan([raw], [held, claim("n2", "new", {"requests.cpu": "1"})], NAMESPACES)
     assert plan.pools["p"].problems
     assert plan.verdicts["n1/held"].bound
-    assert plan.verdicts["n2/new"].reason == p.POOL_INVALID
-    assert p.stale_quotas(plan, [_quota("p", "n1")]) == []
+    assert plan.verdicts["n2/new"].reason == model.POOL_INVALID
+    assert resourcequotas.stale_quotas(plan, [_quota("p", "n1")]) == []
 
 
 def test_resize_applies_when_it_fits_and_waits_otherwise() -> None:
@@ -192,10 +193,10 @@ def test_resize_applies_when_it_fits_and_waits_otherwise() -> None:
         pool("p", {"requests.cpu": "4"}, claims=[{**record(held), "claims": {"requests.cpu": "2"}}, record(other)])
     ]
     plan = p.build_plan(pools, [held, other], NAMESPACES)
-    assert plan.verdicts["n1/held"].reason == p.BOUND
+    assert plan.verdicts["n1/held"].reason == model.BOUND
     grown = claim("n1", "held", {"requests.cpu": "4"})
     plan = p.build_plan(pools, [grown, other], NAMESPACES)
-    assert plan.verdicts["n1/held"].reason == p.RESIZE_PENDING
+    assert plan.verdicts["n1/held"].reason == model.RESIZE_PENDING
     assert plan.verdicts["n1/held"].allocation == {"requests.cpu": Quantity.parse("2")}
 
 
@@ -211,7 +212,7 @@ def test_a_recreated_claim_of_the_same_name_is_not_the_bound_one() -> None:
 def _quota(pool_name: str, namespace: str) -> JSON:
     return {
         "metadata": {
-            "name": p.quota_name(pool_name),
+            "name": resourcequotas.quota_name(pool_name),
             "namespace": namespace,
             "ownerReferences": [{"kind": "ResourcePool", "uid": f"uid-{pool_name}"}],
         },
@@ -222,7 +223,7 @@ def _quota(pool_name: str, namespace: str) -> JSON:
 
 def test_quotas_of_gone_pools_and_unselected_namespaces_are_stale() -> None:
     plan = p.build_plan([pool("p", {"requests.cpu": "4"})], [], NAMESPACES)
-    stale = p.stale_quotas(plan, [_quota("p", "n1"), _quota("p", "other"), _quota("gone", "n1")])
+    stale = resourcequotas.stale_quotas(plan, [_quota("p", "n1"), _quota("p", "other"), _quota("gone", "n1")])
     assert [(q["metadata"]["namespace"], q["metadata"]["name"]) for q in stale] == [
         ("other", "enclave-pool-p"),
         ("n1", "enclave-pool-gone"),
@@ -280,7 +281,7 @@ def provisioned(namespace: str, pool_name: str, used: dict[str, Any]) -> JSON:
     """The pool's ResourceQuota in ``namespace`` as the informer holds it, counted by kube-controller-manager."""
     return {
         "metadata": {
-            "name": p.quota_name(pool_name),
+            "name": resourcequotas.quota_name(pool_name),
             "namespace": namespace,
             "ownerReferences": [{"kind": "ResourcePool", "uid": f"uid-{pool_name}"}],
         },
@@ -290,7 +291,7 @@ def provisioned(namespace: str, pool_name: str, used: dict[str, Any]) -> JSON:
 
 def test_claim_usage_charges_defaults_first_then_claims_oldest_first_each_up_to_what_it_holds() -> None:
     q = Quantity.parse
-    usage = p.claim_usage(
+    usage = resourcequotas.claim_usage(
         {"count/configmaps": q("1")},
         {"count/configmaps": "6", "requests.cpu": "500m"},
         [("old", {"count/configmaps": q("3")}), ("new", {"count/configmaps": q("4"), "limits.cpu": q("1")})],
@@ -302,11 +303,11 @@ def test_claim_usage_charges_defaults_first_then_claims_oldest_first_each_up_to_
 
 def test_claim_usage_never_exceeds_the_claim_nor_goes_negative() -> None:
     q = Quantity.parse
-    over = p.claim_usage({}, {"pods": "9"}, [("a", {"pods": q("2")})])
+    over = resourcequotas.claim_usage({}, {"pods": "9"}, [("a", {"pods": q("2")})])
     assert over == {"a": {"pods": q("2")}}
-    under_defaults = p.claim_usage({"pods": q("5")}, {"pods": "3"}, [("a", {"pods": q("2")})])
+    under_defaults = resourcequotas.claim_usage({"pods": q("5")}, {"pods": "3"}, [("a", {"pods": q("2")})])
     assert under_defaults == {"a": {"pods": q("0")}}
-    assert p.claim_usage({}, {"pods": "not a quantity"}, [("a", {"pods": q("2")})]) == {"a": {}}
+    assert resourcequotas.claim_usage({}, {"pods": "not a quantity"}, [("a", {"pods": q("2")})]) == {"a": {}}
 
 
 def test_a_bound_claim_status_says_used_and_available_from_the_provisioned_quota() -> None:

@@ -6,7 +6,7 @@
   :func:`enclave_pools.status.pool_status`, exactly what the controller stores, and the publish pass
   (``build_plan(bind=False)`` then :func:`enclave_pools.plan.snapshot`) compiles the snapshot from that, so
   only committed bindings count, as admission sees them. The ResourceQuotas the pools provision are built
-  with :func:`enclave_pools.plan.quota_body`; their ``status.used`` (what the namespace's objects use, which
+  with :func:`enclave_pools.resourcequotas.quota_body`; their ``status.used`` (what the namespace's objects use, which
   kube-apiserver reports in a cluster) is the usage the test manifest gives (:class:`Usage`), zero otherwise.
 
 * **GlobalResourceQuotas** (enclave-globalquotas): :func:`enclave_globalquotas.plan.build_plan` selects the
@@ -162,6 +162,7 @@ class PoolObjects:
 def pools_snapshot(objects: PoolObjects, usage: Usage) -> PoolsSnapshot:
     """The ResourcePools snapshot enclave-pools would publish once it has bound what fits (see the module)."""
     from enclave_pools import plan as pools
+    from enclave_pools.resourcequotas import quota_body
     from enclave_pools.status import pool_status
 
     now = datetime.now(UTC)
@@ -174,7 +175,7 @@ def pools_snapshot(objects: PoolObjects, usage: Usage) -> PoolsSnapshot:
     quotas = []
     for pool in bound.pools.values():
         for namespace in pool.quotas:
-            body = pools.quota_body(pool, namespace)
+            body = quota_body(pool, namespace)
             used = usage.pools.get(pool.name, {}).get(namespace, {})
             body["status"] = {"hard": body["spec"]["hard"], "used": dict(used)}
             quotas.append(body)

@@ -31,8 +31,10 @@ from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_ki
 from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.pools import POOLS_KIND
-from enclave_pools import plan as pl
+from enclave_pools import model, resourcequotas
 from enclave_pools import status as st
+from enclave_pools.plan import build_plan
+from enclave_pools.plan import snapshot as compile_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -104,15 +106,13 @@ class PoolsController:
 
     # -- plan and snapshot ---------------------------------------------------------------------------------
 
-    def plan(self, *, bind: bool = True) -> pl.Plan:
+    def plan(self, *, bind: bool = True) -> model.Plan:
         quotas = self.quotas.values() if bind else ()
-        return pl.build_plan(
-            self.pools.values(), self.claims.values(), self.namespaces.values(), bind=bind, quotas=quotas
-        )
+        return build_plan(self.pools.values(), self.claims.values(), self.namespaces.values(), bind=bind, quotas=quotas)
 
-    def publish(self) -> pl.Plan:
+    def publish(self) -> model.Plan:
         plan = self.plan(bind=False)
-        snapshot = pl.snapshot(plan, self.quotas.values())
+        snapshot = compile_snapshot(plan, self.quotas.values())
         if self.hub.publish(POOLS_KIND, snapshot.model_dump_json().encode()) is not None:
             log.debug("pools snapshot published", extra={"pools": len(snapshot.pools)})
         POOLS.set(len(plan.pools))
@@ -156,12 +156,12 @@ class PoolsController:
         # for every quota of the pass.
         quota_errors: dict[str, list[str]] = {}
         failed: list[str] = []
-        quotas: dict[str, list[pl.PoolPlan]] = {}
+        quotas: dict[str, list[model.PoolPlan]] = {}
         for pool in plan.pools.values():
             if pool.name not in conflicted and not pool.deleting:
                 for namespace in pool.quotas:
                     quotas.setdefault(namespace, []).append(pool)
-        claims: dict[str, list[tuple[pl.Claim, pl.Verdict]]] = {}
+        claims: dict[str, list[tuple[model.Claim, model.Verdict]]] = {}
         for key, verdict in plan.verdicts.items():
             if verdict.pool in conflicted:
                 continue  # its binding is being replanned; say nothing until it is committed
@@ -186,14 +186,14 @@ class PoolsController:
             await asyncio.gather(*writes)
 
         await asyncio.gather(*(bounded(one_namespace(name)) for name in sorted(quotas.keys() | claims.keys())))
-        for quota in pl.stale_quotas(plan, self.quotas.values()):
+        for quota in resourcequotas.stale_quotas(plan, self.quotas.values()):
             await self._delete_quota(quota)
         for pool in plan.pools.values():
             if pool.name not in conflicted and not pool.deleting and quota_errors.get(pool.name):
                 await self._commit(pool, now, quota_errors[pool.name])
         return Result(requeue_after=RETRY_SECONDS) if conflicted or failed else DONE
 
-    async def _ensure_finalizer(self, pool: pl.PoolPlan) -> bool:
+    async def _ensure_finalizer(self, pool: model.PoolPlan) -> bool:
         meta = pool.raw["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         if names.POOL_FINALIZER in finalizers:
@@ -214,7 +214,7 @@ class PoolsController:
         self.pools.items[pool.name] = pool.raw = stored
         return True
 
-    async def _commit(self, pool: pl.PoolPlan, now: datetime, errors: list[str] | None = None) -> bool:
+    async def _commit(self, pool: model.PoolPlan, now: datetime, errors: list[str] | None = None) -> bool:
         """Replace the pool's status (the ledger) with the resourceVersion the plan read; False on conflict."""
         problems = list(pool.problems) + list(errors or [])
         await self._warn("ResourcePool", pool.raw, problems, "InvalidSpec" if pool.problems else "ApplyFailed")
@@ -239,14 +239,14 @@ class PoolsController:
             log.info("claims bound", extra={"pool": pool.name, "claims": [pool.records[u].name for u in new]})
         return True
 
-    async def _quota(self, pool: pl.PoolPlan, namespace: str, errors: dict[str, list[str]]) -> bool:
+    async def _quota(self, pool: model.PoolPlan, namespace: str, errors: dict[str, list[str]]) -> bool:
         """Apply the pool's quota in ``namespace`` when it drifted; False when it could not be written."""
-        key = f"{namespace}/{pl.quota_name(pool.name)}"
-        if not pl.quota_drifted(self.quotas.get(key), pool, namespace):
+        key = f"{namespace}/{resourcequotas.quota_name(pool.name)}"
+        if not resourcequotas.quota_drifted(self.quotas.get(key), pool, namespace):
             return True
-        path = resource_path("v1", "resourcequotas", namespace=namespace, name=pl.quota_name(pool.name))
+        path = resource_path("v1", "resourcequotas", namespace=namespace, name=resourcequotas.quota_name(pool.name))
         try:
-            self.quotas.items[key] = await self.kube.apply(path, pl.quota_body(pool, namespace))
+            self.quotas.items[key] = await self.kube.apply(path, resourcequotas.quota_body(pool, namespace))
         except KubeError as err:
             if not err.gone:
                 errors.setdefault(pool.name, []).append(f"ResourceQuota {key}: {err}")
@@ -267,7 +267,7 @@ class PoolsController:
         self.quotas.items.pop(f"{meta['namespace']}/{meta['name']}", None)
         WRITES.labels("ResourceQuota", "delete").inc()
 
-    async def _claim(self, claim: pl.Claim, verdict: pl.Verdict, now: datetime, failed: list[str]) -> None:
+    async def _claim(self, claim: model.Claim, verdict: model.Verdict, now: datetime, failed: list[str]) -> None:
         status = st.claim_status(claim.raw, verdict, now=now)
         if not st.changed(claim.raw, status):
             return
@@ -287,12 +287,12 @@ class PoolsController:
         if not verdict.bound and previous.get("reason") != verdict.reason:
             # Binding is said by the status alone (as a PVC's is); a claim that waits or is refused, or loses its
             # binding, also gets an Event, once per reason.
-            waiting = verdict.reason in (pl.POOL_EXHAUSTED, pl.QUEUE_EXHAUSTED, pl.POOL_DELETED)
+            waiting = verdict.reason in (model.POOL_EXHAUSTED, model.QUEUE_EXHAUSTED, model.POOL_DELETED)
             self._event(
                 with_kind(stored, GROUP_VERSION, "ResourcePoolClaim"), "Normal" if waiting else "Warning", verdict
             )
 
-    def _event(self, obj: JSON, kind: EventType, verdict: pl.Verdict) -> None:
+    def _event(self, obj: JSON, kind: EventType, verdict: model.Verdict) -> None:
         """Queue a claim's Event: posted off the pass, so a burst of bindings is not slowed by as many Event
         writes; when the queue is full the Event is dropped (the status already says it) and counted."""
         try:
@@ -306,7 +306,7 @@ class PoolsController:
             await self.events.emit(obj, kind, reason, message)
             WRITES.labels("Event", "create").inc()
 
-    async def _finalize(self, pool: pl.PoolPlan) -> None:
+    async def _finalize(self, pool: model.PoolPlan) -> None:
         """Pool deletion: release (or delete, with ``deleteBoundResources``) its bound claims, remove its
         quotas, then drop the finalizer. Each step is idempotent; a failure is retried by the next pass."""
         meta = pool.raw["metadata"]
@@ -321,7 +321,7 @@ class PoolsController:
                     await self.kube.request("DELETE", path, body={"preconditions": {"uid": record.uid}})
                     WRITES.labels("ResourcePoolClaim", "delete").inc()
                 else:
-                    verdict = pl.Verdict(pl.POOL_DELETED, f"pool {pool.name} was deleted; the claim was released")
+                    verdict = model.Verdict(model.POOL_DELETED, f"pool {pool.name} was deleted; the claim was released")
                     raw = self.claims.get(f"{record.namespace}/{record.name}") or {"metadata": {}}
                     status = st.claim_status(raw, verdict, now=datetime.now(UTC))
                     await self.kube.merge_patch(f"{path}/status", {"metadata": {"uid": record.uid}, "status": status})
@@ -331,7 +331,7 @@ class PoolsController:
                     failed = True
                     log.warning("releasing a claim failed", extra={"claim": path, "error": str(err)})
         for quota in list(self.quotas.values()):
-            if pl.owning_pool_uid(quota) == pool.uid:
+            if resourcequotas.owning_pool_uid(quota) == pool.uid:
                 await self._delete_quota(quota)
         if failed:
             return

@@ -1,6 +1,7 @@
 """The pools plan: from the watch caches to every binding, status and ResourceQuota the cluster should hold.
 
-Pure: no I/O and no clock (the controller passes ``now``), so every rule below is a unit test away.
+Pure: no I/O and no clock (the controller passes ``now``), so every rule below is a unit test away. What it
+reads and says is :mod:`enclave_pools.model`; the ResourceQuotas it wants are :mod:`enclave_pools.resourcequotas`.
 
 **The ledger.** A pool's ``status.claims`` is the record of which claims it has bound and for how much; a
 claim's ``status.pool`` only mirrors it. The controller commits new bindings by replacing the pool's status
@@ -16,227 +17,40 @@ any of them waits behind it (``QueueExhausted``) even if it would fit.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Final
 
 from pydantic import ValidationError
 
-from enclave_core import GROUP_VERSION
-from enclave_core.api.names import MANAGED_BY, POOL_LABEL, POOLS_MANAGER, TENANT_LABEL
+from enclave_core.api.names import TENANT_LABEL
 from enclave_core.api.pools import ResourcePoolSpec
-from enclave_core.kube.holds import holds, same
-from enclave_core.quantity import Quantity, add_maps, exceeded, max0, parse_map, sub_maps
+from enclave_core.quantity import Quantity, exceeded, max0, sub_maps
 from enclave_core.resourcenames import resource_list_problems
 from enclave_core.resourcequota import resource_quota_problems
 from enclave_core.selectors import matches_any
 from enclave_core.snapshots.pools import BoundClaim, NamespaceQuota, PoolsSnapshot, PoolView
-
-JSON = dict[str, Any]
-Amounts = dict[str, Quantity]
-
-
-# Claim Bound reasons.
-BOUND: Final = "Bound"
-POOL_EXHAUSTED: Final = "PoolExhausted"
-QUEUE_EXHAUSTED: Final = "QueueExhausted"
-POOL_NOT_FOUND: Final = "PoolNotFound"
-POOL_DELETED: Final = "PoolDeleted"
-POOL_DELETING: Final = "PoolDeleting"
-POOL_INVALID: Final = "PoolInvalid"
-NAMESPACE_NOT_SELECTED: Final = "NamespaceNotSelected"
-RESOURCE_NOT_OFFERED: Final = "ResourceNotOffered"
-INVALID_SPEC: Final = "InvalidSpec"
-RESIZE_PENDING: Final = "ResizePending"
-
-
-def fmt(amounts: Mapping[str, Quantity]) -> dict[str, str]:
-    """Canonical strings, sorted by resource name (statuses compare equal across passes)."""
-    return {key: str(amounts[key]) for key in sorted(amounts)}
-
-
-def quota_name(pool: str) -> str:
-    """Name of the ResourceQuota a pool provisions in each namespace (hashed when it would be too long)."""
-    name = f"enclave-pool-{pool}"
-    if len(name) <= 253:
-        return name
-    return f"enclave-pool-{hashlib.sha256(pool.encode()).hexdigest()[:16]}"
-
-
-def pool_label(pool: str) -> str:
-    """Label value naming the pool (hashed past the 63 characters a label value allows)."""
-    return pool if len(pool) <= 63 else hashlib.sha256(pool.encode()).hexdigest()[:40]
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One ResourcePoolClaim as the plan reads it."""
-
-    raw: JSON
-    key: str
-    namespace: str
-    name: str
-    uid: str
-    pool: str
-    request: Amounts
-    problems: tuple[str, ...]
-    order: tuple[str, str, str]
-    deleting: bool
-
-    @classmethod
-    def read(cls, raw: JSON) -> Claim:
-        meta = raw.get("metadata") or {}
-        spec = raw.get("spec") or {}
-        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        request, problems = _parse_claim(spec, str(meta.get("uid", "")), meta.get("resourceVersion"))
-        return cls(
-            raw=raw,
-            key=f"{namespace}/{name}",
-            namespace=namespace,
-            name=name,
-            uid=str(meta.get("uid", "")),
-            pool=str(spec.get("pool") or ""),
-            request=request,
-            problems=problems,
-            order=(str(meta.get("creationTimestamp", "")), namespace, name),
-            deleting=bool(meta.get("deletionTimestamp")),
-        )
-
-
-_PARSED: dict[tuple[str, str], tuple[Amounts, tuple[str, ...]]] = {}
-"""Parsed ``spec.claim`` by (uid, resourceVersion): a pass re-reads every claim, but a claim's amounts are
-parsed once per version of the object instead of once per pass (quantity parsing dominated a pass)."""
-_RECORDS: dict[tuple[str, str], dict[str, Record]] = {}
-"""Parsed ``status.claims`` by (pool uid, resourceVersion), for the same reason."""
-_CACHE_LIMIT = 50_000
-
-
-def _remember(cache: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
-    if len(cache) >= _CACHE_LIMIT:
-        cache.clear()  # old versions are never asked for again; starting over is cheaper than tracking them
-    cache[key] = value
-
-
-def _parse_claim(spec: JSON, uid: str, version: object) -> tuple[Amounts, tuple[str, ...]]:
-    key = (uid, str(version)) if version else None
-    if key is not None and key in _PARSED:
-        return _PARSED[key]
-    raw_claim = spec.get("claim")
-    wanted: dict[str, Any] = raw_claim if isinstance(raw_claim, dict) else {}
-    problems = resource_list_problems(wanted, "spec.claim")
-    if not wanted:
-        problems.append("spec.claim: must name at least one resource")
-    parsed = ({} if problems else parse_map(wanted)), tuple(problems)
-    if key is not None:
-        _remember(_PARSED, key, parsed)
-    return parsed
-
-
-@dataclass(frozen=True)
-class Record:
-    """A committed binding: one entry of a pool's ``status.claims``."""
-
-    namespace: str
-    name: str
-    uid: str
-    claims: Amounts
-
-    def to_status(self) -> JSON:
-        return {"name": self.name, "namespace": self.namespace, "uid": self.uid, "claims": fmt(self.claims)}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What a claim's status should say."""
-
-    reason: str
-    message: str
-    pool: str = ""
-    pool_uid: str = ""
-    allocation: Amounts | None = None
-    """The amounts bound; None when the claim is not bound."""
-    used: Amounts | None = None
-    """The part of ``allocation`` the namespace uses (see :func:`claim_usage`); None when not bound or not yet
-    counted by kube-controller-manager."""
-
-    @property
-    def bound(self) -> bool:
-        return self.allocation is not None
-
-
-@dataclass
-class PoolPlan:
-    raw: JSON
-    name: str
-    uid: str
-    spec: ResourcePoolSpec | None
-    problems: list[str]
-    namespaces: list[str]
-    committed: dict[str, Record]
-    """uid -> binding as the pool's status holds it now (only claims that still exist)."""
-    records: dict[str, Record]
-    """uid -> binding after this pass (committed plus new bindings and resizes)."""
-    deleting: bool
-    exhaustions: dict[str, tuple[Quantity, Quantity]] = field(default_factory=dict)
-    """Resource -> (available, requested by waiting claims), for resources some waiting claim lacks."""
-    quotas: dict[str, JSON] = field(default_factory=dict)
-    """Namespace -> the ResourceQuota ``spec`` wanted there."""
-
-    @property
-    def hard(self) -> Amounts:
-        if self.spec is None or not self.spec.quota.hard:
-            return {}
-        return parse_map(self.spec.quota.hard)
-
-    def claimed(self, records: Iterable[Record] | None = None) -> Amounts:
-        return add_maps(*(r.claims for r in (self.records.values() if records is None else records)))
-
-    @property
-    def available(self) -> Amounts:
-        hard = self.hard
-        return max0({key: value for key, value in sub_maps(hard, self.claimed()).items() if key in hard})
-
-
-@dataclass
-class Plan:
-    pools: dict[str, PoolPlan]
-    verdicts: dict[str, Verdict]
-    """Claim key (``namespace/name``) -> status."""
-    claims: dict[str, Claim]
-
-
-def read_records(raw: JSON) -> dict[str, Record]:
-    """The bindings in a pool's ``status.claims``; an entry we cannot read is dropped (the pool's next status
-    write no longer lists it, so a hand-edited entry never crashes a pass)."""
-    meta = raw.get("metadata") or {}
-    key = (str(meta.get("uid", "")), str(meta["resourceVersion"])) if meta.get("resourceVersion") else None
-    if key is not None and key in _RECORDS:
-        return dict(_RECORDS[key])
-    records = _read_records(raw)
-    if key is not None:
-        _remember(_RECORDS, key, records)
-    return dict(records)
-
-
-def _read_records(raw: JSON) -> dict[str, Record]:
-    records: dict[str, Record] = {}
-    claims = (raw.get("status") or {}).get("claims") or {}
-    if not isinstance(claims, dict):
-        return records
-    for namespace, entries in claims.items():
-        for entry in entries if isinstance(entries, list) else []:
-            try:
-                record = Record(
-                    namespace=str(entry.get("namespace") or namespace),
-                    name=str(entry["name"]),
-                    uid=str(entry["uid"]),
-                    claims=parse_map(entry.get("claims") or {}),
-                )
-            except (KeyError, TypeError, ValueError, AttributeError):
-                continue
-            records[record.uid] = record
-    return records
+from enclave_pools.model import (
+    BOUND,
+    INVALID_SPEC,
+    JSON,
+    NAMESPACE_NOT_SELECTED,
+    POOL_DELETED,
+    POOL_DELETING,
+    POOL_EXHAUSTED,
+    POOL_INVALID,
+    POOL_NOT_FOUND,
+    QUEUE_EXHAUSTED,
+    RESIZE_PENDING,
+    RESOURCE_NOT_OFFERED,
+    Amounts,
+    Claim,
+    Plan,
+    PoolPlan,
+    Record,
+    Verdict,
+    fmt,
+    read_records,
+)
+from enclave_pools.resourcequotas import attribute_usage, owning_pool_uid, quota_name, wanted_quotas
 
 
 def _read_spec(raw: JSON) -> tuple[ResourcePoolSpec | None, list[str]]:
@@ -353,8 +167,8 @@ def build_plan(
     live = {f"{(q.get('metadata') or {}).get('namespace')}/{(q.get('metadata') or {}).get('name')}": q for q in quotas}
     for pool in plans.values():
         _bind(pool, by_uid, waiting.get(pool.name, []), verdicts, tenant_of)
-        _quotas(pool, terminating)
-        _usage(pool, by_uid, verdicts, live)
+        wanted_quotas(pool, terminating)
+        attribute_usage(pool, by_uid, verdicts, live)
     return Plan(pools=plans, verdicts=verdicts, claims=by_key)
 
 
@@ -454,159 +268,6 @@ def _bound_verdicts(pool: PoolPlan, by_uid: Mapping[str, Claim], verdicts: dict[
                 pool_uid=pool.uid,
                 allocation=record.claims,
             )
-
-
-def claim_usage(base: Amounts, used: Mapping[str, Any], claims: Iterable[tuple[str, Amounts]]) -> dict[str, Amounts]:
-    """Who uses what in one namespace: ``used`` (the provisioned ResourceQuota's ``status.used``) is charged to
-    the pool's per-namespace ``base`` (defaults) first, then to the namespace's bound claims in the order given
-    (oldest first), each up to what it holds; so the claims' ``used`` add up to the namespace's usage beyond
-    its defaults and none exceeds its allocation. Resources the quota does not report yet are left out (not
-    guessed as 0). Returns claim uid -> used."""
-    try:
-        reported = parse_map(used)
-    except ValueError:
-        reported = {}
-    left = max0(sub_maps(reported, {k: v for k, v in base.items() if k in reported}))
-    out: dict[str, Amounts] = {}
-    for uid, held in claims:
-        mine: Amounts = {}
-        for key, amount in held.items():
-            if key not in left:
-                continue
-            take = min(max(amount, Quantity(0)), left[key])
-            mine[key] = take
-            left[key] = left[key] - take
-        out[uid] = mine
-    return out
-
-
-def _usage(pool: PoolPlan, by_uid: Mapping[str, Claim], verdicts: dict[str, Verdict], live: Mapping[str, JSON]) -> None:
-    """Give each bound claim of ``pool`` its ``used``, from the pool's ResourceQuota in the claim's namespace
-    as the informer holds it (no API call). A quota that another owner holds, or that is not counted yet,
-    gives no ``used``."""
-    per_namespace: dict[str, list[Record]] = {}
-    for record in pool.records.values():
-        per_namespace.setdefault(record.namespace, []).append(record)
-    for namespace, records in per_namespace.items():
-        quota = live.get(f"{namespace}/{quota_name(pool.name)}")
-        if quota is None or owning_pool_uid(quota) != pool.uid:
-            continue
-        reported = (quota.get("status") or {}).get("used") or {}
-        if not reported:
-            continue
-        base = namespace_hard(pool, namespace, []) if pool.spec is not None else {}
-        records.sort(key=lambda r: by_uid[r.uid].order)
-        for uid, used in claim_usage(base, reported, [(r.uid, r.claims) for r in records]).items():
-            key = by_uid[uid].key
-            verdict = verdicts.get(key)
-            if verdict is not None and verdict.bound and verdict.pool == pool.name:
-                verdicts[key] = replace(verdict, used=used)
-
-
-def namespace_hard(pool: PoolPlan, namespace: str, records: Iterable[Record] | None = None) -> Amounts:
-    """``defaults`` (every offered resource at 0 first with ``defaultsZero``) plus the namespace's claims."""
-    spec = pool.spec
-    assert spec is not None
-    base: Amounts = {}
-    if spec.config.defaults_zero:
-        base = {key: Quantity(0) for key in pool.hard}
-    base.update(parse_map(spec.defaults or {}))
-    if records is None:
-        records = [r for r in pool.records.values() if r.namespace == namespace]
-    return add_maps(base, *(r.claims for r in records))
-
-
-def _quotas(pool: PoolPlan, terminating: set[str] | frozenset[str] = frozenset()) -> None:
-    """The ResourceQuota spec for every selected namespace and every namespace still holding a bound claim,
-    except terminating namespaces (kube-apiserver refuses new objects there; the namespace takes its quota
-    with it)."""
-    if pool.spec is None or pool.problems or pool.deleting:
-        return
-    per_namespace: dict[str, list[Record]] = {namespace: [] for namespace in pool.namespaces}
-    for record in pool.records.values():
-        per_namespace.setdefault(record.namespace, []).append(record)
-    quota = pool.spec.quota
-    for namespace in sorted(per_namespace.keys() - terminating):
-        spec: JSON = {"hard": fmt(namespace_hard(pool, namespace, per_namespace[namespace]))}
-        if quota.scopes:
-            spec["scopes"] = list(quota.scopes)
-        if quota.scope_selector is not None and quota.scope_selector.match_expressions:
-            spec["scopeSelector"] = quota.scope_selector.to_k8s()
-        pool.quotas[namespace] = spec
-
-
-def quota_body(pool: PoolPlan, namespace: str) -> JSON:
-    """The whole ResourceQuota object applied (server-side apply) into ``namespace``."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {
-            "name": quota_name(pool.name),
-            "namespace": namespace,
-            "labels": {MANAGED_BY: POOLS_MANAGER, POOL_LABEL: pool_label(pool.name)},
-            "ownerReferences": [
-                {
-                    "apiVersion": GROUP_VERSION,
-                    "kind": "ResourcePool",
-                    "name": pool.name,
-                    "uid": pool.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
-        },
-        "spec": pool.quotas[namespace],
-    }
-
-
-_QUOTA_FIELDS: Final = ("hard", "scopes", "scopeSelector")
-"""What a provisioned ResourceQuota's spec holds, all of it the pool's: a key added by hand is drift."""
-
-
-def quota_drifted(live: JSON | None, pool: PoolPlan, namespace: str) -> bool:
-    """Whether the live ResourceQuota differs from the wanted one in anything we own."""
-    if live is None:
-        return True
-    wanted = pool.quotas[namespace]
-    spec = live.get("spec") or {}
-    if not all(same(spec.get(key), wanted.get(key), quantities=key == "hard") for key in _QUOTA_FIELDS):
-        return True
-    meta = live.get("metadata") or {}
-    labels = {MANAGED_BY: POOLS_MANAGER, POOL_LABEL: pool_label(pool.name)}
-    owners = meta.get("ownerReferences") or []
-    return not holds(meta.get("labels"), labels) or not any(ref.get("uid") == pool.uid for ref in owners)
-
-
-def owning_pool_uid(quota: JSON) -> str:
-    for ref in (quota.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "ResourcePool":
-            return str(ref.get("uid", ""))
-    return ""
-
-
-def stale_quotas(plan: Plan, quotas: Iterable[JSON]) -> list[JSON]:
-    """Managed ResourceQuotas no live pool wants: their pool is gone, or no longer selects the namespace."""
-    wanted: dict[str, set[tuple[str, str]]] = {}
-    for pool in plan.pools.values():
-        if pool.spec is None or pool.problems:
-            # An invalid pool keeps what it provisioned: a typo must not drop every namespace's quota.
-            wanted[pool.uid] = {("*", "*")}
-            continue
-        wanted[pool.uid] = {(ns, quota_name(pool.name)) for ns in pool.quotas}
-    stale = []
-    for quota in quotas:
-        meta = quota.get("metadata") or {}
-        keep = wanted.get(owning_pool_uid(quota))
-        if keep is None:
-            # Its pool is gone (or being finalised, which deletes its quotas itself).
-            if not any(p.uid == owning_pool_uid(quota) for p in plan.pools.values()):
-                stale.append(quota)
-            continue
-        if ("*", "*") in keep:
-            continue
-        if (meta.get("namespace"), meta.get("name")) not in keep:
-            stale.append(quota)
-    return stale
 
 
 def snapshot(plan: Plan, quotas: Iterable[JSON]) -> PoolsSnapshot:

@@ -13,7 +13,7 @@ from enclave_core.api.pools import ClaimRef, Exhaustion, PoolRef, ResourcePoolCl
 from enclave_core.api.quotas import QuotaTotals
 from enclave_core.conditions import Condition, new_condition, read_conditions, set_condition
 from enclave_core.quantity import max0, sub_maps
-from enclave_pools.plan import BOUND, PoolPlan, Verdict, fmt
+from enclave_pools.model import BOUND, PoolPlan, Verdict, fmt
 
 JSON = dict[str, Any]
 CONDITION_MESSAGE_LIMIT = 32000
@@ -123,7 +123,7 @@ def claim_status(raw: JSON, verdict: Verdict, *, now: datetime) -> JSON:
 
 def claim_allocation(verdict: Verdict) -> QuotaTotals | None:
     """``hard`` (the amounts bound), ``used`` (the part of them the namespace uses, see
-    :func:`enclave_pools.plan.claim_usage`) and ``available`` (``hard - used``, never negative, for the
+    :func:`enclave_pools.resourcequotas.claim_usage`) and ``available`` (``hard - used``, never negative, for the
     resources ``used`` reports); None while not bound."""
     if verdict.allocation is None:
         return None
