@@ -23,27 +23,14 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from enclave_testing.binaries import ensure
-from enclave_testing.components import ComponentSpec, RunningComponent, start_component
+from enclave_testing.components import RunningComponent
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
-from enclave_testing.processes import free_port
+from enclave_testing.proxy import RunningProxy, start_proxy
 from enclave_testing.stack import TenancyStack, create_namespace, start_tenancy
 
 USERS = "enclave.dev"
-PROXY = ComponentSpec("proxy", "enclave_proxy")
 SA_GROUPS = ["system:serviceaccounts", "system:authenticated"]
-
-PROXY_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"]},
-    # userextras/<key> for every key a token may carry (RBAC has no "userextras/*"), and uids
-    {"apiGroups": ["authentication.k8s.io"], "resources": ["*"], "verbs": ["impersonate"]},
-    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
-    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-]
-"""The chart's ClusterRole for enclave-proxy (charts/enclave/templates/proxy/rbac.yaml), repeated here so the
-suite runs the proxy with no more than it."""
 
 
 @dataclass
@@ -135,20 +122,6 @@ class ProxyStack:
         return answer
 
 
-def _grant(kube: Any, user: str) -> str:
-    rbac = client.RbacAuthorizationV1Api(kube)
-    name = unique("enclave-proxy-test")
-    rbac.create_cluster_role({"metadata": {"name": name}, "rules": PROXY_RULES})
-    rbac.create_cluster_role_binding(
-        {
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
-        }
-    )
-    return name
-
-
 @pytest.fixture(scope="module")
 def proxied(
     control_plane: ControlPlane, enclave_crds: list[str], tmp_path_factory: pytest.TempPathFactory
@@ -157,59 +130,36 @@ def proxied(
     workdir = tmp_path_factory.mktemp("proxy")
     stack = start_tenancy(control_plane, [{"kind": "Group", "name": USERS}])
     kube = control_plane.admin_client()
-    identity = unique("enclave-proxy")
-    grant = _grant(kube, identity)
     home = unique("proxy-home")
     client.CoreV1Api(kube).create_namespace({"metadata": {"name": home}})
-    assert control_plane.ca is not None
-    serving = control_plane.ca.issue("enclave-proxy", dns_names=["localhost"], ip_addresses=["127.0.0.1"])
-    (workdir / "serving.crt").write_bytes(serving.cert_pem)
-    (workdir / "serving.key").write_bytes(serving.key_pem)
-    port = free_port()
     assert stack.certificates is not None
     endpoints = {p.spec.name: p.grpc_target for p in stack.processes if p.spec.grpc}
-    proxy: RunningComponent | None = None
+    running: RunningProxy | None = None
     try:
-        proxy = start_component(
-            PROXY,
-            kubeconfig=control_plane.identity_kubeconfig(identity),
-            log_dir=control_plane.log_dir,
+        running = start_proxy(
+            control_plane,
+            certificates=stack.certificates,
+            endpoints=endpoints,
             namespace=stack.namespace,
-            endpoints={},
-            identity=identity,
-            args=[
-                *stack.certificates.args(PROXY),  # its own client certificate, as the chart mounts it
-                f"--listen-address=127.0.0.1:{port}",
-                f"--tls-cert-file={workdir / 'serving.crt'}",
-                f"--tls-key-file={workdir / 'serving.key'}",
-                f"--client-ca-file={control_plane.ca_file}",
-                "--tls-reload-interval=1s",
-                f"--tenants-endpoint={endpoints['tenants']}",
-                f"--config-endpoint={endpoints['config']}",
-            ],
+            workdir=workdir,
+            args=["--tls-reload-interval=1s"],
         )
         yield ProxyStack(
             control_plane,
             stack,
-            proxy,
-            f"https://127.0.0.1:{port}",
+            running.component,
+            running.url,
             control_plane.ca_file,
             workdir,
             kubectl_path,
             home=home,
         )
     finally:
-        if proxy is not None:
-            proxy.process.stop()
+        if running is not None:
+            running.stop()
         stack.close()
-        core = client.CoreV1Api(kube)
         with contextlib.suppress(ApiException):
-            core.delete_namespace(home)
-        rbac = client.RbacAuthorizationV1Api(kube)
-        with contextlib.suppress(ApiException):
-            rbac.delete_cluster_role_binding(grant)
-        with contextlib.suppress(ApiException):
-            rbac.delete_cluster_role(grant)
+            client.CoreV1Api(kube).delete_namespace(home)
 
 
 @pytest.fixture

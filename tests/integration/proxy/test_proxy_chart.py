@@ -16,8 +16,6 @@ from enclave_testing import binaries
 from enclave_testing import proxy as local_proxy
 from enclave_testing.paths import repo_root
 
-from .conftest import PROXY_RULES
-
 CHART = repo_root() / "charts" / "enclave"
 BASE = [
     "--kube-version", "1.35.4",
@@ -63,7 +61,7 @@ def test_chart_flags_are_the_components_and_rbac_is_the_suites(helm: Path) -> No
     assert args.tenants_endpoint == "enclave-tenants.enclave-system.svc:9090"
     assert args.client_ca_file.endswith("/ca.crt")
     role = next(doc for doc in objects if doc["kind"] == "ClusterRole")
-    assert role["rules"] == PROXY_RULES, "tests/integration/proxy runs the proxy with exactly the chart's rights"
+    assert role["rules"] == local_proxy.PROXY_RULES, "the suites run the proxy with exactly the chart's rights"
 
 
 def test_proxy_objects_are_accepted_by_kube_apiserver(helm: Path, kube: Any, namespace: str) -> None:

@@ -6,8 +6,8 @@ bound to :data:`PROXY_RULES`, a serving certificate for ``127.0.0.1``/``localhos
 control plane's CA for client certificates, and subscriptions to enclave-config and enclave-tenants with the
 client certificate enclave-config issues it (``certificates.args``), as the chart mounts them.
 
-:data:`FILTERED_KIND_RULES` are the reads the proxy needs to filter the kinds beyond namespaces and nodes (a
-suite adds them with :func:`enclave_testing.rbac.granted` until the chart's role holds them);
+:data:`FILTERED_KIND_RULES` are the reads the proxy needs to filter the kinds beyond namespaces and nodes (part
+of :data:`PROXY_RULES`, as of the chart's role);
 :class:`ProxyClient` signs in with a client certificate of the control plane's CA, to the proxy or, for
 comparison, to kube-apiserver itself (tests/security/test_proxy_*.py).
 """
@@ -37,7 +37,7 @@ from enclave_testing.processes import free_port
 from enclave_testing.stack import TenancyStack
 
 PROXY = ComponentSpec("proxy", "enclave_proxy")
-PROXY_RULES: list[dict[str, Any]] = [
+_OWN_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"]},
     # userextras/<key> for every key a token may carry (RBAC has no "userextras/*"), and uids
     {"apiGroups": ["authentication.k8s.io"], "resources": ["*"], "verbs": ["impersonate"]},
@@ -46,8 +46,7 @@ PROXY_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
 ]
-"""The chart's ClusterRole for enclave-proxy (charts/enclave/templates/proxy/rbac.yaml), repeated here so
-whatever runs on it runs with no more (tests/integration/proxy/test_proxy_chart.py compares the two)."""
+"""What the proxy needs to authenticate callers, act as them and serve namespaces and nodes."""
 
 READ = ["get", "list", "watch"]
 FILTERED_KIND_RULES: list[dict[str, Any]] = [
@@ -60,6 +59,10 @@ FILTERED_KIND_RULES: list[dict[str, Any]] = [
 ]
 """Reads of the kinds the proxy filters besides namespaces and nodes (it lists and watches each); without them it
 passes those kinds through (docs/proxy.md)."""
+
+PROXY_RULES: list[dict[str, Any]] = [*_OWN_RULES, *FILTERED_KIND_RULES]
+"""The chart's ClusterRole for enclave-proxy (charts/enclave/templates/proxy/proxy.yaml), repeated here so
+whatever runs on it runs with no more (tests/integration/proxy/test_proxy_chart.py compares the two)."""
 
 
 def chart_settings() -> list[str]:
