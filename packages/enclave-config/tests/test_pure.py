@@ -302,7 +302,7 @@ def test_only_tenant_names_and_aggregated_owners_wake_the_configuration() -> Non
 
     kube: Any = cast(Any, None)  # nothing here talks to the API: informers are fed by hand
     controller = ConfigController(kube, Settings("c", "ns", timedelta(days=1)), SnapshotHub("t"), cast(Any, None))
-    woken = controller._trigger
+    woken = controller.loop.write_wanted
 
     def tenant(name: str, size: int) -> dict[str, object]:
         return {"metadata": {"name": name}, "status": {"size": size}}
@@ -337,7 +337,7 @@ def test_a_tenant_taking_or_dropping_a_promoted_accounts_namespace_wakes_the_con
 
     kube: Any = cast(Any, None)  # nothing here talks to the API: informers are fed by hand
     controller = ConfigController(kube, Settings("c", "ns", timedelta(days=1)), SnapshotHub("t"), cast(Any, None))
-    woken = controller._trigger
+    woken = controller.loop.write_wanted
 
     def tenant(*namespaces: str) -> dict[str, object]:
         return {"metadata": {"name": "a"}, "status": {"namespaces": list(namespaces)}}

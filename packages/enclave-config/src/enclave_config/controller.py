@@ -14,7 +14,6 @@ unchanged configuration makes no API call at all.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import logging
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Gauge
 from pydantic import ValidationError
 
 from enclave_config import crds, policies, rbac, tls, webhooks
@@ -38,13 +37,13 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.holds import holds
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.runtime.loops import DONE, ControllerLoop, Result
 from enclave_core.snapshots import access
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration, effective
 from enclave_core.snapshots.hub import SnapshotHub
 
 log = logging.getLogger(__name__)
 
-RECONCILES = Counter("enclave_config_reconciles_total", "Reconciles of the ServiceConfiguration", ["result"])
 READY = Gauge("enclave_config_ready", "1 when the ServiceConfiguration is validated and applied")
 ADMISSION_PATHS = {
     "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
@@ -54,6 +53,8 @@ RBAC_PATHS = {
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
 }
+RETRY_SECONDS = 5.0
+"""How soon an apply that failed (or a storage migration not done yet) is tried again without a change."""
 
 
 @dataclass(frozen=True)
@@ -85,10 +86,7 @@ class ConfigController:
         self.settings = settings
         self.hub = hub
         self.events = events
-        self.leading = False
         self.last_good: EffectiveConfiguration | None = None
-        self.reconciled = asyncio.Event()
-        self._trigger = asyncio.Event()
         self._owner: list[JSON] | None = None
         self._tenant_names: frozenset[str] = frozenset()
         self._aggregated: frozenset[tuple[str, str]] = frozenset()
@@ -125,6 +123,16 @@ class ConfigController:
             name="crds",
         )
         self._optional = [self.crds] if settings.manage_crds else []
+        # Every replica reconciles (each serves ConfigService from the configuration it computes); only the
+        # Lease holder's reconcile writes (``leading``).
+        self.loop = ControllerLoop(
+            "config", self._informers(), self.reconcile, settings.resync_seconds, leader_only=False
+        )
+        self.reconciled = self.loop.reconciled
+
+    @property
+    def leading(self) -> bool:
+        return self.loop.leading
 
     def _informers(self) -> list[Informer]:
         return [
@@ -137,7 +145,7 @@ class ConfigController:
         ]
 
     def _changed(self, _key: str) -> None:
-        self._trigger.set()
+        self.loop.changed()
 
     def _tenants_changed(self, key: str) -> None:
         """Only the set of names is ours (``status.tenants``), and which namespaces holding promoted service
@@ -146,21 +154,21 @@ class ConfigController:
         names = frozenset(self.tenants.items)
         if names != self._tenant_names:
             self._tenant_names = names
-            self._trigger.set()
+            self.loop.changed()
         homes = self._tenant_homes(self.tenants.get(key))
         if homes != self._homes.get(key, frozenset()):
             if homes:
                 self._homes[key] = homes
             else:
                 self._homes.pop(key, None)
-            self._trigger.set()
+            self.loop.changed()
 
     def _owners_changed(self, _key: str) -> None:
         """Only the entities aggregated into the tenant users are ours (``status.users``, serviceUsers)."""
         aggregated = frozenset(entity for owner in self.owners.values() if (entity := _aggregated(owner)))
         if aggregated != self._aggregated:
             self._aggregated = aggregated
-            self._trigger.set()
+            self.loop.changed()
 
     def _promoted_changed(self, _key: str) -> None:
         """A labelled service account came, went or changed: which tenants hold one is worked out again."""
@@ -169,7 +177,7 @@ class ConfigController:
             self._promoted_namespaces = namespaces
             homes = {key: self._tenant_homes(tenant) for key, tenant in self.tenants.items.items()}
             self._homes = {key: found for key, found in homes.items() if found}
-        self._trigger.set()
+        self.loop.changed()
 
     def _tenant_homes(self, tenant: JSON | None) -> frozenset[str]:
         """The namespaces holding promoted accounts that ``tenant``'s status lists as its own."""
@@ -182,56 +190,38 @@ class ConfigController:
         return rbac.promoted_in_tenants(self.promoted.values(), self.tenants.values())
 
     def set_leading(self, leading: bool) -> None:
-        self.leading = leading
-        self._trigger.set()
+        self.loop.set_leading(leading)
 
     async def run(self) -> None:
-        """Watch, then reconcile on every change and at least every resync period."""
-        tasks = [asyncio.create_task(informer.run(), name=informer.name) for informer in self._informers()]
+        """Watch, then reconcile on every change and at least every resync period (:mod:`enclave_core.runtime.loops`)."""
         try:
-            await asyncio.gather(*(informer.synced.wait() for informer in self._informers()))
-            backoff = 0.5
-            while True:
-                self._trigger.clear()
-                wait = self.settings.resync_seconds
-                try:
-                    wait = min(wait, await self.reconcile())
-                    backoff = 0.5
-                except Exception:
-                    log.exception("reconcile failed")
-                    RECONCILES.labels("error").inc()
-                    wait, backoff = backoff, min(30.0, backoff * 2)
-                self.reconciled.set()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._trigger.wait(), timeout=wait)
+            await self.loop.run()
         finally:
-            for task in tasks:
-                task.cancel()
             self.secrets.stop()
 
     # -- one reconcile -------------------------------------------------------------------------------------
 
-    async def reconcile(self) -> float:
-        """Converge on the observed state; return seconds until the next time-driven check."""
+    async def reconcile(self) -> Result:
+        """Converge on the observed state; come back when a certificate needs a look or a failed apply a retry."""
         raw = self.configs.get(self.settings.name)
         if raw is None:
             if self.leading:
                 await self._create_default()
-            return self.settings.resync_seconds
+            return DONE
         generation = int(raw.get("metadata", {}).get("generation", 0))
         try:
             config = ServiceConfiguration.model_validate(raw)
         except ValidationError as err:
             await self._not_ready(raw, generation, "InvalidSpec", _validation_message(err))
-            return self.settings.resync_seconds
+            return DONE
         found = problems(config.spec)
         if found:
             await self._not_ready(raw, generation, "InvalidConfiguration", "; ".join(str(p) for p in found))
-            return self.settings.resync_seconds
+            return DONE
         current = effective(self.settings.name, generation, config.spec)
         self._publish(current)
         if not self.leading:
-            return self.settings.resync_seconds
+            return DONE
         try:
             if self._owner is None:
                 self._owner = await self._anchor()
@@ -242,16 +232,15 @@ class ConfigController:
             await self._apply_rbac(current)
         except ApplyError as err:
             await self._not_ready(raw, generation, err.reason, str(err))
-            return min(self.settings.resync_seconds, 5.0)
+            return Result(requeue_after=RETRY_SECONDS)
         except KubeError as err:
             await self._not_ready(raw, generation, "ApplyFailed", str(err))
-            return 5.0
+            return Result(requeue_after=RETRY_SECONDS)
         await self._write_status(raw, generation, "True", "Applied", "configuration validated and applied", current)
-        RECONCILES.labels("applied").inc()
         READY.set(1)
         if self.settings.manage_crds and not await self._migrate_storage():
-            return min(next_tls, 5.0)
-        return next_tls
+            return Result(requeue_after=min(next_tls, RETRY_SECONDS))
+        return Result(requeue_after=next_tls)
 
     def _own(self, body: JSON) -> JSON:
         """Mark a generated object as ours: the labels find it for pruning.
@@ -509,7 +498,6 @@ class ConfigController:
 
     async def _not_ready(self, raw: JSON, generation: int, reason: str, message: str) -> None:
         READY.set(0)
-        RECONCILES.labels("invalid").inc()
         log.warning("configuration not applied", extra={"reason": reason, "detail": message})
         if not self.leading:
             return

@@ -33,6 +33,7 @@ from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerClient, LedgerMissingError, fold, new_ledger
 from enclave_core.quantity import Quantity
+from enclave_core.runtime.loops import ControllerLoop, Result
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaEntry, QuotaTargets
 from enclave_quotas import webhook
@@ -42,7 +43,6 @@ from enclave_quotas.discovery import ApiResource, Catalogue, discover
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIGURATION = "enclave-validating-webhook-configuration"
-PASSES = Counter("enclave_quotas_passes_total", "Counting passes", ["result"])
 WRITES = Counter("enclave_quotas_writes_total", "Writes to the cluster", ["kind", "operation"])
 USED = Gauge("enclave_quotas_used", "Usage counted per quota", ["kind", "namespace", "name"])
 LIMIT = Gauge("enclave_quotas_limit", "Limit per quota", ["kind", "namespace", "name"])
@@ -52,6 +52,11 @@ CLAIM = Gauge(
     ["kind", "namespace", "name", "claim_kind", "claim_namespace", "claim_name"],
 )
 WATCHED = Gauge("enclave_quotas_watched_resources", "Resources watched for counting")
+
+SETTLE_SECONDS = 0.02
+"""After a wake, let a burst of watch events land so one pass handles them all."""
+MIN_WAIT_SECONDS = 0.05
+"""The least time between two passes that no change asked for (a fold due in a millisecond waits this long)."""
 
 QUOTA_PATHS = {
     "CustomQuota": f"/apis/{GROUP_VERSION}/customquotas",
@@ -88,14 +93,11 @@ class QuotasController:
         self.events = events
         self.events_namespace = "default"
         """Where a GlobalCustomQuota's Events go: ``spec.events.namespace`` once enclave-config's stream says."""
-        self.leading = False
-        self.synced = asyncio.Event()
-        self.reconciled = asyncio.Event()
         self.ledgers = LedgerClient(kube, settings.namespace)
         self.catalogue = Catalogue()
-        self._trigger = asyncio.Event()
         self._rediscover = asyncio.Event()
-        self._discovered = asyncio.Event()
+        self.discovered = asyncio.Event()
+        """Set once the API's resources are known (:func:`enclave_quotas.discovery.discover`): no pass before."""
         self._last_discovery = 0.0
         self._good: dict[str, QuotaEntry] = {}
         """Last good entry per quota, kept while its spec is invalid."""
@@ -128,12 +130,27 @@ class QuotasController:
             on_change=change,
             name="webhook-configurations",
         )
+        # Every replica counts and publishes; only the Lease holder's pass writes (``leading``).
+        self.loop = ControllerLoop(
+            "quotas",
+            self.informers(),
+            self.reconcile,
+            settings.resync_seconds,
+            leader_only=False,
+            synced_after=[self.discovered],
+            settle_seconds=SETTLE_SECONDS,
+        )
+        self.synced, self.reconciled = self.loop.synced, self.loop.reconciled
+
+    @property
+    def leading(self) -> bool:
+        return self.loop.leading
 
     def informers(self) -> list[Informer]:
         return [*self.quotas.values(), self.namespaces, self.ledger_cache, self.crds, self.configuration]
 
     def _changed(self, _key: str = "") -> None:
-        self._trigger.set()
+        self.loop.changed()
 
     def _ledger_changed(self, key: str) -> None:
         obj = self.ledger_cache.get(key)
@@ -141,7 +158,7 @@ class QuotasController:
             self.ledgers.forget(key.rpartition("/")[2])
         else:
             self.ledgers.observe(obj)
-        self._trigger.set()
+        self.loop.changed()
 
     def set_events_namespace(self, namespace: str) -> None:
         self.events_namespace = namespace or "default"
@@ -150,27 +167,26 @@ class QuotasController:
         if name != self.webhook_configuration:
             log.info("quota hook configuration", extra={"configuration": name})
         self.webhook_configuration = name
-        self._trigger.set()
+        self.loop.changed()
 
     def set_leading(self, leading: bool) -> None:
-        self.leading = leading
-        self._trigger.set()
+        self.loop.set_leading(leading)
 
     # -- loops ---------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(informer.run(), name=informer.name) for informer in self.informers()]
-        tasks.append(asyncio.create_task(self._discovery_loop(), name="discovery"))
+        discovery = asyncio.create_task(self._discovery_loop(), name="discovery")
         try:
-            await asyncio.gather(*(informer.synced.wait() for informer in self.informers()))
-            await self._discovered.wait()
-            self.synced.set()
-            await self._loop()
+            await self.loop.run()
         finally:
-            for task in tasks:
-                task.cancel()
-            for _, task in self._objects.values():
-                task.cancel()
+            discovery.cancel()
+            self.close()
+
+    def close(self) -> None:
+        """Stop the watches of counted objects (the end of :meth:`run`; a test driving the loop alone calls it)."""
+        for _, task in self._objects.values():
+            task.cancel()
+        self._objects.clear()
 
     async def _discovery_loop(self) -> None:
         backoff = 0.5
@@ -178,9 +194,9 @@ class QuotasController:
             try:
                 self.catalogue = await discover(self.kube)
                 self._last_discovery = time.monotonic()
-                self._discovered.set()
+                self.discovered.set()
                 backoff = 0.5
-                self._trigger.set()
+                self.loop.changed()
             except Exception as err:
                 log.warning("discovery failed", extra={"error": str(err)})
                 await asyncio.sleep(backoff)
@@ -190,24 +206,6 @@ class QuotasController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._rediscover.wait(), timeout=300)
             await asyncio.sleep(0.5)  # a CRD is Established a moment before discovery serves it
-
-    async def _loop(self) -> None:
-        backoff = 0.5
-        while True:
-            self._trigger.clear()
-            wait = self.settings.resync_seconds
-            try:
-                wait = min(wait, await self.reconcile())
-                PASSES.labels("ok").inc()
-                backoff = 0.5
-            except Exception:
-                log.exception("quota pass failed")
-                PASSES.labels("error").inc()
-                wait, backoff = backoff, min(30.0, backoff * 2)
-            self.reconciled.set()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._trigger.wait(), timeout=max(wait, 0.05))
-            await asyncio.sleep(0.02)  # let a burst of watch events land in one pass
 
     # -- one pass --------------------------------------------------------------------------------------------
 
@@ -259,8 +257,9 @@ class QuotasController:
         self.hub.publish(QUOTAS_KIND, snapshot.model_dump_json().encode())
         return entries
 
-    async def reconcile(self) -> float:
-        """Count, publish, and (leader) write; the seconds until the next pass is due regardless of events."""
+    async def reconcile(self) -> Result:
+        """Count, publish, and (leader) write; come back when a fold or an expiry is due regardless of events
+        (and, on a replica that does not write, to re-read discovery while a source does not resolve)."""
         views = self.count_all()
         entries = self.publish(views)
         self._metrics(views)
@@ -268,7 +267,7 @@ class QuotasController:
         if unresolved and time.monotonic() - self._last_discovery > self.settings.rediscover_seconds:
             self._rediscover.set()
         if not self.leading:
-            return self.settings.rediscover_seconds
+            return Result(requeue_after=self.settings.rediscover_seconds)
         wait = self.settings.resync_seconds
         for view in views:
             try:
@@ -278,7 +277,7 @@ class QuotasController:
                 wait = min(wait, 1.0)
         await self._prune_ledgers(views)
         await self._scope_hook(entries)
-        return wait
+        return Result(requeue_after=max(wait, MIN_WAIT_SECONDS))
 
     def _metrics(self, views: list[QuotaView]) -> None:
         claims: set[tuple[str, ...]] = set()
@@ -370,7 +369,7 @@ class QuotasController:
             stored = await self.kube.replace(path, {**live, "status": view.status})
         except KubeError as err:
             if err.conflict or err.not_found:
-                self._trigger.set()  # a newer copy is on its way through the watch
+                self.loop.again()  # a newer copy is on its way through the watch
                 return
             raise
         informer.items[key] = stored

@@ -114,9 +114,12 @@ class LoopMetrics:
     @classmethod
     def standard(cls, component: str, *, publishes: bool = False, what: str = "snapshots") -> LoopMetrics:
         """``enclave_<component>_reconciles_total{result}``, ``enclave_<component>_reconcile_seconds`` and, with
-        ``publishes``, ``enclave_<component>_snapshots_total{result}``. Call once per process (module level):
-        the default registry refuses a second metric of a name."""
-        return cls(
+        ``publishes``, ``enclave_<component>_snapshots_total{result}``; the same object for a component every
+        time (the default registry refuses a second metric of a name, and a test builds many controllers)."""
+        known = _STANDARD.get(component)
+        if known is not None:
+            return known
+        known = _STANDARD[component] = cls(
             passes=Counter(
                 f"enclave_{component}_reconciles_total", f"Passes of the {component} write loop", ["result"]
             ),
@@ -129,6 +132,10 @@ class LoopMetrics:
                 else None
             ),
         )
+        return known
+
+
+_STANDARD: dict[str, LoopMetrics] = {}
 
 
 class ControllerLoop:
@@ -141,11 +148,11 @@ class ControllerLoop:
     def __init__(
         self,
         name: str,
-        *,
         informers: Sequence[Informer],
         reconcile: Callable[[], Awaitable[Result]] | None = None,
         resync_seconds: float = 0.0,
-        metrics: LoopMetrics,
+        *,
+        metrics: LoopMetrics | None = None,
         publish: Callable[[], Any] | None = None,
         gate: asyncio.Event | None = None,
         leader_only: bool = True,
@@ -157,7 +164,8 @@ class ControllerLoop:
         publish_yield_after: float | None = None,
     ) -> None:
         """Either ``reconcile`` (one pass, run at least every ``resync_seconds``) or ``queue`` (per-key reconciles,
-        each key's Result its own resync). ``synced_after``: events that must be set too, after the informers
+        each key's Result its own resync). ``metrics``: :meth:`LoopMetrics.standard` of ``name`` unless given.
+        ``synced_after``: events that must be set too, after the informers
         listed, before ``synced`` (e.g. API discovery). ``settle_seconds``: after each wake, how long to let a
         burst of watch events land before the pass that handles them all. ``hints``, ``queue``,
         ``release_memory``, ``publish_yield_after``: the options in the module docstring."""
@@ -174,7 +182,7 @@ class ControllerLoop:
         self._memory = memory.Releaser() if release_memory else None
         self.publish_yield_after = publish_yield_after
         self.resync_seconds = resync_seconds
-        self.metrics = metrics
+        self.metrics = metrics or LoopMetrics.standard(name, publishes=publish is not None)
         self.gate = gate
         self.leader_only = leader_only
         self._synced_after = list(synced_after)
@@ -188,6 +196,12 @@ class ControllerLoop:
         self._backoff = BACKOFF_FIRST
         self._failed = False
         """Whether the last pass raised (batched rounds let its backoff run out)."""
+
+    @property
+    def write_wanted(self) -> asyncio.Event:
+        """Set when a write pass is asked for (a change, :meth:`again`); cleared as a pass begins. Tests read it to
+        tell which changes wake the controller."""
+        return self._write_trigger
 
     def changed(self, _key: str = "") -> None:
         """An informer's ``on_change``: recompile the snapshot and run a write pass."""
@@ -321,7 +335,10 @@ class ControllerLoop:
             if self._memory is not None:
                 self._memory.idle()  # a burst of passes ended: give back what it freed
             wait = max(0.0, min(resync_at, due_at) - time.monotonic())
+            # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose event is set as the task is cancelled
+            # returns and drops the cancellation, and the loop (and the process's shutdown) would go on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._write_trigger.wait(), timeout=wait)
+                async with asyncio.timeout(wait):
+                    await self._write_trigger.wait()
             if self.settle_seconds:
                 await asyncio.sleep(self.settle_seconds)
