@@ -9,18 +9,23 @@ no validation, no managedFields, no watch (tests put objects into the informers'
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
 import copy
 import itertools
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError
+from enclave_core.runtime.loops import ControllerLoop, Result
 
-Failure = Callable[[str, str], KubeError | None]
-"""(method, path) -> an error to raise instead of answering, or None."""
+Failure = Callable[[str, str], Exception | None]
+"""(method, path) -> an error to raise instead of answering, or None: a :class:`KubeError` as kube-apiserver
+answers, or e.g. a ``ConnectionResetError`` as the connection fails."""
 
 
 def _wire(obj: JSON) -> JSON:
@@ -40,6 +45,23 @@ def _merge(into: JSON, patch: JSON) -> None:
             into[key] = copy.deepcopy(value)
 
 
+class Outage:
+    """A :data:`Failure`: the first ``count`` requests that ``picks`` chooses fail as a reset connection would
+    (not an answer of kube-apiserver, so no controller mistakes it for one); ``times`` says when each chosen
+    request came, failed or not."""
+
+    def __init__(self, picks: Callable[[str, str], bool], count: int = 1) -> None:
+        self.picks = picks
+        self.count = count
+        self.times: builtins.list[float] = []
+
+    def __call__(self, method: str, path: str) -> Exception | None:
+        if not self.picks(method, path):
+            return None
+        self.times.append(time.monotonic())
+        return ConnectionResetError(f"{method} {path}: connection reset") if len(self.times) <= self.count else None
+
+
 class MemoryKube(Kube):
     """Objects by path; ``calls`` lists (method, path) of every request, writes and reads alike."""
 
@@ -47,6 +69,8 @@ class MemoryKube(Kube):
         self.objects: dict[str, JSON] = {}
         self.calls: list[tuple[str, str]] = []
         self.fail = fail
+        self.after_write: Callable[[], object] | None = None
+        """Called after every write that stored something (:meth:`Echo.live` plays it back as a watch would)."""
         self._versions = itertools.count(1)
         self._names = itertools.count(1)
 
@@ -60,7 +84,10 @@ class MemoryKube(Kube):
         meta = obj.setdefault("metadata", {})
         meta.setdefault("uid", f"uid-{next(self._names)}")
         meta["resourceVersion"] = str(next(self._versions))
-        return _wire(obj)
+        wired = _wire(obj)
+        if self.after_write is not None:
+            self.after_write()
+        return wired
 
     def writes(self) -> list[tuple[str, str]]:
         return [call for call in self.calls if call[0] != "GET"]
@@ -89,8 +116,7 @@ class MemoryKube(Kube):
         continue_token: str | None = None,
     ) -> JSON:
         self._check("GET", path)
-        prefix = path.rstrip("/") + "/"
-        items = [_wire(obj) for key, obj in self.objects.items() if key.startswith(prefix)]
+        items = [_wire(obj) for key, obj in self.objects.items() if _in_collection(key, path)]
         return {"items": items, "metadata": {"resourceVersion": str(next(self._versions))}}
 
     async def create(self, path: str, body: JSON) -> JSON:
@@ -121,6 +147,44 @@ class MemoryKube(Kube):
         _merge(obj, patch)
         return self._stamp(obj)
 
+    async def replace(self, path: str, body: JSON) -> JSON:
+        """A PUT: refused with 409 when ``metadata.resourceVersion`` is not the stored one (as kube-apiserver's
+        optimistic concurrency); on ``/status`` only the status is replaced."""
+        self._check("PUT", path)
+        target = path.removesuffix("/status")
+        if target not in self.objects:
+            raise KubeError(404, "NotFound", f"{target} not found")
+        live = self.objects[target]
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if version and version != live.get("metadata", {}).get("resourceVersion"):
+            raise KubeError(409, "Conflict", f"{target}: the object has been modified")
+        if path.endswith("/status"):
+            live["status"] = copy.deepcopy(body.get("status"))
+        else:
+            status = live.get("status")
+            live.clear()
+            live.update(copy.deepcopy(body))
+            if status is not None:
+                live["status"] = status
+        return self._stamp(live)
+
+    async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> JSON:
+        """GET (an object, or a collection as :meth:`list`) and DELETE (a uid precondition in ``body`` is
+        checked); other raw requests are the typed methods' business."""
+        if method == "DELETE":
+            uid = ((body or {}).get("preconditions") or {}).get("uid")
+            live = self.objects.get(path)
+            if uid and live is not None and live.get("metadata", {}).get("uid") != uid:
+                self._check(method, path)
+                raise KubeError(409, "Conflict", f"{path}: uid precondition failed")
+            await self.delete(path, missing_ok=False)
+            return {}
+        if method == "GET":
+            if object_of(path)[1]:
+                return await self.get(path)
+            return await self.list(path)
+        raise KubeError(501, "NotImplemented", f"MemoryKube answers raw {method} only through its typed methods")
+
     async def json_patch(self, path: str, operations: builtins.list[JSON]) -> JSON:
         self._check("PATCH", path)
         if path not in self.objects:
@@ -141,8 +205,11 @@ class MemoryKube(Kube):
 
     async def delete(self, path: str, *, missing_ok: bool = True) -> None:
         self._check("DELETE", path)
-        if self.objects.pop(path, None) is None and not missing_ok:
-            raise KubeError(404, "NotFound", f"{path} not found")
+        if self.objects.pop(path, None) is None:
+            if not missing_ok:
+                raise KubeError(404, "NotFound", f"{path} not found")
+        elif self.after_write is not None:
+            self.after_write()
 
     async def watch(
         self,
@@ -155,6 +222,29 @@ class MemoryKube(Kube):
     ) -> AsyncIterator[JSON]:
         raise KubeError(501, "NotImplemented", "MemoryKube has no watch: put objects into the caches")
         yield {}  # pragma: no cover  (makes this an async generator like Kube.watch)
+
+
+def _split(path: str) -> tuple[str, list[str]]:
+    """(``api/v1`` or ``apis/<group>/<version>``, the rest of the path's parts)."""
+    parts = path.strip("/").split("/")
+    cut = 2 if parts[:1] == ["api"] else 3
+    return "/".join(parts[:cut]), parts[cut:]
+
+
+def _in_collection(key: str, collection: str) -> bool:
+    """Whether the object stored at ``key`` is listed by ``collection``: its namespace's or, for a namespaced
+    kind listed without one (``/api/v1/pods``), every namespace's."""
+    api, rest = _split(collection)
+    object_api, object_rest = _split(key)
+    if api != object_api:
+        return False
+    if len(rest) == 3 and rest[0] == "namespaces":
+        return object_rest[:3] == rest and len(object_rest) == 4
+    if len(rest) == 1:
+        return object_rest[:-1] == rest or (
+            len(object_rest) == 4 and object_rest[0] == "namespaces" and object_rest[2] == rest[0]
+        )
+    return False
 
 
 def object_of(path: str) -> tuple[str, str]:
@@ -183,6 +273,10 @@ class Echo:
         """An object arriving by watch."""
         informer.apply_event("MODIFIED", _wire(obj))
 
+    def live(self) -> None:
+        """Play every write back as it is made, as a watch would (for a controller's own loop to run on)."""
+        self.kube.after_write = self
+
     def __call__(self) -> builtins.list[tuple[str, str]]:
         """The writes since the last call, each echoed; returns them."""
         calls = self.kube.calls[self.seen :]
@@ -200,3 +294,28 @@ class Echo:
             else:
                 self.put(informer, stored)
         return [call for call in calls if call[0] != "GET"]
+
+
+async def settle(reconcile: Callable[[], Awaitable[Result]], echo: Echo, limit: int = 50) -> int:
+    """Passes of a controller's reconcile, each followed by its writes echoed, until one writes nothing and asks
+    for nothing at once; the number of passes."""
+    for passes in range(1, limit + 1):
+        result = await reconcile()
+        if not echo() and not (result.requeue_after is not None and result.requeue_after <= 0):
+            return passes
+    raise AssertionError(f"the controller did not settle in {limit} passes")
+
+
+@contextlib.asynccontextmanager
+async def running(loop: ControllerLoop) -> AsyncIterator[ControllerLoop]:
+    """A controller's own loop over caches the test filled: its informers count as listed (MemoryKube has no
+    watch; see :meth:`Echo.live`), the loop runs until the block ends."""
+    for informer in loop.informers:
+        informer.synced.set()
+    task = asyncio.create_task(loop.run_loops(), name=f"loop:{loop.name}")
+    try:
+        yield loop
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,91 @@
+"""The global quotas write loop on :class:`enclave_testing.memorykube.MemoryKube`: it converges, a settled pass
+writes nothing, and a failed pass is retried by the runtime's loop (no control plane)."""
+
+from __future__ import annotations
+
+from enclave_globalquotas import naming
+from enclave_globalquotas.controller import QUOTAS_PATH, GlobalQuotasController, Settings
+from enclave_globalquotas.ledger import quota_ledger_name
+from prometheus_client import REGISTRY
+
+from enclave_core import GROUP_VERSION
+from enclave_core.api import names
+from enclave_core.kube.events import EventRecorder
+from enclave_core.kube.rest import resource_path
+from enclave_core.snapshots.hub import SnapshotHub
+from enclave_testing.memorykube import Echo, Failure, MemoryKube, Outage, running, settle
+from enclave_testing.waiting import poll_async
+
+LEDGERS = "enclave-system"
+
+
+def _quota(namespace: str) -> str:
+    return resource_path("v1", "resourcequotas", namespace=namespace, name=naming.resource_quota_name("shared"))
+
+
+class GlobalQuotas:
+    """A controller over a MemoryKube holding GlobalResourceQuota ``shared`` (pods 10) selecting namespaces of
+    team a (``x``, ``y``; not ``z``); every write echoed into the caches."""
+
+    def __init__(self, fail: Failure | None = None) -> None:
+        self.kube = MemoryKube(fail)
+        self.controller = c = GlobalQuotasController(
+            self.kube,
+            Settings(resync_seconds=3600),
+            SnapshotHub("test"),
+            EventRecorder(self.kube, "test"),
+            ledger_namespace=LEDGERS,
+        )
+        informers = {"globalresourcequotas": c.quotas, "namespaces": c.namespaces, "tenants": c.tenants}
+        informers |= {"resourcequotas": c.resource_quotas, "quantityledgers": c.ledgers}
+        self.echo = Echo(self.kube, {**informers, "rulestatuses": c.rule_statuses})
+
+    async def seed(self) -> None:
+        quota = {
+            "metadata": {"name": "shared", "generation": 1},
+            "spec": {"quota": {"hard": {"pods": "10"}}, "namespaceSelectors": [{"matchLabels": {"team": "a"}}]},
+        }
+        await self.kube.create(QUOTAS_PATH, quota)
+        for name, team in (("x", "a"), ("y", "a"), ("z", "b")):
+            await self.kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {"team": team}}})
+        self.echo()
+
+    def converged(self) -> bool:
+        ledger = resource_path(GROUP_VERSION, "quantityledgers", namespace=LEDGERS, name=quota_ledger_name("shared"))
+        return (
+            _quota("x") in self.kube.objects
+            and _quota("y") in self.kube.objects
+            and ledger in self.kube.objects
+            and "conditions" in (self.kube.objects[f"{QUOTAS_PATH}/shared"].get("status") or {})
+        )
+
+
+def _errors() -> float:
+    return REGISTRY.get_sample_value("enclave_globalquotas_reconciles_total", {"result": "error"}) or 0.0
+
+
+async def test_the_globalquotas_loop_converges_and_a_settled_pass_writes_nothing() -> None:
+    quotas = GlobalQuotas()
+    await quotas.seed()
+    await settle(quotas.controller.reconcile, quotas.echo)
+    assert quotas.converged()
+    assert _quota("z") not in quotas.kube.objects
+    labels = quotas.kube.objects[_quota("x")]["metadata"]["labels"]
+    assert labels[names.MANAGED_BY] == names.GLOBALQUOTAS_MANAGER
+    await quotas.controller.reconcile()
+    assert quotas.echo() == []
+
+
+async def test_a_failed_globalquotas_pass_backs_off_and_is_retried() -> None:
+    # The first pass's ResourceQuota writes (x and y, side by side) fail: that pass fails.
+    outage = Outage(lambda method, path: method != "GET" and "/resourcequotas/" in path, count=2)
+    quotas = GlobalQuotas(outage)
+    await quotas.seed()
+    quotas.echo.live()
+    errors = _errors()
+    loop = quotas.controller.loops
+    loop.set_leading(True)
+    async with running(loop):
+        await poll_async(quotas.converged, what="the quota converged after a failed pass")
+    assert _errors() == errors + 1
+    assert outage.times[2] - outage.times[0] >= 0.5  # the backoff, not the next change, brought the retry
