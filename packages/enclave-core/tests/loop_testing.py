@@ -1,12 +1,14 @@
-"""What the controller loop's unit tests share: waiting for progress with a deadline, and a loop run for a block."""
+"""What the controller loop's unit tests share: waiting for progress with a deadline, and a loop run for a block
+(:func:`enclave_testing.memorykube.running`, which the controllers' own loop tests use too)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
-from enclave_core.runtime.loops import ControllerLoop
+from enclave_testing.memorykube import running
+
+__all__ = ["DEADLINE", "running", "until"]
 
 DEADLINE = 10.0
 
@@ -20,15 +22,3 @@ async def until(check: Callable[[], bool], progress: asyncio.Event) -> None:
             await progress.wait()
 
     await asyncio.wait_for(wait(), DEADLINE)
-
-
-@contextlib.asynccontextmanager
-async def running(loop: ControllerLoop) -> AsyncIterator[ControllerLoop]:
-    """``loop`` runs (informers, publish and write loops) for the block, and is cancelled after it."""
-    task = asyncio.create_task(loop.run())
-    try:
-        yield loop
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
