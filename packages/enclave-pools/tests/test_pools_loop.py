@@ -12,13 +12,14 @@ from enclave_core.api import names
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.rest import resource_path
 from enclave_core.snapshots.hub import SnapshotHub
-from enclave_pools import plan as pl
 from enclave_pools.controller import POOLS_PATH, PoolsController, Settings
+from enclave_pools.model import BOUND
+from enclave_pools.resourcequotas import quota_name
 from enclave_testing.memorykube import Echo, Failure, MemoryKube, Outage, running, settle
 from enclave_testing.waiting import poll_async
 
 JSON = dict[str, Any]
-QUOTA = resource_path("v1", "resourcequotas", namespace="n1", name=pl.quota_name("p"))
+QUOTA = resource_path("v1", "resourcequotas", namespace="n1", name=quota_name("p"))
 CLAIM = resource_path(GROUP_VERSION, "resourcepoolclaims", namespace="n1", name="c1")
 
 
@@ -52,7 +53,7 @@ class Pools:
         claim = self.kube.objects.get(CLAIM) or {}
         quota = self.kube.objects.get(QUOTA) or {}
         condition = (claim.get("status") or {}).get("condition") or {}
-        return condition.get("reason") == pl.BOUND and quota.get("spec", {}).get("hard") == {"requests.cpu": "2"}
+        return condition.get("reason") == BOUND and quota.get("spec", {}).get("hard") == {"requests.cpu": "2"}
 
 
 def _errors() -> float:
