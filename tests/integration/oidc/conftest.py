@@ -1,8 +1,10 @@
 """Fixtures for sign-in through OpenID Connect: one real Keycloak per test session, started only when these run.
 
 Keycloak gets a CA of its own (a self-signed identity provider, the case ``idp-certificate-authority`` is for);
-the realm comes from ``realm-enclave.json`` beside this file. Each test module starts its own control plane,
-because how kube-apiserver trusts the identity provider is a flag of its process.
+the realm comes from ``realm-enclave.json`` beside this file. How kube-apiserver trusts the identity provider is a
+flag of its process: the modules that use the structured ``AuthenticationConfiguration`` share the package's
+``plane`` (each starting its own Enclave stack on it, one module at a time); a module that needs other flags
+(the legacy ``--oidc-*`` ones) defines a ``plane`` of its own.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from enclave_core.pki import CertificateAuthority
+from enclave_testing.controlplane import ControlPlane
 from enclave_testing.keycloak import Keycloak
 
-from .signin import REALM_FILE, Provider
+from .signin import REALM_FILE, Provider, structured_flags, trusting_plane
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +33,10 @@ def provider() -> Iterator[Provider]:
     finally:
         keycloak.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="package")
+def plane(provider: Provider) -> Iterator[ControlPlane]:
+    """A control plane whose kube-apiserver trusts Keycloak through ``--authentication-config``."""
+    with trusting_plane(provider, lambda directory: structured_flags(provider, directory)) as running:
+        yield running

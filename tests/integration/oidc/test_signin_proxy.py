@@ -33,15 +33,7 @@ from .signin import (
     TENANT_GROUP,
     Provider,
     claims,
-    structured_flags,
-    trusting_plane,
 )
-
-
-@pytest.fixture(scope="module")
-def plane(provider: Provider) -> Iterator[ControlPlane]:
-    with trusting_plane(provider, lambda directory: structured_flags(provider, directory)) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

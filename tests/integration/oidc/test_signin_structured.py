@@ -34,16 +34,8 @@ from .signin import (
     bearer,
     claims,
     namespace_creator,
-    structured_flags,
-    trusting_plane,
     whoami,
 )
-
-
-@pytest.fixture(scope="module")
-def plane(provider: Provider) -> Iterator[ControlPlane]:
-    with trusting_plane(provider, lambda directory: structured_flags(provider, directory)) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
