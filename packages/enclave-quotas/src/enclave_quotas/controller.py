@@ -204,7 +204,8 @@ class QuotasController:
                 continue
             self._rediscover.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rediscover.wait(), timeout=300)
+                async with asyncio.timeout(300):  # not wait_for: see enclave_core.runtime.loops (a lost cancel)
+                    await self._rediscover.wait()
             await asyncio.sleep(0.5)  # a CRD is Established a moment before discovery serves it
 
     # -- one pass --------------------------------------------------------------------------------------------
