@@ -58,6 +58,18 @@ def test_metadata_and_services_rules_compile_together_into_one_program() -> None
     assert not program.audit_validations
 
 
+def test_metadata_rules_on_namespace_objects_say_the_namespaces_hook_judges_those() -> None:
+    every_kind = {"enforce": {"metadata": [{"kinds": ["*"], "labels": {"env": {"values": [{"exact": ["prod"]}]}}}]}}
+    namespaces = {"enforce": {"metadata": [{"kinds": ["Namespace"], "labels": {"team": {"required": True}}}]}}
+    placed = _placed(compile_namespace(_rules(_deny_label(), every_kind, namespaces)))
+    assert ("Tenant t spec.rules[0]", "metadata of Namespace objects") not in placed  # ConfigMaps only
+    for index in (1, 2):
+        assert placed[(f"Tenant t spec.rules[{index}]", "metadata")][0] == "native"
+        path, why = placed[(f"Tenant t spec.rules[{index}]", "metadata of Namespace objects")]
+        assert path == "webhook"
+        assert "namespaces hook" in why
+
+
 def test_a_label_key_is_one_chain_with_the_last_rule_outermost() -> None:
     program = compile_namespace(
         _rules(

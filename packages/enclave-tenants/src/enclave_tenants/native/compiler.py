@@ -279,6 +279,7 @@ class _Compiler:
                     for key, value in (values or {}).items():
                         keys.setdefault((part, key), []).append((compiled, rule, scope, value))
         outcome: dict[str, list[tuple[Path, str]]] = {}
+        on_namespaces: set[str] = set()
         for number, ((part, key), pairs) in enumerate(keys.items()):
             path = f"metadata.{part}[{key!r}]"
             why = self._metadata_problem(pairs, path)
@@ -297,15 +298,26 @@ class _Compiler:
                 self.asked.setdefault(compiled.index, []).append(_scope(scope))
                 self.program.resources.add("*")
                 outcome.setdefault(origin, []).append(("native", f"{path} in one chain with the namespace's rules"))
+                if _covers_namespaces(scope):
+                    on_namespaces.add(origin)
         for origin, results in outcome.items():
             webhook = [why for path, why in results if path == "webhook"]
             if webhook:
                 self.program.placements.append(
                     Placement(origin, "metadata", "webhook", "; ".join(dict.fromkeys(webhook)))
                 )
-            else:
+                continue
+            self.program.placements.append(
+                Placement(origin, "metadata", "native", "labels and annotations compile to the policy")
+            )
+            if origin in on_namespaces:
                 self.program.placements.append(
-                    Placement(origin, "metadata", "native", "labels and annotations compile to the policy")
+                    Placement(
+                        origin,
+                        "metadata of Namespace objects",
+                        "webhook",
+                        "the policy matches namespaced objects only; the namespaces hook judges the Namespace itself",
+                    )
                 )
 
     @staticmethod
@@ -541,6 +553,13 @@ class _Compiler:
         target.append(
             {"expression": f"variables.{name} == ''", "messageExpression": f"variables.{name}", "reason": "Forbidden"}
         )
+
+
+def _covers_namespaces(scope: KindScope) -> bool:
+    """Whether a metadata rule's kinds take in Namespace objects (core ``v1``), which no policy bound by namespace
+    sees: they stay the namespaces hook's."""
+    kind = scope.any_kind or "Namespace" in scope.kinds
+    return kind and (scope.any_group or "" in scope.groups or "v1" in scope.versions)
 
 
 def _areas(rule: AppliedRule) -> list[str]:
