@@ -12,14 +12,13 @@ import time
 from typing import Any
 
 from enclave_core.api.rules import AppliedRule
+from enclave_tenants.native.celtext import lit
 from enclave_tenants.native.compiler import (
     MAX_TERMS,
     Program,
     compile_namespace,
-    lit,
-    policies,
-    skip_unjudged,
 )
+from enclave_tenants.native.objects import policies, skip_unjudged
 
 
 def _rules(*bodies: dict[str, Any]) -> list[AppliedRule]:

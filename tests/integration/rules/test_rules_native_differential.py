@@ -19,7 +19,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from enclave_core.api.rules import AppliedRule
-from enclave_tenants.native.compiler import compile_namespace, policies
+from enclave_tenants.native.compiler import compile_namespace
+from enclave_tenants.native.objects import policies
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 

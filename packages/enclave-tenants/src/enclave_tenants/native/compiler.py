@@ -28,26 +28,15 @@ with kube-apiserver's error text rather than the webhook's.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import ipaddress
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from enclave_core import cel
-from enclave_core.api.meta import ValueMatcher
-from enclave_core.api.names import (
-    MANAGED_BY,
-    NATIVE_RULES_TENANT_LABEL,
-    SKIP_UNJUDGED_CONDITION,
-    TENANT_LABEL,
-    TENANTS_MANAGER,
-)
 from enclave_core.api.rules import AppliedRule, CidrList, KindScope, MetadataValue
-from enclave_core.patterns import PatternError, compile_pattern
-from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
+from enclave_tenants.native import celtext
 
 JSON = dict[str, Any]
 Path = Literal["native", "webhook"]
@@ -100,129 +89,6 @@ class Program:
         return hashlib.sha256(body.encode()).hexdigest()[:10]
 
 
-# -- CEL text ------------------------------------------------------------------------------------------------
-
-
-def lit(text: str) -> str:
-    """A CEL string literal for ``text`` (JSON escaping is CEL's; non-ASCII stays as is, never a surrogate)."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _list(values: Iterable[str]) -> str:
-    return "[" + ", ".join(lit(value) for value in values) + "]"
-
-
-def origin_text(rule: AppliedRule) -> str:
-    """How the webhook names a rule in its messages."""
-    origin = rule.origin
-    if origin.kind == "Tenant":
-        return f"Tenant {origin.name} spec.rules[{origin.index}]"
-    return f"RuleStatus {origin.namespace}/{origin.name} spec[{origin.index}]"
-
-
-def _describe(values: Sequence[ValueMatcher]) -> str:
-    """The webhook's wording of a list of matchers."""
-    texts = []
-    for matcher in values:
-        parts = []
-        if matcher.exact:
-            parts.append(f"exact {sorted(matcher.exact)}")
-        if matcher.exp:
-            parts.append(f"{'not ' if matcher.negate else ''}matching {matcher.exp!r}")
-        texts.append(" or ".join(parts) or "nothing")
-    return "; ".join(texts)
-
-
-@functools.lru_cache(maxsize=4096)
-def _go_regex_problem(pattern: str) -> str:
-    """Why kube-apiserver's RE2 (Go's regexp) would not take a pattern the webhook's RE2 does, or ''."""
-    try:
-        compile_pattern(pattern)
-    except PatternError as err:
-        return f"regular expression {pattern!r} does not compile: {err.reason}"
-    if "\\C" in pattern:
-        return f"regular expression {pattern!r} uses \\C (any byte), which Go's regexp refuses"
-    return ""
-
-
-def _matchers(var: str, values: Sequence[ValueMatcher]) -> str:
-    """CEL true when the string ``var`` matches one of ``values`` (exact, or the whole value a regex)."""
-    alternatives = []
-    for matcher in values:
-        parts = []
-        if matcher.exact:
-            parts.append(f"{var} in {_list(matcher.exact)}")
-        if matcher.exp:
-            anchored = lit("\\A(?:" + matcher.exp + ")\\z")
-            parts.append(f"{'!' if matcher.negate else ''}{var}.matches({anchored})")
-        alternatives.append("(" + (" || ".join(parts) or "false") + ")")
-    return "(" + (" || ".join(alternatives) or "false") + ")"
-
-
-def _terms(values: Sequence[ValueMatcher] | None) -> int:
-    return sum(len(m.exact or ()) + (1 if m.exp else 0) for m in values or ()) + 1
-
-
-def _matcher_problems(values: Sequence[ValueMatcher] | None) -> list[str]:
-    return [problem for m in values or () if m.exp for problem in [_go_regex_problem(m.exp)] if problem]
-
-
-def _scope(scope: KindScope) -> str:
-    """CEL true when the request's kind is in a metadata rule's ``kinds``/``apiGroups``."""
-    kind = "true" if scope.any_kind else f"request.kind.kind in {_list(sorted(scope.kinds))}"
-    if scope.any_group:
-        return kind
-    api_version = "(request.kind.group == '' ? request.kind.version : request.kind.group + '/' + request.kind.version)"
-    group = f"(request.kind.group in {_list(sorted(scope.groups))} || {api_version} in {_list(sorted(scope.versions))})"
-    return f"({kind} && {group})"
-
-
-# -- applicability --------------------------------------------------------------------------------------------
-
-
-def _applies(rule: AppliedRule) -> tuple[str, str]:
-    """(CEL for "the rule applies to this request", why it cannot be native or '')."""
-    audience = rule.audience or []
-    terms = []
-    users = sorted(
-        {
-            a.name if a.kind == "User" or a.name.startswith(SERVICE_ACCOUNT_PREFIX) else SERVICE_ACCOUNT_PREFIX + a.name
-            for a in audience
-            if a.kind in ("User", "ServiceAccount")
-        }
-    )
-    groups = sorted({a.name for a in audience if a.kind == "Group"})
-    if users:
-        terms.append(f"request.userInfo.username in {_list(users)}")
-    if groups:
-        terms.append(f"request.userInfo.groups.exists(g, g in {_list(groups)})")
-    facade = cel.default()
-    for position, entry in enumerate(audience):
-        if entry.kind == "Custom":
-            try:
-                facade.condition(entry.name, cel.RULE_AUDIENCE_ENV)
-            except cel.CelCompileError as err:
-                return "", f"audience[{position}] does not compile ({err}): the webhook refuses what it applies to"
-            terms.append(f"({entry.name})")
-    conditions = []
-    for position, condition in enumerate((rule.enforce.conditions if rule.enforce else None) or ()):
-        try:
-            program = facade.condition(condition.expression, cel.RULE_CONDITION_ENV)
-        except cel.CelCompileError as err:
-            return (
-                "",
-                f"enforce.conditions[{position}] does not compile ({err}): the webhook refuses what it applies to",
-            )
-        if any(read == "now" or read.startswith("now.") for read in program.reads):
-            return (
-                "",
-                f"enforce.conditions[{position}] reads `now`, which a ValidatingAdmissionPolicy has no variable for",
-            )
-        conditions.append(f"({condition.expression})")
-    who = "(" + " || ".join(terms) + ")" if terms else "true"
-    return " && ".join([who, *conditions]), ""
-
-
 # -- items ----------------------------------------------------------------------------------------------------
 
 
@@ -236,27 +102,14 @@ class _Rule:
     conditional: bool
 
 
-def _chain(links: Sequence[tuple[str, str]]) -> str:
-    """``links`` in rule order, each (matches, verdict): the last matching link's verdict, else ''."""
-    expression = "''"
-    for matches, verdict in links:
-        expression = f"(({matches}) ? ({verdict}) : {expression})"
-    return expression
-
-
-def _quoted(var: str) -> str:
-    """The webhook's ``{value!r}`` of a plain string value."""
-    return f'"\'" + {var} + "\'"'
-
-
 class _Compiler:
     def __init__(self, rules: Sequence[AppliedRule], program: Program) -> None:
         self.program = program
         self.rules: list[tuple[AppliedRule, _Rule | None]] = []
         self.asked: dict[int, list[str]] = {}
         for index, rule in enumerate(rules):
-            origin = origin_text(rule)
-            applies, why = _applies(rule)
+            origin = celtext.origin_text(rule)
+            applies, why = celtext.applies(rule)
             if why:
                 self.rules.append((rule, None))
                 for area in _areas(rule):
@@ -287,7 +140,7 @@ class _Compiler:
             if not why and deciding:
                 self._metadata_key(number, part, key, path, deciding)
             for compiled, rule, scope, value in pairs:
-                origin = origin_text(rule)
+                origin = celtext.origin_text(rule)
                 if compiled is None:
                     continue  # its placement is already said
                 if why:
@@ -295,7 +148,7 @@ class _Compiler:
                     continue
                 if compiled.action == "audit":
                     self._metadata_audit(number, compiled, scope, part, key, path, value)
-                self.asked.setdefault(compiled.index, []).append(_scope(scope))
+                self.asked.setdefault(compiled.index, []).append(celtext.kind_scope(scope))
                 self.program.resources.add("*")
                 outcome.setdefault(origin, []).append(("native", f"{path} in one chain with the namespace's rules"))
                 if _covers_namespaces(scope):
@@ -324,22 +177,22 @@ class _Compiler:
     def _metadata_problem(
         pairs: Sequence[tuple[_Rule | None, AppliedRule, KindScope, MetadataValue]], path: str
     ) -> str:
-        if sum(_terms(value.values) for *_, value in pairs) > MAX_TERMS:
+        if sum(celtext.terms(value.values) for *_, value in pairs) > MAX_TERMS:
             return f"{path}: its rules fold into more than {MAX_TERMS} terms, past the policy's budget"
         for compiled, rule, _, value in pairs:
             if compiled is None:
-                return f"{path}: {origin_text(rule)} also governs it and stays on the webhook (the last match decides)"
+                return f"{path}: {celtext.origin_text(rule)} also governs it and stays on the webhook (the last match decides)"
             if value.managed is not None:
                 return f"{path} has a managed value: the mutating webhook sets it and refuses any other"
-            problems = _matcher_problems(value.values)
+            problems = celtext.matcher_problems(value.values)
             if problems:
                 return f"{path}: {problems[0]}"
         return ""
 
     @staticmethod
     def _present(part: str, key: str) -> tuple[str, str]:
-        new = f"object.metadata.?{part}[?{lit(key)}]"
-        old = f"(oldObject == null ? optional.none() : oldObject.metadata.?{part}[?{lit(key)}])"
+        new = f"object.metadata.?{part}[?{celtext.lit(key)}]"
+        old = f"(oldObject == null ? optional.none() : oldObject.metadata.?{part}[?{celtext.lit(key)}])"
         return new, old
 
     def _metadata_key(
@@ -357,27 +210,27 @@ class _Compiler:
         got = f"{value}.value()"
         links = []
         for rule, scope, entry in pairs:
-            applies = f"{rule.variable} && {_scope(scope)}"
+            applies = f"{rule.variable} && {celtext.kind_scope(scope)}"
             if rule.action == "allow":
                 refused = (
-                    lit(f"{rule.origin} allows {path} only {_describe(entry.values or [])}; got ")
+                    celtext.lit(f"{rule.origin} allows {path} only {celtext.describe(entry.values or [])}; got ")
                     + " + "
-                    + _quoted(got)
+                    + celtext.quoted(got)
                 )
-                present = f"({_matchers(got, entry.values)} ? '' : {refused})" if entry.values else "''"
-                absent = lit(f"{rule.origin} requires {path}") if entry.required else "''"
+                present = f"({celtext.matchers(got, entry.values)} ? '' : {refused})" if entry.values else "''"
+                absent = celtext.lit(f"{rule.origin} requires {path}") if entry.required else "''"
                 links.append((applies, f"{value}.hasValue() ? {present} : {absent}"))
             else:
-                hit = _matchers(got, entry.values) if entry.values else "true"
-                matched = f" (matches {_describe(entry.values)})" if entry.values else ""
+                hit = celtext.matchers(got, entry.values) if entry.values else "true"
+                matched = f" (matches {celtext.describe(entry.values)})" if entry.values else ""
                 message = (
-                    lit(f"{rule.origin} denies {path}=")
+                    celtext.lit(f"{rule.origin} denies {path}=")
                     + " + "
-                    + _quoted(got)
-                    + (f" + {lit(matched)}" if matched else "")
+                    + celtext.quoted(got)
+                    + (f" + {celtext.lit(matched)}" if matched else "")
                 )
                 links.append((f"{applies} && ({value}.hasValue() ? {hit} : false)", message))
-        self.program.variables.append({"name": name, "expression": f"!({changed}) ? '' : {_chain(links)}"})
+        self.program.variables.append({"name": name, "expression": f"!({changed}) ? '' : {celtext.chain(links)}"})
         self._validate(name, self.program.validations)
 
     def _metadata_audit(
@@ -389,14 +242,17 @@ class _Compiler:
             f"(({new}).hasValue() && ({new}).value() != ({old}).value())"
         )
         got = f"({new}).value()"
-        hit = _matchers(got, entry.values) if entry.values else "true"
-        matched = f" (matches {_describe(entry.values)})" if entry.values else ""
+        hit = celtext.matchers(got, entry.values) if entry.values else "true"
+        matched = f" (matches {celtext.describe(entry.values)})" if entry.values else ""
         message = (
-            lit(f"{rule.origin} audits {path}=") + " + " + _quoted(got) + (f" + {lit(matched)}" if matched else "")
+            celtext.lit(f"{rule.origin} audits {path}=")
+            + " + "
+            + celtext.quoted(got)
+            + (f" + {celtext.lit(matched)}" if matched else "")
         )
         self.program.audit_validations.append(
             {
-                "expression": f"!({rule.variable} && {_scope(scope)} && ({new}).hasValue() && ({changed}) && {hit})",
+                "expression": f"!({rule.variable} && {celtext.kind_scope(scope)} && ({new}).hasValue() && ({changed}) && {hit})",
                 "messageExpression": message,
             }
         )
@@ -407,12 +263,12 @@ class _Compiler:
         governing = [(rule, compiled) for rule, compiled in self.rules if rule.enforce and rule.enforce.services]
         if not governing:
             return
-        on_webhook = [origin_text(rule) for rule, compiled in governing if compiled is None]
+        on_webhook = [celtext.origin_text(rule) for rule, compiled in governing if compiled is None]
         problems: list[str] = []
         for rule, _ in governing:
             services = rule.enforce.services if rule.enforce else None
             if services and services.external_names:
-                problems += _matcher_problems(services.external_names.hostnames)
+                problems += celtext.matcher_problems(services.external_names.hostnames)
         if on_webhook or problems:
             why = (
                 f"{on_webhook[0]} also judges Services and stays on the webhook (the last match decides)"
@@ -421,7 +277,7 @@ class _Compiler:
             )
             for rule, compiled in governing:
                 if compiled is not None:
-                    self.program.placements.append(Placement(origin_text(rule), "services", "webhook", why))
+                    self.program.placements.append(Placement(celtext.origin_text(rule), "services", "webhook", why))
             return
         rules = [(rule, compiled) for rule, compiled in governing if compiled is not None]
         self.program.resources.add("services")
@@ -493,7 +349,7 @@ class _Compiler:
                 element, skip = "v", f"v in {previous}"
             if links:
                 name = f"s_{what}"
-                judged = f"{items}.transformList(i, {element}, {skip} ? '' : {_chain(links)}).filter(m, m != '')"
+                judged = f"{items}.transformList(i, {element}, {skip} ? '' : {celtext.chain(links)}).filter(m, m != '')"
                 self.program.variables.append({"name": name, "expression": judged})
                 self.program.validations.append(
                     {
@@ -535,7 +391,7 @@ class _Compiler:
         for rule, compiled in self.rules:
             if compiled is None:
                 continue
-            origin = origin_text(rule)
+            origin = celtext.origin_text(rule)
             enforce = rule.enforce
             for area, why in _AREAS_ON_WEBHOOK.items():
                 if enforce is not None and getattr(enforce, area) is not None:
@@ -594,25 +450,28 @@ def _service_link(what: str, rule: _Rule, services: Any, path: str) -> tuple[str
     """(matches, verdict) of one rule on one Service item (``v``, or Service port ``p``), or None when the rule has
     no constraint on it (the webhook's ``services.py``)."""
     verb = "denies" if rule.action == "deny" else "audits"
-    value = _quoted("v")
+    value = celtext.quoted("v")
 
     def verdict(inside: str, constraint: str) -> tuple[str, str]:
         if rule.action == "allow":
             return (
                 "true",
-                f"({inside}) ? '' : {lit(f'{rule.origin} allows ')} + {path} + {lit(f' only {constraint}; got ')} + {value}",
+                f"({inside}) ? '' : {celtext.lit(f'{rule.origin} allows ')} + {path} + {celtext.lit(f' only {constraint}; got ')} + {value}",
             )
-        return inside, f"{lit(f'{rule.origin} {verb} ')} + {path} + '=' + {value} + {lit(f' ({constraint})')}"
+        return (
+            inside,
+            f"{celtext.lit(f'{rule.origin} {verb} ')} + {path} + '=' + {value} + {celtext.lit(f' ({constraint})')}",
+        )
 
     if what == "types":
         if not services.types:
             return None
-        return verdict(f"v in {_list(services.types)}", f"types {sorted(services.types)}")
+        return verdict(f"v in {celtext.list_literal(services.types)}", f"types {sorted(services.types)}")
     if what == "externalNames":
         names = services.external_names.hostnames if services.external_names else None
         if not names:
             return None
-        return verdict(_matchers("v", names), f"hostnames {_describe(names)}")
+        return verdict(celtext.matchers("v", names), f"hostnames {celtext.describe(names)}")
     if what == "nodePorts":
         ranges = [(r.from_, r.to) for r in (services.node_ports.ports if services.node_ports else None) or ()]
         if not ranges:
@@ -620,15 +479,15 @@ def _service_link(what: str, rule: _Rule, services: Any, path: str) -> tuple[str
         port = "p.?nodePort.orValue(0)"
         inside = " || ".join(f"({low} <= {port} && {port} <= {high})" for low, high in ranges)
         text = ", ".join(f"{low}-{high}" for low, high in ranges)
-        value = _quoted(f"string({port})")
+        value = celtext.quoted(f"string({port})")
         if rule.action == "allow":
             return (
                 "true",
-                f"({inside}) ? '' : {lit(f'{rule.origin} allows ')} + {path} + {lit(f' only node ports {text}; got ')} + {value}",
+                f"({inside}) ? '' : {celtext.lit(f'{rule.origin} allows ')} + {path} + {celtext.lit(f' only node ports {text}; got ')} + {value}",
             )
         return (
             f"({inside})",
-            f"{lit(f'{rule.origin} {verb} ')} + {path} + '=' + {value} + {lit(f' (node ports {text})')}",
+            f"{celtext.lit(f'{rule.origin} {verb} ')} + {path} + '=' + {value} + {celtext.lit(f' (node ports {text})')}",
         )
     cidrs = services.external_i_ps if what == "externalIPs" else services.load_balancers
     networks = _networks(cidrs)
@@ -643,11 +502,11 @@ def _service_link(what: str, rule: _Rule, services: Any, path: str) -> tuple[str
             return verdict("true", "no external IPs at all")
     else:
         constraint = "the rule's loadBalancers CIDRs"
-    contains = f"{_list(networks)}.exists(c, cidr(c).containsCIDR({_AS_CIDR}))"
+    contains = f"{celtext.list_literal(networks)}.exists(c, cidr(c).containsCIDR({_AS_CIDR}))"
     if rule.action == "allow":
         inside = contains
     else:
-        inside = f"{_list(networks)}.exists(c, cidr(c).containsCIDR({_AS_CIDR}) || {_AS_CIDR}.containsCIDR(cidr(c)))"
+        inside = f"{celtext.list_literal(networks)}.exists(c, cidr(c).containsCIDR({_AS_CIDR}) || {_AS_CIDR}.containsCIDR(cidr(c)))"
     matches, message = verdict(inside, constraint)
     return f"{parses} && ({matches})", message
 
@@ -664,83 +523,3 @@ def compile_namespace(rules: Sequence[AppliedRule]) -> Program:
     compiler.conditions_evaluate()
     compiler.other_areas()
     return program
-
-
-def skip_unjudged(namespace: str, ignored_groups: Sequence[str]) -> JSON:
-    """The policy's matchCondition: who and what the webhook never judges (``enclave_admission.rules.exempt``):
-    Enclave's service accounts, ``system:masters``, ``system:`` users that are not service accounts, users of
-    ``ignoreUserWithGroups``, the control plane's objects in every namespace."""
-    user = "request.userInfo.username"
-    skipped = [
-        f"{user}.startsWith({lit(SERVICE_ACCOUNT_PREFIX + namespace + ':')})",
-        "'system:masters' in request.userInfo.groups",
-        f"({user}.startsWith('system:') && !{user}.startsWith('system:serviceaccount:'))",
-        "(request.resource.group == '' && request.resource.resource == 'configmaps' && request.name == 'kube-root-ca.crt')",
-        "(request.resource.group == '' && request.resource.resource == 'serviceaccounts' && request.name == 'default')",
-    ]
-    if ignored_groups:
-        skipped.append(f"request.userInfo.groups.exists(g, g in {_list(sorted(ignored_groups))})")
-    return {"name": SKIP_UNJUDGED_CONDITION, "expression": "!(" + " || ".join(skipped) + ")"}
-
-
-def policy_name(tenant: str, program: Program, audit: bool = False) -> str:
-    return f"enclave-rules-{tenant}-{program.signature()}" + ("-audit" if audit else "")
-
-
-def policies(
-    tenant: str, program: Program, namespaces: Sequence[str], *, enclave_namespace: str, ignored_groups: Sequence[str]
-) -> list[JSON]:
-    """The ValidatingAdmissionPolicies and bindings enforcing ``program`` in ``namespaces`` of ``tenant``: the
-    deciding one (failure policy Fail, bound with Deny) and, with audit rules, the auditing one (Ignore, bound
-    with Warn and Audit). Each binding selects the namespaces by the tenant label and by name."""
-    labels = {MANAGED_BY: TENANTS_MANAGER, NATIVE_RULES_TENANT_LABEL: tenant}
-    resources = ["*"] if "*" in program.resources else sorted(program.resources)
-    found: list[JSON] = []
-    for audit, validations in ((False, program.validations), (True, program.audit_validations)):
-        if not validations:
-            continue
-        name = policy_name(tenant, program, audit)
-        found.append(
-            {
-                "apiVersion": GROUP_VERSION,
-                "kind": "ValidatingAdmissionPolicy",
-                "metadata": {"name": name, "labels": dict(labels)},
-                "spec": {
-                    "failurePolicy": "Ignore" if audit else "Fail",
-                    "matchConstraints": {
-                        "resourceRules": [
-                            {
-                                "apiGroups": ["*"] if resources == ["*"] else [""],
-                                "apiVersions": ["*"],
-                                "operations": ["CREATE", "UPDATE"],
-                                "resources": resources,
-                                "scope": "Namespaced",
-                            }
-                        ]
-                    },
-                    "matchConditions": [skip_unjudged(enclave_namespace, ignored_groups)],
-                    "variables": program.variables,
-                    "validations": validations,
-                },
-            }
-        )
-        found.append(
-            {
-                "apiVersion": GROUP_VERSION,
-                "kind": "ValidatingAdmissionPolicyBinding",
-                "metadata": {"name": name, "labels": dict(labels)},
-                "spec": {
-                    "policyName": name,
-                    "validationActions": ["Warn", "Audit"] if audit else ["Deny"],
-                    "matchResources": {
-                        "namespaceSelector": {
-                            "matchExpressions": [
-                                {"key": TENANT_LABEL, "operator": "In", "values": [tenant]},
-                                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)},
-                            ]
-                        }
-                    },
-                },
-            }
-        )
-    return found

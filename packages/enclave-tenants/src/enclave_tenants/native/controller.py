@@ -35,7 +35,8 @@ from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.rules import RULE_STATUS_NAME
 from enclave_tenants.native.compiler import GROUP_VERSION as POLICY_GROUP_VERSION
-from enclave_tenants.native.compiler import Program, compile_namespace, policies
+from enclave_tenants.native.compiler import Program, compile_namespace
+from enclave_tenants.native.objects import policies
 
 log = logging.getLogger(__name__)
 
