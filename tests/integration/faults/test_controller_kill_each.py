@@ -11,8 +11,8 @@ right: every object counted once (quota claims and ledger), every ResourceQuota 
 exactly the claims that fit bound and recorded once in the pool's ledger, every replicated object present
 once in every selected namespace, and each status describing its current generation.
 
-The takeover time (kill to the successor seen holding the Lease) is printed (``-s``); docs/architecture.md
-("Faults") quotes it.
+The takeover time (kill to the successor seen holding the Lease) is printed (``-s``); docs/benchmarks.md
+("Lease takeover") quotes it.
 """
 
 from __future__ import annotations

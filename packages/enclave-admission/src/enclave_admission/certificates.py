@@ -55,7 +55,8 @@ class ServingCertificate:
         webhook client certificate). One that is presented must verify, or the handshake fails. One that is not
         presented still completes the handshake (``CERT_OPTIONAL``), because kube-apiserver calls conversion
         webhooks without a certificate; the listener then serves that connection ``/convert`` alone
-        (:attr:`enclave_admission.listener.Limits.open_paths`; the reasoning is in docs/architecture.md). Read
+        (:attr:`enclave_admission.listener.Limits.open_paths`; the reasoning is in
+        packages/enclave-admission/README.md, "Conversion without a client certificate"). Read
         once; to rotate the CA, put the old and the new one in the bundle, then restart with the new one alone."""
         self.context.load_verify_locations(cafile=ca_file)
         self.context.verify_mode = ssl.CERT_OPTIONAL

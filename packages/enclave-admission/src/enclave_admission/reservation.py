@@ -3,8 +3,8 @@
 Three hooks hold something on a ledger before they admit: ``/quotas`` (a CustomQuota's count or sum),
 ``/globalquotas`` (a GlobalResourceQuota's resources) and ``/namespaces`` (a tenant's namespace quota). Each
 turns its request into :class:`Claim` objects, one per ledger, and hands them to :func:`reserve` (or, for a dry
-run, :func:`check`). The ledger protocol itself is in docs/architecture.md ("Ledgers"); this is admission's
-side of it, written once:
+run, :func:`check`). The ledger protocol itself is in docs/architecture.md ("QuantityLedger protocol"); this
+is admission's side of it, written once:
 
 * **one order**: claims are written one after another in ledger-name order. Two requests that both need
   ledgers A and B meet on A first, so the one that wins A can win B; written at once, each could win one and

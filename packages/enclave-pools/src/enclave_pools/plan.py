@@ -6,7 +6,7 @@ reads and says is :mod:`enclave_pools.model`; the ResourceQuotas it wants are :m
 **The ledger.** A pool's ``status.claims`` is the record of which claims it has bound and for how much; a
 claim's ``status.pool`` only mirrors it. The controller commits new bindings by replacing the pool's status
 *with the resourceVersion it read*; kube-apiserver refuses the write with 409 if anything changed the pool in
-between (docs/architecture.md argues why that never over-allocates). The plan therefore starts from the
+between (packages/enclave-pools/README.md argues why that never over-allocates). The plan therefore starts from the
 committed records, drops those whose claim is gone, and binds waiting claims into what is left.
 
 **Order.** Waiting claims are served oldest first: ``creationTimestamp``, then namespace, then name (the

@@ -7,7 +7,7 @@ the output is capped here at :data:`MAX_OUTPUT` characters, streamed, so a runaw
 template costs is bounded elsewhere: the controller renders only in :mod:`enclave_replication.sandbox`'s worker
 processes, with a CPU, memory and wall-time budget.
 
-The context (documented in docs/architecture.md and the ``Template`` model):
+The context (documented in packages/enclave-replication/README.md and the ``Template`` model):
 
 * ``tenant``: the Tenant object (``tenant.metadata.name``, ``tenant.metadata.labels``, ``tenant.spec``), or
   None for a GlobalTenantResource of scope ``None``;

@@ -1,9 +1,10 @@
 """Claim mutation (``/resourcepoolclaims/mutate``): a claim created without ``spec.pool`` gets one.
 
-The tie-break, documented in docs/architecture.md: among the pools that select the claim's namespace, are not
-being deleted and offer every resource the claim asks for, a pool where the claim fits right now wins over one
-where it would wait; among equals, the pool whose name sorts first. The choice is made once, at creation, from
-the ResourcePools snapshot, and written into the object, so the user sees it and the controller never guesses.
+The tie-break, documented in packages/enclave-pools/README.md: among the pools that select the claim's
+namespace, are not being deleted and offer every resource the claim asks for, a pool where the claim fits
+right now wins over one where it would wait; among equals, the pool whose name sorts first. The choice is made
+once, at creation, from the ResourcePools snapshot, and written into the object, so the user sees it and the
+controller never guesses.
 """
 
 from __future__ import annotations
