@@ -36,7 +36,13 @@ def generate(out: Path) -> None:
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+    """The generated sources under ``root`` by relative path; bytecode caches (written beside the stubs whenever
+    they are imported) are not sources."""
+    return {
+        str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def main() -> int:
@@ -49,7 +55,7 @@ def main() -> int:
         (out / "__init__.py").write_text('"""Generated gRPC stubs (hack/gen_protos.py); do not edit."""\n')
         if check:
             wanted = _tree(out)
-            present = {k: v for k, v in _tree(TARGET).items() if "__pycache__" not in k}
+            present = _tree(TARGET)
             if wanted != present:
                 print("gRPC stubs are out of date: run `tox -e protos`", file=sys.stderr)
                 return 1
