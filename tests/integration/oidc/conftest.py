@@ -19,8 +19,9 @@ import pytest
 from enclave_core.pki import CertificateAuthority
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.keycloak import Keycloak
+from enclave_testing.stack import TenancyStack, start_tenancy
 
-from .signin import REALM_FILE, Provider, structured_flags, trusting_plane
+from .signin import REALM_FILE, TENANT_GROUP, Provider, structured_flags, trusting_plane
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +41,13 @@ def plane(provider: Provider) -> Iterator[ControlPlane]:
     """A control plane whose kube-apiserver trusts Keycloak through ``--authentication-config``."""
     with trusting_plane(provider, lambda directory: structured_flags(provider, directory)) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def stack(plane: ControlPlane) -> Iterator[TenancyStack]:
+    """Enclave's tenancy core on the package's plane, its users the prefixed Keycloak group; one per module."""
+    running = start_tenancy(plane, users=[{"kind": "Group", "name": TENANT_GROUP}])
+    try:
+        yield running
+    finally:
+        running.close()

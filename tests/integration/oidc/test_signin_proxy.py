@@ -23,7 +23,7 @@ from enclave_testing.binaries import ensure
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.proxy import RunningProxy, start_proxy_on
-from enclave_testing.stack import TenancyStack, start_tenancy
+from enclave_testing.stack import TenancyStack
 from enclave_testing.waiting import poll
 
 from .signin import (
@@ -34,15 +34,6 @@ from .signin import (
     Provider,
     claims,
 )
-
-
-@pytest.fixture(scope="module")
-def stack(plane: ControlPlane) -> Iterator[TenancyStack]:
-    running = start_tenancy(plane, users=[{"kind": "Group", "name": TENANT_GROUP}])
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
-from enclave_testing.stack import TenancyStack, create_namespace, start_tenancy
+from enclave_testing.stack import TenancyStack, create_namespace
 from enclave_testing.waiting import poll
 
 from .signin import (
@@ -36,15 +35,6 @@ from .signin import (
     namespace_creator,
     whoami,
 )
-
-
-@pytest.fixture(scope="module")
-def stack(plane: ControlPlane) -> Iterator[TenancyStack]:
-    running = start_tenancy(plane, users=[{"kind": "Group", "name": TENANT_GROUP}])
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def test_password_grant_and_introspection(provider: Provider) -> None:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -56,6 +55,8 @@ class ProxyStack:
     ca_file: Path
     workdir: Path
     kubectl_path: Path
+    running: RunningProxy
+    """The proxy as :mod:`enclave_testing.proxy` started it (its process is ``proxy``)."""
     home: str = ""
     """A namespace outside every tenant where the suite's ServiceAccounts live."""
     created: list[str] = field(default_factory=list)
@@ -65,19 +66,7 @@ class ProxyStack:
         return self.plane.admin_client()
 
     def kubeconfig(self, name: str, user: dict[str, Any]) -> Path:
-        path = self.workdir / f"{name}.kubeconfig"
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {"name": "proxy", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}
-            ],
-            "users": [{"name": name, "user": user}],
-            "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": name}}],
-            "current-context": "proxy",
-        }
-        path.write_text(yaml.safe_dump(config))
-        return path
+        return self.running.kubeconfig(name, user)
 
     def caller(self, name: str) -> Caller:
         """A ServiceAccount of the suite's home namespace and a kubeconfig with its token, for the proxy."""
@@ -152,6 +141,7 @@ def proxied(
             control_plane.ca_file,
             workdir,
             kubectl_path,
+            running,
             home=home,
         )
     finally:
