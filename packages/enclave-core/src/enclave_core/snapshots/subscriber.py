@@ -281,7 +281,13 @@ class SnapshotSubscriber:
             except grpc.aio.AioRpcError as err:
                 log.warning(
                     "snapshot stream down; keeping last good state",
-                    extra={"target": self.target, "code": err.code().name, "retry_in": round(backoff, 2)},
+                    extra={
+                        "target": self.target,
+                        "code": err.code().name,
+                        # the transport's reason: refused, TLS handshake, name mismatch... (an operator's first question)
+                        "details": err.details(),
+                        "retry_in": round(backoff, 2),
+                    },
                 )
             except Exception:
                 log.exception("snapshot stream failed", extra={"target": self.target})
