@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,9 +92,13 @@ class RunningComponent:
         return f"https://127.0.0.1:{self.webhook_port}"
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        wait_until(
-            lambda: _ready(self.probe_url), timeout=timeout, what=f"{self.spec.name} /readyz", alive=self.process
-        )
+        try:
+            wait_until(
+                lambda: _ready(self.probe_url), timeout=timeout, what=f"{self.spec.name} /readyz", alive=self.process
+            )
+        except TimeoutError as err:
+            # /readyz names the gates still closed (which snapshot, which publisher): the first thing to read.
+            raise TimeoutError(f"{err}\n{self.spec.name} /readyz said: {_readyz_text(self.probe_url)}") from None
 
     @property
     def grpc_target(self) -> str:
@@ -102,6 +107,16 @@ class RunningComponent:
 
 def available(spec: ComponentSpec) -> bool:
     return importlib.util.find_spec(spec.module) is not None
+
+
+def _readyz_text(url: str) -> str:
+    try:
+        with urllib.request.urlopen(f"{url}/readyz?verbose", timeout=2) as response:
+            return str(response.read().decode(errors="replace"))
+    except urllib.error.HTTPError as err:
+        return str(err.read().decode(errors="replace"))
+    except OSError as err:
+        return f"(unreachable: {err})"
 
 
 def _ready(url: str) -> bool:
