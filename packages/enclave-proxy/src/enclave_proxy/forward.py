@@ -136,19 +136,18 @@ class Upstream:
             headers["Content-Length"] = str(len(body))
         head = f"{request.method} {request.path_qs} HTTP/1.1\r\n".encode()
         head += b"".join(f"{name}: {value}\r\n".encode() for name, value in headers.items()) + b"\r\n"
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
+        async with asyncio.timeout(10.0):  # not wait_for: on Python 3.11 it can drop the task's cancellation
+            reader, writer = await asyncio.open_connection(
                 self.host,
                 self.port,
                 ssl=self.ssl or None,
                 server_hostname=(self.server_name or self.host) if self.ssl else None,
                 limit=MAX_HEAD,
-            ),
-            10.0,
-        )
+            )
         try:
             writer.write(head + body)
-            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60.0)
+            async with asyncio.timeout(60.0):
+                answer = await reader.readuntil(b"\r\n\r\n")
             status, answer_headers = _parse_head(answer)
             if status != 101:
                 return await _plain_answer(status, answer_headers, reader)
@@ -176,10 +175,11 @@ def _parse_head(head: bytes) -> tuple[int, CIMultiDict[str]]:
 async def _plain_answer(status: int, headers: CIMultiDict[str], reader: asyncio.StreamReader) -> web.Response:
     """An upgrade kube-apiserver refused (a 4xx Status, say): read its body and answer it normally."""
     length = headers.get("Content-Length", "")
-    if length.isdigit() and int(length) <= MAX_BODY:
-        body = await asyncio.wait_for(reader.readexactly(int(length)), 60.0)
-    else:
-        body = await asyncio.wait_for(reader.read(MAX_BODY), 60.0)
+    async with asyncio.timeout(60.0):
+        if length.isdigit() and int(length) <= MAX_BODY:
+            body = await reader.readexactly(int(length))
+        else:
+            body = await reader.read(MAX_BODY)
     kept = {name: value for name, value in headers.items() if name.lower() not in HOP_BY_HOP}
     return web.Response(status=status, body=body, headers=kept)
 

@@ -453,7 +453,8 @@ async def serve_watch(
             if transport is None or transport.is_closing():
                 break
             try:
-                await asyncio.wait_for(watch.wake.wait(), min(left, BOOKMARK_SECONDS))
+                async with asyncio.timeout(min(left, BOOKMARK_SECONDS)):  # not wait_for: a lost cancel on 3.11
+                    await watch.wake.wait()
             except TimeoutError:
                 if bookmarks:
                     mark = {
