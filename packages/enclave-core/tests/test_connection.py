@@ -7,6 +7,7 @@ the certificate presented, the token or basic auth sent.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import datetime
@@ -33,6 +34,7 @@ from enclave_core.kube.connection import (
 )
 from enclave_core.kube.rest import Kube
 from enclave_core.pki import CertificateAuthority, KeyPair
+from enclave_testing.waiting import poll_async
 
 
 @dataclass
@@ -314,6 +316,36 @@ async def test_a_failing_exec_plugin_says_why(tmp_path: Path, server: Server) ->
     path = kubeconfig(tmp_path / "config", {"server": server.url, "insecure-skip-tls-verify": True}, user)
     with pytest.raises(ConfigError, match="exited 3: no credentials for you"):
         await who(from_kubeconfig(path))
+
+
+async def test_a_request_cancelled_while_its_exec_plugin_runs_is_cancelled(tmp_path: Path, server: Server) -> None:
+    """The plugin's run is a timed wait: cancelling the request stops it there, it does not carry on."""
+    started, release = tmp_path / "started", tmp_path / "release"
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import pathlib, sys, time\n"
+        "pathlib.Path(sys.argv[1]).touch()\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not pathlib.Path(sys.argv[2]).exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "sys.exit(1)\n"
+    )
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(script), str(started), str(release)],
+        }
+    }
+    path = kubeconfig(tmp_path / "config", {"server": server.url, "insecure-skip-tls-verify": True}, user)
+    request = asyncio.create_task(who(from_kubeconfig(path)))
+    try:
+        await poll_async(started.exists, what="the plugin started")
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    finally:
+        release.touch()  # the plugin ends (a cancelled run leaves it to finish on its own)
 
 
 @pytest.mark.parametrize(

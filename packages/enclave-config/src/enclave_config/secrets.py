@@ -49,7 +49,8 @@ class NamedSecrets:
                 self.tasks.append(asyncio.create_task(informer.run(), name=informer.name))
         waiting = [informer.synced.wait() for informer in self.informers.values() if not informer.synced.is_set()]
         try:
-            await asyncio.wait_for(asyncio.gather(*waiting), timeout=SYNC_TIMEOUT)
+            async with asyncio.timeout(SYNC_TIMEOUT):  # not wait_for: on Python 3.11 it can drop a cancellation
+                await asyncio.gather(*waiting)
         except TimeoutError:
             unsynced = sorted(name for name, informer in self.informers.items() if not informer.synced.is_set())
             raise SecretsUnreadableError(

@@ -174,7 +174,8 @@ class ExecCredentials(Credentials):
         except OSError as err:
             raise ConfigError(f"{what} cannot be run: {err}") from err
         try:
-            out, err_out = await asyncio.wait_for(proc.communicate(), self.timeout)
+            async with asyncio.timeout(self.timeout):  # not wait_for: on Python 3.11 it can drop a cancellation
+                out, err_out = await proc.communicate()
         except TimeoutError:
             proc.kill()
             await proc.wait()

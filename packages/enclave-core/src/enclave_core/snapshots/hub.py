@@ -183,7 +183,10 @@ class SnapshotHub:
             while True:
                 if heartbeat > 0:
                     try:
-                        await asyncio.wait_for(subscription.wakeup.wait(), timeout=heartbeat)
+                        # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose event is set as the task
+                        # is cancelled drops the cancellation, and the stream would outlive its server.
+                        async with asyncio.timeout(heartbeat):
+                            await subscription.wakeup.wait()
                     except TimeoutError:
                         unconfirmed = not self.confirming()
                         for kind, last in sorted(sent.items()):

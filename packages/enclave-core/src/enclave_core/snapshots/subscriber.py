@@ -309,7 +309,8 @@ class SnapshotSubscriber:
         read = stream.read()
         if self.heartbeat and self.state.heartbeats_announced:
             try:
-                message = await asyncio.wait_for(read, timeout=3 * self.heartbeat)
+                async with asyncio.timeout(3 * self.heartbeat):  # not wait_for: it can drop a cancel (see hub)
+                    message = await read
             except TimeoutError:
                 stream.cancel()
                 raise
