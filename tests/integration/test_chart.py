@@ -312,6 +312,7 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
         "serviceaccounts.enclave.dev",
         "serviceconfigurations.enclave.dev",
         "tenants.enclave.dev",
+        "volumeclaims.enclave.dev",
     ]
     exclusion = {
         "key": "kubernetes.io/metadata.name",
@@ -320,8 +321,10 @@ def test_default_webhooks_are_tightly_scoped(helm: Path) -> None:
     }
     for hook in hooks.values():
         assert hook["timeoutSeconds"] <= 5, hook["name"]
-        # The tenant-rules hook posts audit Events (never for dry runs).
-        wanted_effects = "NoneOnDryRun" if hook["name"] == "resources.enclave.dev" else "None"
+        # The tenant-rules hooks post audit Events (never for dry runs).
+        wanted_effects = (
+            "NoneOnDryRun" if hook["name"] in ("resources.enclave.dev", "volumeclaims.enclave.dev") else "None"
+        )
         assert hook["sideEffects"] == wanted_effects, hook["name"]
         assert hook["admissionReviewVersions"] == ["v1"], hook["name"]
         if hook["name"].startswith("namespaces.") or hook["name"] in (

@@ -9,7 +9,7 @@ from enclave_admission.namespaces import mutation, validation
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.api.meta import Entity
-from enclave_core.api.names import NODE_SELECTOR_ANNOTATION, TENANT_LABEL
+from enclave_core.api.names import NATIVE_RULES_LABEL, NODE_SELECTOR_ANNOTATION, TENANT_LABEL
 from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
 
 SOLAR = tenant("solar", "alice", namespaces=["solar-a"], namespace_quota=3)
@@ -381,3 +381,37 @@ def test_tenant_user_cannot_change_spec_finalizers(finalizers: list[str]) -> Non
     unchanged = validation.validate(request(ALICE, "UPDATE", old, old, sub_resource="finalize"), state)
     assert unchanged.allowed
     assert validation.validate(request(ADMIN, "UPDATE", new, old, sub_resource="finalize"), state).allowed
+
+
+# -- the native-rules label --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sub_resource", ["", "status"])
+def test_tenant_users_cannot_set_change_or_remove_the_native_rules_label(sub_resource: str) -> None:
+    """With it the rules hooks skip the namespace: set by a tenant, its rules would be off."""
+    sa = ("system:serviceaccount:solar-a:deployer", ("system:serviceaccounts", "system:serviceaccounts:solar-a"))
+    state = make_state([SOLAR])
+    old = tenant_namespace("solar-a", SOLAR)
+    native = tenant_namespace("solar-a", SOLAR, **{NATIVE_RULES_LABEL: "true"})
+    other = tenant_namespace("solar-a", SOLAR, **{NATIVE_RULES_LABEL: "false"})
+    for who in (ALICE, sa):
+        for before, after in ((old, native), (native, other), (native, old)):
+            decision = validation.validate(request(who, "UPDATE", after, before, sub_resource=sub_resource), state)
+            assert (decision.allowed, decision.reason) == (False, "NativeRulesLabel")
+    unchanged = tenant_namespace("solar-a", SOLAR, **{NATIVE_RULES_LABEL: "true", "team": "x"})
+    assert validation.validate(request(ALICE, "UPDATE", unchanged, native), state).allowed
+
+
+def test_tenant_user_cannot_create_a_namespace_with_the_native_rules_label() -> None:
+    _, decision = create(make_state([SOLAR]), ALICE, namespace("dev", {NATIVE_RULES_LABEL: "true"}))
+    assert (decision.allowed, decision.reason) == (False, "NativeRulesLabel")
+
+
+def test_a_namespace_arriving_in_a_tenant_may_not_bring_the_native_rules_label() -> None:
+    """Not even an administrator's: the new tenant's policies do not cover it yet."""
+    wind = tenant("wind", "bob")
+    state = make_state([SOLAR, wind])
+    old = tenant_namespace("solar-a", SOLAR, **{NATIVE_RULES_LABEL: "true"})
+    moved = tenant_namespace("solar-a", wind, **{NATIVE_RULES_LABEL: "true"})
+    assert validation.validate(request(ADMIN, "UPDATE", moved, old), state).reason == "NativeRulesLabel"
+    assert validation.validate(request(ADMIN, "UPDATE", tenant_namespace("solar-a", wind), old), state).allowed

@@ -17,7 +17,9 @@ from enclave_tenants.native.compiler import (
     MAX_TERMS,
     Program,
     compile_namespace,
+    webhook_needed,
 )
+from enclave_tenants.native.controller import binding_covers
 from enclave_tenants.native.objects import policies, skip_unjudged
 
 
@@ -255,3 +257,43 @@ def test_worst_case_rules_compile_fast_and_past_the_budget_stay_on_the_webhook()
     assert time.monotonic() - started < 5
     assert _placed(program)[("Tenant t spec.rules[0]", "metadata")][0] == "native"
     assert len(program.validations) == 64
+
+
+# -- which namespaces the resources hooks may skip -------------------------------------------------------------
+
+
+def _needed(*bodies: dict[str, Any]) -> str:
+    rules = _rules(*bodies)
+    return webhook_needed(rules, compile_namespace(rules))
+
+
+def test_namespaces_whose_rules_all_compile_need_no_webhook() -> None:
+    every_kind = {"enforce": {"action": "deny", "metadata": [{"kinds": ["*"], "labels": {"x": {}}}]}}
+    services = {"enforce": {"action": "allow", "services": {"types": ["ClusterIP"]}}}
+    assert _needed(_deny_label(), every_kind, services) == ""  # Namespace objects are the namespaces hook's
+
+
+def test_anything_the_policies_cannot_do_keeps_the_webhook() -> None:
+    now: dict[str, Any] = {"conditions": [{"name": "c", "expression": "now > timestamp('2000-01-01T00:00:00Z')"}]}
+    cases = {
+        "does not compile to a policy": _deny_label(**now),
+        "mutates": {"mutate": [{"metadata": {"kinds": ["Pod"], "labels": {"a": "b"}}}]},
+        "managed or default": {
+            "enforce": {"action": "allow", "metadata": [{"kinds": ["Pod"], "labels": {"a": {"default": "b"}}}]}
+        },
+        "workloads stays on the webhook": {"enforce": {"action": "deny", "workloads": {"registries": [{"url": "x"}]}}},
+    }
+    for why, rule in cases.items():
+        assert why in _needed(_deny_label(), rule), why
+
+
+def test_a_binding_covers_a_namespace_whatever_else_it_names() -> None:
+    program = compile_namespace(_rules(_deny_label()))
+    _, binding = policies("t", program, ["t-a", "t-b"], enclave_namespace="enclave-system", ignored_groups=[])
+    live = json.loads(json.dumps(binding))
+    expressions = live["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    expressions[1]["values"] = ["t-a"]  # the live one does not name t-b yet
+    assert binding_covers(live, binding, "t-a")
+    assert not binding_covers(live, binding, "t-b")
+    expressions[0]["values"] = ["other"]
+    assert not binding_covers(live, binding, "t-a")

@@ -197,7 +197,20 @@ class Hook:
 _NAMESPACE_RESOURCES = ["namespaces", "namespaces/status", "namespaces/finalize"]
 _CREATE_UPDATE: list[Operation] = ["CREATE", "UPDATE"]
 _WRITES: list[Operation] = ["CREATE", "UPDATE", "DELETE"]
-_TENANT_NAMESPACES = _exists(names.TENANT_LABEL)
+_JUDGED_NAMESPACES = LabelSelector(
+    match_expressions=[
+        LabelSelectorRequirement(key=names.TENANT_LABEL, operator="Exists"),
+        LabelSelectorRequirement(key=names.NATIVE_RULES_LABEL, operator="DoesNotExist"),
+    ]
+)
+"""Tenant namespaces whose rules the webhook judges: not those where enclave-tenants found every rule enforced
+by a ValidatingAdmissionPolicy (``spec.rules.engine: native``) and set :data:`names.NATIVE_RULES_LABEL`."""
+_NATIVE_NAMESPACES = LabelSelector(
+    match_expressions=[
+        LabelSelectorRequirement(key=names.TENANT_LABEL, operator="Exists"),
+        LabelSelectorRequirement(key=names.NATIVE_RULES_LABEL, operator="Exists"),
+    ]
+)
 _RESOURCES = [
     WebhookRule(api_groups=["*"], api_versions=["*"], operations=_CREATE_UPDATE, resources=["*"], scope="Namespaced"),
     _rule("", ["pods/ephemeralcontainers"], _CREATE_UPDATE, "Namespaced"),
@@ -222,7 +235,7 @@ HOOKS: Final[tuple[Hook, ...]] = (
         "Fail",
         _RESOURCES,
         conditions=[skip_unjudged],
-        namespaces=_TENANT_NAMESPACES,
+        namespaces=_JUDGED_NAMESPACES,
         reinvocation="IfNeeded",
     ),
     Hook(
@@ -281,7 +294,17 @@ HOOKS: Final[tuple[Hook, ...]] = (
         "Fail",
         _RESOURCES,
         conditions=[skip_unjudged],
-        namespaces=_TENANT_NAMESPACES,
+        namespaces=_JUDGED_NAMESPACES,
+        side_effects="NoneOnDryRun",
+    ),
+    # The tenant fence on volumes is no rule: in native namespaces claims still go to /resources.
+    Hook(
+        "volumeclaims.enclave.dev",
+        routes.RESOURCES,
+        "Fail",
+        [_rule("", ["persistentvolumeclaims"], _CREATE_UPDATE, "Namespaced")],
+        conditions=[skip_unjudged],
+        namespaces=_NATIVE_NAMESPACES,
         side_effects="NoneOnDryRun",
     ),
     Hook(

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from enclave_core import API_GROUP, GROUP_VERSION
-from enclave_core.api.names import NODE_SELECTOR_ANNOTATION, TENANT_LABEL
+from enclave_core.api.names import NATIVE_RULES_LABEL, NODE_SELECTOR_ANNOTATION, TENANT_LABEL
 from enclave_core.api.tenancy import TenantSpec
 from enclave_core.kube.holds import holds
 from enclave_core.kube.managedfields import owned_keys, owned_list_keys
@@ -78,7 +78,8 @@ def namespace_metadata(tenant: str, spec: TenantSpec) -> tuple[dict[str, str], d
 
     Invalid keys or values of ``additionalMetadata`` are left out (and reported) so one typo does not block
     the tenant label, the node selector and the owner reference. The tenant label and the node-selector
-    annotation win over ``additionalMetadata`` entries of the same key.
+    annotation win over ``additionalMetadata`` entries of the same key, and the native-rules label is never
+    taken from it (only the native-policies loop may say a namespace's rules need no webhook).
     """
     problems: list[str] = []
     extra = spec.namespace_options.additional_metadata if spec.namespace_options else None
@@ -87,6 +88,8 @@ def namespace_metadata(tenant: str, spec: TenantSpec) -> tuple[dict[str, str], d
     annotations = _valid_metadata(
         extra.annotations if extra else None, labels=False, problems=problems, where=f"{where}.annotations"
     )
+    if labels.pop(NATIVE_RULES_LABEL, None) is not None:
+        problems.append(f"{where}.labels[{NATIVE_RULES_LABEL!r}]: set by Enclave only")
     labels[TENANT_LABEL] = tenant
     if spec.node_selector:
         annotations[NODE_SELECTOR_ANNOTATION] = node_selector_annotation(spec.node_selector)

@@ -7,11 +7,13 @@ every one of them can rewrite labels and owner references. Who is asking decides
   is not cordoned, the name is not protected and carries the tenant prefix when forced, no forbidden label or
   annotation is set, and the tenant's namespace quota has room;
 * tenant users (and service accounts of tenant namespaces) changing or deleting: only namespaces of their own
-  tenants, never the tenant label, the owner references, the node-selector annotation or ``spec.finalizers``
+  tenants, never the tenant label, the native-rules label (which makes the rules hooks skip the namespace:
+  :func:`_native_label`), the owner references, the node-selector annotation or ``spec.finalizers``
   (``namespaces/finalize``, see :func:`_finalizers`); owners may not set forbidden metadata; no deletions in a
   cordoned tenant;
-* administrators: the tenant label names an existing tenant, the owner reference agrees with it, and a tenant
-  receiving a namespace has quota left;
+* administrators: the tenant label names an existing tenant, the owner reference agrees with it, a tenant
+  receiving a namespace has quota left, and a namespace arriving in a tenant does not bring the native-rules
+  label along (it would skip the rules hooks before enclave-tenants found the new tenant's policies);
 * everyone else passes untouched.
 
 The namespace quota is counted from the snapshot here; :func:`answer` (the route) then confirms an admission on
@@ -30,7 +32,7 @@ from enclave_admission.rules import metadata as metadata_rules
 from enclave_admission.rules.engine import Review
 from enclave_admission.rules.validation import decide
 from enclave_admission.state import NO_KEYS, Role, State, Subject
-from enclave_core.api.names import NODE_SELECTOR_ANNOTATION, TENANT_LABEL
+from enclave_core.api.names import NATIVE_RULES_LABEL, NODE_SELECTOR_ANNOTATION, TENANT_LABEL
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX, TenantView
 
 
@@ -99,7 +101,8 @@ def _create(request: AdmissionRequest, state: State, subject: Subject) -> Decisi
             tenant=tenant.name,
         )
     refused = (
-        _cordoned(tenant, f"create namespace {name!r}")
+        _native_label(request, tenant.name)
+        or _cordoned(tenant, f"create namespace {name!r}")
         or _protected(state, name)
         or _prefix(state, tenant, name)
         or _forbidden_metadata(request, state, tenant, created=True)
@@ -125,6 +128,9 @@ def _update(request: AdmissionRequest, state: State, subject: Subject) -> Decisi
             f"(it is {request.old_labels.get(TENANT_LABEL)!r}); ask an Enclave administrator to move it",
             tenant=tenant_name,
         )
+    refused = _native_label(request, tenant_name)
+    if refused is not None:
+        return refused
     if owner_references(request.obj) != owner_references(request.old):
         return Decision.deny(
             "OwnerReferencesImmutable",
@@ -233,6 +239,14 @@ def _administrator(request: AdmissionRequest, state: State) -> Decision:
             tenant=tenant.name,
         )
     arriving = request.operation == "CREATE" or request.old_labels.get(TENANT_LABEL) != wanted
+    if arriving and NATIVE_RULES_LABEL in request.labels:
+        return Decision.deny(
+            "NativeRulesLabel",
+            f"namespace {name!r} arrives in tenant {tenant.name} carrying the label {NATIVE_RULES_LABEL}, which "
+            "makes the rules webhooks skip it: remove it in the same request (enclave-tenants sets it once the "
+            "tenant's policies cover the namespace)",
+            tenant=tenant.name,
+        )
     if arriving and name not in tenant.namespaces:
         refused = _quota(state, tenant, name)
         if refused is not None:
@@ -242,6 +256,21 @@ def _administrator(request: AdmissionRequest, state: State) -> Decision:
 
 
 # -- rules -------------------------------------------------------------------------------------------------
+
+
+def _native_label(request: AdmissionRequest, tenant: str) -> Decision | None:
+    """Tenant users may not set, change or remove the native-rules label: with it the ``resources`` hooks skip
+    the namespace, so a tenant setting it would switch its own rules off (enclave-tenants sets it only where
+    ValidatingAdmissionPolicies enforce every rule). Removing it could only make the webhook judge more, but
+    enclave-tenants would put it back, so it is refused alike."""
+    if request.labels.get(NATIVE_RULES_LABEL) == request.old_labels.get(NATIVE_RULES_LABEL):
+        return None
+    return Decision.deny(
+        "NativeRulesLabel",
+        f"the label {NATIVE_RULES_LABEL} of namespace {request.name!r} is set by Enclave only (where its admission "
+        "policies enforce every rule); tenant users cannot set, change or remove it",
+        tenant=tenant,
+    )
 
 
 def _cordoned(tenant: TenantView, action: str) -> Decision | None:

@@ -49,6 +49,11 @@ CONFIGURATION_LABEL: Final = "enclave.dev/service-configuration"
 NATIVE_RULES_TENANT_LABEL: Final = "enclave.dev/native-rules-tenant"
 """On each ValidatingAdmissionPolicy (and binding) compiled from a tenant's rules: the tenant whose rules it holds
 (so a tenant's objects are found and pruned)."""
+NATIVE_RULES_LABEL: Final = "enclave.dev/native-rules"
+"""Namespace label (value ``"true"``) enclave-tenants sets, with ``spec.rules.engine: native``, where every rule
+the ``resources`` hooks would judge is enforced by a live ValidatingAdmissionPolicy: those hooks'
+namespaceSelectors skip such namespaces (no webhook round trip). Only Enclave writes it; admission refuses it
+from tenant users."""
 
 # -- ServiceConfiguration, CRDs, conversion -----------------------------------------------------------------
 CRD_DIGEST_ANNOTATION: Final = "enclave.dev/crd-digest"

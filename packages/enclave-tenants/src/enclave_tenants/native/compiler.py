@@ -511,6 +511,38 @@ def _service_link(what: str, rule: _Rule, services: Any, path: str) -> tuple[str
     return f"{parses} && ({matches})", message
 
 
+# -- the webhook round trip -----------------------------------------------------------------------------------
+
+ELSEWHERE: Final = frozenset({"quota", "metadata of Namespace objects"})
+"""Areas whose webhook path is not the ``resources`` hooks: quotas are the global quota hooks' ledgers, Namespace
+objects the namespaces hook's. Their placement never keeps a namespace on the ``resources`` hooks."""
+
+
+def webhook_needed(rules: Sequence[AppliedRule], program: Program) -> str:
+    """Why the ``resources`` hooks must still be called for a namespace with ``rules`` compiled to ``program``,
+    or '' when the policies decide everything those hooks would (the namespace may carry
+    :data:`~enclave_core.api.names.NATIVE_RULES_LABEL`).
+
+    Never '' for: a rule that did not compile (admission refuses its audience's requests as broken), a rule
+    area left on the webhook, ``mutate[]`` entries, or a ``managed``/``default`` metadata value (the mutating
+    hook sets them; a policy only validates)."""
+    for rule in rules:
+        origin = celtext.origin_text(rule)
+        if celtext.applies(rule)[1]:
+            return f"{origin} does not compile to a policy"
+        if rule.mutate:
+            return f"{origin} mutates (the mutating webhook)"
+        for entry in (rule.enforce.metadata if rule.enforce else None) or ():
+            for values in (entry.labels, entry.annotations):
+                for key, value in (values or {}).items():
+                    if value.managed is not None or value.default is not None:
+                        return f"{origin} sets {key!r} (managed or default: the mutating webhook)"
+    for placement in program.placements:
+        if placement.path == "webhook" and placement.area not in ELSEWHERE:
+            return f"{placement.origin} {placement.area} stays on the webhook"
+    return ""
+
+
 # -- entry points ---------------------------------------------------------------------------------------------
 
 

@@ -11,6 +11,13 @@ policy this controller made is removed.
 Each namespace's RuleStatus gets a ``NativePolicies`` condition (True: every rule area is in a policy; False,
 reason ``OnWebhook``: which areas stay on the webhook and why) and, once per distinct report, a Warning Event
 ``RuleNotNative`` naming them.
+
+With ``native``, a namespace whose rules the policies decide entirely (:func:`~.compiler.webhook_needed`) gets
+:data:`~enclave_core.api.names.NATIVE_RULES_LABEL` once its policies and binding have covered it for
+:data:`SETTLE_SECONDS`, and the ``resources`` hooks skip it: no webhook round trip. The label goes first
+whenever that stops holding (a rule that must go to the webhook, another engine, a policy or binding missing or
+changed, a program whose new policy is not settled yet), before any policy it relied on is deleted, so the
+webhook judges through every change.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -25,17 +34,17 @@ from typing import Final, Literal
 from prometheus_client import Counter, Histogram
 
 from enclave_core import GROUP_VERSION
-from enclave_core.api.names import MANAGED_BY, TENANT_LABEL, TENANTS_MANAGER
+from enclave_core.api.names import MANAGED_BY, NAMESPACE_NAME_LABEL, NATIVE_RULES_LABEL, TENANT_LABEL, TENANTS_MANAGER
 from enclave_core.api.rules import AppliedRule
 from enclave_core.conditions import new_condition, read_conditions, set_condition
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.holds import holds
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
-from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
+from enclave_core.runtime.loops import ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.rules import RULE_STATUS_NAME
 from enclave_tenants.native.compiler import GROUP_VERSION as POLICY_GROUP_VERSION
-from enclave_tenants.native.compiler import Program, compile_namespace
+from enclave_tenants.native.compiler import Program, compile_namespace, webhook_needed
 from enclave_tenants.native.objects import policies
 
 log = logging.getLogger(__name__)
@@ -44,6 +53,12 @@ CONDITION: Final = "NativePolicies"
 POLICIES_PATH: Final = f"/apis/{POLICY_GROUP_VERSION}/validatingadmissionpolicies"
 BINDINGS_PATH: Final = f"/apis/{POLICY_GROUP_VERSION}/validatingadmissionpolicybindings"
 OURS: Final = f"{MANAGED_BY}={TENANTS_MANAGER}"
+SETTLE_SECONDS: Final = 5.0
+"""How long a namespace's policies and binding must have covered it before it carries NATIVE_RULES_LABEL.
+kube-apiserver loads policy and binding changes on a refresh of about a second (per replica), so an object
+written a moment ago may not be enforced yet; the webhook keeps judging until then."""
+_POLICY: Final = "ValidatingAdmissionPolicy"
+_BINDING: Final = "ValidatingAdmissionPolicyBinding"
 
 METRICS = LoopMetrics(
     passes=Counter("enclave_tenants_native_reconciles_total", "Passes of the native policies write loop", ["result"]),
@@ -76,8 +91,14 @@ class NativePolicies:
         self.configured = asyncio.Event()
         self.policies = Informer(kube, POLICIES_PATH, label_selector=OURS, on_change=self.changed, name="vaps")
         self.bindings = Informer(kube, BINDINGS_PATH, label_selector=OURS, on_change=self.changed, name="vapbindings")
-        self._programs: dict[str, Program] = {}
-        """``status.rules`` as JSON -> its program (a tenant's namespaces mostly share their rules)."""
+        self._programs: dict[str, tuple[Program, str]] = {}
+        """``status.rules`` as JSON -> its program and :func:`webhook_needed` (a tenant's namespaces mostly share
+        their rules)."""
+        self._skippable: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+        """Namespace -> (its tenant, the (kind, name) of the objects enforcing its rules) for the namespaces the
+        policies decide entirely, as the last :meth:`wanted` found."""
+        self._covered_since: dict[str, tuple[tuple[tuple[str, str], ...], float]] = {}
+        """Namespace -> (the objects covering it, monotonic time they were first seen covering it)."""
         self.loops = ControllerLoop(
             "native-policies",
             informers=[self.policies, self.bindings],
@@ -112,11 +133,13 @@ class NativePolicies:
 
     # -- one pass ---------------------------------------------------------------------------------------------
 
-    def _program(self, rules: list[JSON]) -> Program:
+    def _program(self, rules: list[JSON]) -> tuple[Program, str]:
         key = json.dumps(rules, sort_keys=True)
         found = self._programs.get(key)
         if found is None:
-            found = compile_namespace([AppliedRule.model_validate(rule) for rule in rules])
+            applied = [AppliedRule.model_validate(rule) for rule in rules]
+            program = compile_namespace(applied)
+            found = (program, webhook_needed(applied, program))
             if len(self._programs) > 1000:
                 self._programs = {}
             self._programs[key] = found
@@ -124,6 +147,7 @@ class NativePolicies:
 
     def wanted(self) -> tuple[dict[tuple[str, str], JSON], dict[str, Program]]:
         """Every policy and binding wanted, by (kind, name), and each tenant namespace's program."""
+        self._skippable = {}
         if self.engine == "webhook":
             return {}, {}
         shared: dict[tuple[str, str], tuple[Program, list[str]]] = {}
@@ -138,27 +162,37 @@ class NativePolicies:
             if not tenant or not rules:
                 continue
             try:
-                program = self._program(rules)
+                program, needed = self._program(rules)
             except ValueError as err:  # status written by an older or newer controller: leave it to the webhook
                 log.warning("rules not compiled natively", extra={"namespace": namespace, "error": str(err)})
                 continue
             programs[namespace] = program
             if not program.empty:
                 shared.setdefault((tenant, program.signature()), (program, []))[1].append(namespace)
+            if self.engine == "native" and not needed:
+                self._skippable[namespace] = (tenant, [])
         found: dict[tuple[str, str], JSON] = {}
         for (tenant, _), (program, namespaces) in shared.items():
-            for obj in policies(
+            objects = policies(
                 tenant,
                 program,
                 namespaces,
                 enclave_namespace=self.enclave_namespace,
                 ignored_groups=self.ignored_groups,
-            ):
+            )
+            for obj in objects:
                 found[(obj["kind"], obj["metadata"]["name"])] = obj
+            for namespace in namespaces:
+                if namespace in self._skippable:
+                    self._skippable[namespace][1].extend((obj["kind"], obj["metadata"]["name"]) for obj in objects)
         return found, programs
 
     async def reconcile(self) -> Result:
         wanted, programs = self.wanted()
+        # The label goes before anything it relied on changes; it comes only once what it relies on is settled.
+        for namespace in self._labelled():
+            if not self._covered(namespace, wanted):
+                await self._label(namespace, False)
         # Policies before their bindings; bindings gone before their policies.
         for kind, informer, path in (
             ("ValidatingAdmissionPolicy", self.policies, POLICIES_PATH),
@@ -178,7 +212,78 @@ class NativePolicies:
                     WRITES.labels(kind, "delete").inc()
         for namespace, program in programs.items():
             await self._report(namespace, program, wanted)
-        return DONE
+        return Result(requeue_after=await self._label_settled(wanted))
+
+    # -- the native-rules label -----------------------------------------------------------------------------
+
+    def _labelled(self) -> list[str]:
+        return [
+            name
+            for name, namespace in self.namespaces.items.items()
+            if NATIVE_RULES_LABEL in ((namespace.get("metadata") or {}).get("labels") or {})
+        ]
+
+    def _covered(self, namespace: str, wanted: dict[tuple[str, str], JSON]) -> bool:
+        """Whether the policies decide everything the ``resources`` hooks would in ``namespace``, and the live
+        policies and bindings of its rules are as wanted and select it."""
+        found = self._skippable.get(namespace)
+        if found is None:
+            return False
+        tenant, objects = found
+        labels = ((self.namespaces.get(namespace) or {}).get("metadata") or {}).get("labels") or {}
+        if labels.get(TENANT_LABEL) != tenant:
+            return False
+        for kind, name in objects:
+            live = (self.policies if kind == _POLICY else self.bindings).get(name)
+            want = wanted.get((kind, name))
+            if live is None or want is None:
+                return False
+            if kind == _BINDING and not binding_covers(live, want, namespace):
+                return False
+            if kind == _POLICY and not holds(live, want):
+                return False
+        return True
+
+    async def _label_settled(self, wanted: dict[tuple[str, str], JSON]) -> float | None:
+        """Label the namespaces covered for :data:`SETTLE_SECONDS`; the seconds until the next one is due."""
+        now = time.monotonic()
+        due = math.inf
+        labelled = set(self._labelled())
+        for namespace in list(self._covered_since):
+            if namespace not in self._skippable:
+                del self._covered_since[namespace]
+        for namespace, (_, objects) in self._skippable.items():
+            if not self._covered(namespace, wanted):
+                self._covered_since.pop(namespace, None)
+                continue
+            key = tuple(sorted(objects))
+            since = self._covered_since.get(namespace)
+            if since is None or since[0] != key:
+                # Labelled and covered when first seen: a previous pass (perhaps another replica's) labelled it
+                # once settled, and took the label away before any change to what covers it.
+                since = (key, -math.inf if namespace in labelled else now)
+                self._covered_since[namespace] = since
+            if namespace in labelled:
+                continue
+            left = since[1] + SETTLE_SECONDS - now
+            if left <= 0:
+                await self._label(namespace, True)
+            else:
+                due = min(due, left)
+        return None if due == math.inf else due
+
+    async def _label(self, namespace: str, native: bool) -> None:
+        path = resource_path("v1", "namespaces", name=namespace)
+        body = {"metadata": {"labels": {NATIVE_RULES_LABEL: "true" if native else None}}}
+        try:
+            self.namespaces.store(await self.kube.merge_patch(path, body), notify=False)
+        except KubeError as err:
+            if not err.gone:
+                raise
+            return
+        if not native:
+            self._covered_since.pop(namespace, None)
+        WRITES.labels("Namespace", "label" if native else "unlabel").inc()
 
     async def _converge(self, informer: Informer, path: str, obj: JSON) -> None:
         name = obj["metadata"]["name"]
@@ -241,3 +346,25 @@ class NativePolicies:
             await self.events.warn_once(key, involved, "RuleNotNative", condition[2])
         else:
             self.events.fine(key)
+
+
+def binding_covers(live: JSON, wanted: JSON, namespace: str) -> bool:
+    """Whether the live binding is the wanted one (policy, actions, tenant) and selects ``namespace``; the other
+    namespaces it names do not matter (kube-apiserver swaps a binding whole: while a replace adding one is
+    loaded, the old one still covers the rest)."""
+    names = _selected_names(live)
+    if namespace not in names:
+        return False
+    spec = json.loads(json.dumps(wanted.get("spec") or {}))
+    for expression in (spec.get("matchResources") or {}).get("namespaceSelector", {}).get("matchExpressions") or []:
+        if expression.get("key") == NAMESPACE_NAME_LABEL:
+            expression["values"] = names
+    return holds(live, {**wanted, "spec": spec})
+
+
+def _selected_names(binding: JSON) -> list[str]:
+    selector = ((binding.get("spec") or {}).get("matchResources") or {}).get("namespaceSelector") or {}
+    for expression in selector.get("matchExpressions") or []:
+        if expression.get("key") == NAMESPACE_NAME_LABEL and expression.get("operator") == "In":
+            return list(expression.get("values") or [])
+    return []
