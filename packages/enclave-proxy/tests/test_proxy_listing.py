@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from dataclasses import dataclass
 from typing import Any
@@ -13,8 +14,19 @@ from enclave_core.kube.connection import Connection
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
 from enclave_core.snapshots.tenancy import TenancySnapshot, TenantView
-from enclave_proxy.listing import NAMESPACES, NODES, ClusterIndex, ClusterWatch, Kind, TooOldError, list_body
-from enclave_proxy.query import NODE_FIELDS, selection
+from enclave_proxy import listing
+from enclave_proxy.listing import (
+    NAMESPACES,
+    NODES,
+    ClusterIndex,
+    ClusterWatch,
+    Kind,
+    ListVersionError,
+    TooOldError,
+    list_body,
+    list_version,
+)
+from enclave_proxy.query import NAMESPACE_FIELDS, NODE_FIELDS, selection
 from enclave_proxy.visibility import Scope, Visibility
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -205,3 +217,80 @@ def test_a_version_older_than_the_history_is_gone() -> None:
     with pytest.raises(TooOldError, match="too old resource version: 1"):
         watch(built, initial=False, since=1)
     assert kinds(watch(built, initial=False, since=3).events()) == [("MODIFIED", "oil-a")]
+
+
+# -- resourceVersion and resourceVersionMatch on lists -------------------------------------------------------
+
+
+def names_in(built: World, state: Any) -> list[str]:
+    scope = built.visibility.scope("Namespace", "alice", (), "list")
+    assert scope is not None
+    return [obj["metadata"]["name"] for obj in built.index.visible(scope, selection({}, NAMESPACE_FIELDS), state)]
+
+
+async def test_an_exact_list_answers_the_objects_as_they_were_at_that_version() -> None:
+    """``resourceVersionMatch=Exact`` is a list of the past (client-go's paginated relist pins it); the proxy
+    used to ignore it and answer now."""
+    built = index(ns("oil-a", 1), ns("gas-a", 2))
+    built.informer.apply_event("ADDED", ns("oil-b", 3))
+    built.informer.apply_event("MODIFIED", ns("oil-a", 4, team="x"))
+    state, version = await built.index.list_state({"resourceVersion": "2", "resourceVersionMatch": "Exact"})
+    assert version == "2"
+    assert names_in(built, state) == ["oil-a"]
+    assert state["oil-a"]["metadata"]["resourceVersion"] == "1"
+    state, _ = await built.index.list_state({"resourceVersion": "3", "resourceVersionMatch": "NotOlderThan"})
+    assert names_in(built, state) == ["oil-a", "oil-b"]
+    assert state["oil-a"]["metadata"]["resourceVersion"] == "4"
+
+
+async def test_an_exact_list_older_than_the_history_is_expired() -> None:
+    built = World(
+        ClusterIndex(Kube(Connection("http://127.0.0.1:1"), "test"), NAMESPACES, history=2),
+        Visibility(tenancy=tenancy("oil-a")),
+    )
+    for version in range(1, 5):
+        built.informer.apply_event("MODIFIED", ns("oil-a", version))
+    with pytest.raises(ListVersionError, match="too old") as err:
+        await built.index.list_state({"resourceVersion": "1", "resourceVersionMatch": "Exact"})
+    assert (err.value.code, err.value.reason) == (410, "Expired")
+
+
+async def test_a_list_from_a_version_not_reached_yet_waits_for_it() -> None:
+    built = index(ns("oil-a", 1))
+    waiting = asyncio.create_task(built.index.list_state({"resourceVersion": "2", "resourceVersionMatch": "Exact"}))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    built.informer.apply_event("ADDED", ns("oil-b", 2))
+    state, version = await asyncio.wait_for(waiting, 5)
+    assert (names_in(built, state), version) == (["oil-a", "oil-b"], "2")
+
+
+async def test_a_list_from_a_version_never_reached_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(listing, "VERSION_WAIT_SECONDS", 0.05)
+    built = index(ns("oil-a", 1))
+    with pytest.raises(ListVersionError, match="Too large resource version: 9") as err:
+        await built.index.list_state({"resourceVersion": "9"})
+    assert err.value.code == 504
+
+
+@pytest.mark.parametrize(
+    ("query", "code", "message"),
+    [
+        ({"resourceVersionMatch": "Exact"}, 422, "forbidden unless resourceVersion is provided"),
+        ({"resourceVersion": "0", "resourceVersionMatch": "Exact"}, 422, 'forbidden for resourceVersion "0"'),
+        ({"resourceVersion": "1", "resourceVersionMatch": "Newest"}, 422, 'Unsupported value: "Newest"'),
+        ({"resourceVersion": "1", "resourceVersionMatch": "Exact", "continue": "x"}, 422, "continue"),
+        ({"resourceVersion": "abc"}, 400, "not a resourceVersion"),
+    ],
+)
+def test_list_versions_kube_apiserver_refuses_are_refused(query: dict[str, str], code: int, message: str) -> None:
+    with pytest.raises(ListVersionError, match=message) as err:
+        list_version(query)
+    assert err.value.code == code
+
+
+def test_list_versions_that_mean_the_newest() -> None:
+    assert list_version({}) == ("", None)
+    assert list_version({"resourceVersion": "0"}) == ("", None)
+    assert list_version({"resourceVersion": "0", "resourceVersionMatch": "NotOlderThan"}) == ("NotOlderThan", None)
+    assert list_version({"resourceVersion": "7"}) == ("", 7)

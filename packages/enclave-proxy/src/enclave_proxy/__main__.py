@@ -192,7 +192,7 @@ async def body(process: component.Component) -> None:
     reviewer = TokenReviewer(kube, ttl=args.token_ttl)
     impersonation = ImpersonationReviewer(kube, ttl=args.token_ttl)
     server = ProxyServer(upstream, reviewer, impersonation, visibility, indexes)
-    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
+    runner = web.ServerRunner(server.server(), shutdown_timeout=SHUTDOWN_SECONDS)
     await runner.setup()
     address = HostPort.parse(args.listen_address)
     context = server_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)

@@ -18,15 +18,17 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-import aiohttp
+import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
 from enclave_core.kube.connection import Connection
+from enclave_proxy.identity import Identity, impersonation_headers
+from enclave_proxy.pool import Exchange, Pool, UpstreamUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +54,57 @@ PIPE_BUFFER = 1024 * 1024
 """Bytes queued toward one side of an upgraded connection before the other side's reading pauses."""
 
 
+DROPPED = frozenset(name.encode() for name in HOP_BY_HOP | {"authorization", "expect"})
+"""Request headers never sent on (``Expect``: the proxy has read the body already)."""
+MAX_IDENTITIES = 10_000
+"""Encoded identities remembered at most; past that the cache starts over."""
+
+
+def _lines(headers: Iterable[tuple[str, str]]) -> bytes:
+    """``Name: value`` lines; ValueError for a value that would end the line or the head early."""
+    out = []
+    for name, value in headers:
+        if "\r" in value or "\n" in value or "\0" in value:
+            raise ValueError(f"header {name} cannot carry {value!r}")
+        out.append(f"{name}: {value}\r\n")
+    return "".join(out).encode()
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+    body |= {"message": message, "reason": reason, "code": code}
+    return web.Response(status=code, body=orjson.dumps(body), content_type="application/json")
+
+
+async def _answer(request: web.BaseRequest, exchange: Exchange) -> web.StreamResponse:
+    """kube-apiserver's answer to the client: the status and end-to-end headers, then the body: in one write
+    when it is all here (most answers), else each piece as it comes (a watch, a large list)."""
+    reason = exchange.reason.decode("latin-1")
+    response = web.StreamResponse(status=exchange.status, reason=reason or None)
+    for raw_name, raw_value in exchange.headers:
+        name = raw_name.decode("latin-1")
+        if name.lower() not in HOP_BY_HOP:
+            response.headers.add(name, raw_value.decode("utf-8", "replace"))
+    bodiless = exchange.status in (204, 304) or request.method == "HEAD"
+    if exchange.complete:
+        body = exchange.body_now()
+        if not bodiless:
+            response.content_length = len(body)
+        await response.prepare(request)
+        await response.write_eof(body)
+        return response
+    length = exchange.header(b"content-length")
+    if length is not None and length.isdigit() and not bodiless:
+        response.content_length = int(length)
+    await response.prepare(request)
+    while chunk := await exchange.read():
+        await response.write(chunk)
+    await response.write_eof()
+    return response
+
+
 def upstream_headers(
-    request: web.Request, identity: CIMultiDict[str], credentials: Mapping[str, str]
+    request: web.BaseRequest, identity: CIMultiDict[str], credentials: Mapping[str, str]
 ) -> CIMultiDict[str]:
     """The caller's headers without its credentials, hop-by-hop headers and ``Impersonate-*``, plus the proxy's
     credentials and the caller's identity."""
@@ -70,7 +121,7 @@ def upstream_headers(
 
 class Upstream:
     """kube-apiserver as the proxy reaches it: the address, TLS and credentials of ``api`` (its kubeconfig or
-    in-cluster account) with a session of its own that does not decompress (bodies pass through as sent)."""
+    in-cluster account), and a :class:`~enclave_proxy.pool.Pool` of kept-open connections to it."""
 
     def __init__(self, api: Connection, *, connections: int) -> None:
         self.api = api
@@ -79,53 +130,75 @@ class Upstream:
         self.scheme = parts.scheme
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.ssl: ssl.SSLContext | bool = api.tls.context() if parts.scheme == "https" else False
+        context = api.tls.context() if parts.scheme == "https" else None
+        self.ssl: ssl.SSLContext | bool = context or False
         self.server_name = api.tls.server_name or None
-        self._session: aiohttp.ClientSession | None = None
-
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.connections, ssl=self.ssl),
-                auto_decompress=False,
-                skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
-            )
-        return self._session
+        self.pool = Pool(self.host, self.port, context, self.server_name, limit=connections)
+        self._host_line = f"Host: {parts.netloc}\r\n".encode()
+        self._credentials: tuple[tuple[str, str], ...] = ()
+        self._credential_lines = b""
+        self._identities: dict[Identity, bytes] = {}
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        self.pool.close()
 
-    async def forward(self, request: web.Request, identity: CIMultiDict[str]) -> web.StreamResponse:
-        """Send ``request`` upstream as ``identity``; stream the answer back."""
-        headers = upstream_headers(request, identity, await self.api.headers())
-        body = await request.read() if request.body_exists else None
-        kwargs: dict[str, Any] = {}
-        if self.server_name:
-            kwargs["server_hostname"] = self.server_name
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
-        async with self.session().request(
-            request.method,
-            self.api.host + request.path_qs,
-            headers=headers,
-            data=body,
-            timeout=timeout,
-            allow_redirects=False,
-            **kwargs,
-        ) as answer:
-            response = web.StreamResponse(status=answer.status, reason=answer.reason)
-            for name, value in answer.headers.items():
-                if name.lower() not in HOP_BY_HOP:
-                    response.headers.add(name, value)
-            if answer.content_length is not None and "chunked" not in answer.headers.get("Transfer-Encoding", ""):
-                response.content_length = answer.content_length
-            await response.prepare(request)
-            async for chunk in answer.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-            return response
+    async def _credential_block(self) -> bytes:
+        """The proxy's own credential headers, encoded again only when they change (a re-read token file)."""
+        now = tuple((await self.api.headers()).items())
+        if now != self._credentials:
+            self._credential_lines = _lines(now)
+            self._credentials = now
+        return self._credential_lines
 
-    async def upgrade(self, request: web.Request, identity: CIMultiDict[str]) -> web.StreamResponse:
+    def _identity_block(self, identity: Identity) -> bytes:
+        """The caller's ``Impersonate-*`` headers, encoded once per identity (a caller's burst reuses them)."""
+        block = self._identities.get(identity)
+        if block is None:
+            block = _lines(impersonation_headers(identity).items())
+            if len(self._identities) >= MAX_IDENTITIES:
+                self._identities.clear()
+            self._identities[identity] = block
+        return block
+
+    async def message(self, request: web.BaseRequest, identity: Identity) -> bytes:
+        """The request as kube-apiserver gets it: the caller's request line and headers without its credentials,
+        hop-by-hop headers and ``Impersonate-*``, plus the proxy's credentials and the caller's identity, and the
+        body. Raises ValueError for an identity no header can carry."""
+        target = request.raw_path
+        if not target.startswith("/"):  # an absolute-form target: send the path only
+            target = request.path_qs
+        parts = [f"{request.method} {target} HTTP/1.1\r\n".encode(), self._host_line]
+        for name, value in request.raw_headers:
+            lower = name.lower()
+            if lower in DROPPED or lower.startswith(b"impersonate-"):
+                continue
+            parts += (name, b": ", value, b"\r\n")
+        parts.append(await self._credential_block())
+        parts.append(self._identity_block(identity))
+        body = await request.read() if request.body_exists else b""
+        if body or request.method in ("POST", "PUT", "PATCH"):
+            parts.append(b"Content-Length: %d\r\n" % len(body))
+        parts += (b"\r\n", body)
+        return b"".join(parts)
+
+    async def forward(self, request: web.BaseRequest, identity: Identity) -> web.StreamResponse:
+        """Send ``request`` upstream as ``identity``; a small answer goes back whole, a longer one (a watch, a
+        large list) chunk by chunk as it arrives."""
+        try:
+            message = await self.message(request, identity)
+        except ValueError as err:
+            return _status(400, "BadRequest", str(err))
+        try:
+            exchange = await self.pool.send(request.method, message)
+        except UpstreamUnavailableError as err:
+            log.warning("kube-apiserver unavailable", extra={"error": str(err)})
+            return _status(502, "ServiceUnavailable", "enclave-proxy cannot reach kube-apiserver; retry")
+        try:
+            return await _answer(request, exchange)
+        finally:
+            self.pool.release(exchange)
+
+    async def upgrade(self, request: web.BaseRequest, identity: CIMultiDict[str]) -> web.StreamResponse:
         """Relay an upgrade request (WebSocket or SPDY) byte for byte once kube-apiserver switches protocols."""
         body = await request.read() if request.body_exists else b""
         headers = upstream_headers(request, identity, await self.api.headers())
@@ -217,7 +290,7 @@ class _Pipe:
 
 
 async def _splice(
-    request: web.Request,
+    request: web.BaseRequest,
     status: int,
     headers: CIMultiDict[str],
     reader: asyncio.StreamReader,

@@ -136,6 +136,55 @@ class TooOldError(ValueError):
     """A watch's resourceVersion older than the history: answered 410 Gone (``Expired``)."""
 
 
+VERSION_WAIT_SECONDS = 3.0
+"""How long a list from a resourceVersion newer than the index's waits for it, as kube-apiserver's watch cache
+waits, before answering 504 ``Too large resource version`` (client-go retries that)."""
+
+
+class ListVersionError(Exception):
+    """A list's ``resourceVersion``/``resourceVersionMatch`` the proxy cannot serve, with kube-apiserver's code
+    and reason for it."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+
+
+def _invalid(detail: str) -> ListVersionError:
+    return ListVersionError(422, "Invalid", f'ListOptions.meta.k8s.io "" is invalid: {detail}')
+
+
+def list_version(query: Mapping[str, str]) -> tuple[str, int | None]:
+    """A list's ``resourceVersionMatch`` and the resourceVersion it names (None: the newest, ``""`` or ``0``),
+    checked as kube-apiserver's ``ValidateListOptions`` checks them (422 Invalid)."""
+    version = query.get("resourceVersion", "")
+    match = query.get("resourceVersionMatch", "")
+    if match:
+        if not version:
+            raise _invalid(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+            )
+        if query.get("continue", ""):
+            raise _invalid(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided"
+            )
+        if match not in ("Exact", "NotOlderThan"):
+            raise _invalid(
+                f'resourceVersionMatch: Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""'
+            )
+        if match == "Exact" and version == "0":
+            raise _invalid(
+                'resourceVersionMatch: Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
+            )
+    if version in ("", "0"):
+        return match, None
+    try:
+        return match, parse_version(version)
+    except ValueError as err:
+        raise ListVersionError(400, "BadRequest", str(err)) from err
+
+
 def parse_version(text: str) -> int:
     """A resourceVersion as the number etcd issued; ValueError for anything else."""
     if not text.isdigit():
@@ -189,6 +238,10 @@ class ClusterIndex:
         """The newest resourceVersion dropped from the history: a watch must resume from at least this."""
         self._last: dict[str, JSON] = {}
         """Every object as the index last saw it (references to the informer's, not copies)."""
+        self._seen = 0
+        """The newest resourceVersion a change came at (the informer's own may be set just after)."""
+        self._advanced = asyncio.Event()
+        """Set (and replaced) on every change: lists waiting for a resourceVersion look again."""
 
     @property
     def synced(self) -> asyncio.Event:
@@ -204,7 +257,11 @@ class ClusterIndex:
             self._last.pop(key, None)
         else:
             self._last[key] = after
-        self.history.append((self.informer.change_version(), key, before))
+        version = self.informer.change_version()
+        self._seen = max(self._seen, version)
+        self._advanced.set()
+        self._advanced = asyncio.Event()
+        self.history.append((version, key, before))
         if len(self.history) > self.history_size:
             self._dropped = max(self._dropped, self.history.popleft()[0])
         for watch in self.watches:
@@ -224,6 +281,36 @@ class ClusterIndex:
         state.update({key: obj for key, obj in changed.items() if obj is not None})
         return state, set(changed)
 
+    def current_version(self) -> int:
+        rv = self.informer.resource_version
+        return max(self._seen, int(rv) if rv.isdigit() else 0)
+
+    async def list_state(self, query: Mapping[str, str]) -> tuple[Mapping[str, JSON], str]:
+        """The objects a list's ``resourceVersion``/``resourceVersionMatch`` asks for and the resourceVersion to
+        answer with, as kube-apiserver's watch cache serves them: unset or ``0``, the newest; ``NotOlderThan``
+        (or a version without a match, the legacy meaning), the newest once the index has reached it; ``Exact``,
+        the objects as they were at that version (from the history; 410 Expired when it reaches back no
+        further). A version the index has not reached within :data:`VERSION_WAIT_SECONDS`: 504.
+        Raises :class:`ListVersionError`."""
+        match, version = list_version(query)
+        if version is None:
+            return self.informer.items, self.informer.resource_version
+        try:
+            async with asyncio.timeout(VERSION_WAIT_SECONDS):
+                while version > self.current_version():
+                    await self._advanced.wait()
+        except TimeoutError:
+            raise ListVersionError(
+                504, "Timeout", f"Too large resource version: {version}, current: {self.current_version()}"
+            ) from None
+        if match != "Exact":
+            return self.informer.items, self.informer.resource_version
+        try:
+            state, _ = self.state_at(version)
+        except TooOldError:
+            raise ListVersionError(410, "Expired", "The resourceVersion for the provided list is too old.") from None
+        return state, str(version)
+
     def item(self, name: str) -> JSON | None:
         return self.informer.get(name)
 
@@ -232,11 +319,13 @@ class ClusterIndex:
         for watch in self.watches:
             watch.touch_all()
 
-    def visible(self, scope: Scope, selection: Selection) -> list[JSON]:
-        """The objects the caller may see that exist and match, sorted by name."""
+    def visible(self, scope: Scope, selection: Selection, state: Mapping[str, JSON] | None = None) -> list[JSON]:
+        """The objects the caller may see that exist and match, sorted by name (of ``state``, an earlier
+        version's objects, when given; else of now)."""
+        items = self.informer.items if state is None else state
         found = []
-        for name in sorted(scope.candidates(self.informer.items)):
-            obj = self.informer.get(name)
+        for name in sorted(scope.candidates(items)):
+            obj = items.get(name)
             if obj is not None and scope.admits(obj) and selection.matches(obj):
                 found.append(self.kind.typed(obj))
         return found
@@ -388,7 +477,7 @@ def _bad_request(message: str) -> web.Response:
     return web.Response(status=400, body=orjson.dumps(body), content_type="application/json")
 
 
-async def _expired(request: web.Request, kind: Kind, message: str) -> web.StreamResponse:
+async def _expired(request: web.BaseRequest, kind: Kind, message: str) -> web.StreamResponse:
     """kube-apiserver's answer to a watch from a resourceVersion its cache no longer holds: 200, then one ERROR
     event with a 410 ``Expired`` Status; client-go (kubectl, informers) lists again."""
     response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
@@ -402,7 +491,7 @@ async def _expired(request: web.Request, kind: Kind, message: str) -> web.Stream
 
 
 async def serve_watch(
-    request: web.Request,
+    request: web.BaseRequest,
     index: ClusterIndex,
     allowed: Callable[[], Scope | None],
     selection: Selection,

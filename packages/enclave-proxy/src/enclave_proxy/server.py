@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import logging
@@ -27,6 +28,10 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler
 from prometheus_client import Counter, Histogram
 
 from enclave_proxy.forward import MAX_BODY, Upstream
@@ -42,7 +47,7 @@ from enclave_proxy.identity import (
     impersonation_headers,
     requested_identity,
 )
-from enclave_proxy.listing import ClusterIndex, list_body, serve_watch
+from enclave_proxy.listing import ClusterIndex, ListVersionError, list_body, serve_watch
 from enclave_proxy.query import SelectorError, selection
 from enclave_proxy.tables import accepts_json, table, wants_table
 from enclave_proxy.visibility import Scope, Visibility
@@ -109,6 +114,7 @@ class ProxyServer:
         self.visibility = visibility
         self.lists = {index.kind.paths[0]: index for index in indexes}
         self.watches = {index.kind.paths[1]: index for index in indexes}
+        self._counters: dict[tuple[str, int], Any] = {}
 
     def target(self, path: str) -> tuple[ClusterIndex, str, bool] | None:
         """The filtered kind a path names, the object's name (empty for the collection) and whether it is the
@@ -123,12 +129,24 @@ class ProxyServer:
             return index, name, False
         return None
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY, handler_args={"max_field_size": 65536})
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        return app
+    def server(self) -> web.Server:
+        """aiohttp's low-level server with :meth:`handle` for every request: the proxy routes by itself, so an
+        Application's router, middleware chain and match info would be work per request for nothing."""
+        return web.Server(self.handle, request_factory=self._request, access_log=None, max_field_size=65536)
 
-    async def authenticate(self, request: web.Request) -> Identity | None:
+    def _request(
+        self,
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: RequestHandler,
+        writer: AbstractStreamWriter,
+        task: asyncio.Task[None],
+    ) -> web.BaseRequest:
+        """Requests whose bodies may be as large as :data:`MAX_BODY` (aiohttp's default is 1 MiB)."""
+        loop = asyncio.get_running_loop()
+        return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY)
+
+    async def authenticate(self, request: web.BaseRequest) -> Identity | None:
         transport = request.transport
         peer: dict[str, Any] | None = None
         if transport is not None:
@@ -143,12 +161,17 @@ class ProxyServer:
             return None
         return await self.reviewer.review(token)
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.headers.get("Expect", "").lower() == "100-continue":  # as an Application would answer it
+            await request.writer.write(b"HTTP/%d.%d 100 Continue\r\n\r\n" % request.version)
         route, response = await self._route(request)
-        REQUESTS.labels(route, str(response.status)).inc()
+        counter = self._counters.get((route, response.status))
+        if counter is None:  # labels() takes a lock and builds a key: once per (route, code), not per request
+            counter = self._counters[(route, response.status)] = REQUESTS.labels(route, str(response.status))
+        counter.inc()
         return response
 
-    async def _route(self, request: web.Request) -> tuple[str, web.StreamResponse]:
+    async def _route(self, request: web.BaseRequest) -> tuple[str, web.StreamResponse]:
         try:
             identity = await self.authenticate(request)
             if identity is not None and impersonating(request.headers.keys()):
@@ -180,13 +203,12 @@ class ProxyServer:
                         return "filtered", self._get(request, index, obj)
                     group = GRANT_GROUP.format(resource=kind.resource, verb=verb)
                     granted = dataclasses.replace(identity, groups=(*identity.groups, group))
-                    return "granted", await self.upstream.forward(request, impersonation_headers(granted))
-        headers = impersonation_headers(identity)
+                    return "granted", await self.upstream.forward(request, granted)
         if request.headers.get("Upgrade"):
-            return "upgraded", await self.upstream.upgrade(request, headers)
-        return "forwarded", await self.upstream.forward(request, headers)
+            return "upgraded", await self.upstream.upgrade(request, impersonation_headers(identity))
+        return "forwarded", await self.upstream.forward(request, identity)
 
-    def _get(self, request: web.Request, index: ClusterIndex, obj: dict[str, Any]) -> web.Response:
+    def _get(self, request: web.BaseRequest, index: ClusterIndex, obj: dict[str, Any]) -> web.Response:
         """One object the caller sees, as kube-apiserver renders it (JSON, or the Table kubectl asks for)."""
         kind = index.kind
         accept = request.headers.get("Accept", "")
@@ -207,7 +229,7 @@ class ProxyServer:
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def _list(
-        self, request: web.Request, identity: Identity, index: ClusterIndex, verb: str
+        self, request: web.BaseRequest, identity: Identity, index: ClusterIndex, verb: str
     ) -> web.StreamResponse:
         kind = index.kind
         query = request.query
@@ -225,15 +247,19 @@ class ProxyServer:
 
         if verb == "watch":
             return await serve_watch(request, index, allowed, chosen, as_table)
+        try:
+            state, version = await index.list_state(query)
+        except ListVersionError as err:
+            return status(err.code, err.reason, str(err))
         started = time.perf_counter()
-        objects = index.visible(allowed() or Scope(), chosen)
+        objects = index.visible(allowed() or Scope(), chosen, state)
         try:
             body = list_body(
                 kind,
                 objects,
                 query,
                 as_table=as_table,
-                resource_version=index.informer.resource_version,
+                resource_version=version,
                 now=datetime.datetime.now(datetime.UTC),
             )
         except ValueError as err:
