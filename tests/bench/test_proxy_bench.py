@@ -54,7 +54,7 @@ from sizes import Budget, enforce, sized
 from enclave_core.api.names import TENANT_LABEL
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
-from enclave_testing.procstat import rss_bytes
+from enclave_testing.procstat import cpu_seconds, rss_bytes
 from enclave_testing.proxy import RunningProxy, start_proxy_on
 from enclave_testing.stack import TenancyStack, create_namespace, start_tenancy
 from enclave_testing.waiting import poll
@@ -229,9 +229,14 @@ def test_pass_through_overhead_of_a_small_get(bench: Bench) -> None:
     # the owner's admin binding (enclave-tenants writes it) and a warm TokenReview cache, before the clock
     poll(lambda: run(direct, CONCURRENCY) and run(proxied, CONCURRENCY), timeout=30, what="the owner reads")
     rows: dict[str, list[list[float]]] = {"kube-apiserver": [], "enclave-proxy": []}
+    assert bench.proxy.component.process.popen is not None
+    pid = bench.proxy.component.process.popen.pid
+    cpu: list[float] = []
     for _ in range(ROUNDS):
         rows["kube-apiserver"].append(run(direct, GETS))
+        spent = cpu_seconds(pid)
         rows["enclave-proxy"].append(run(proxied, GETS))
+        cpu.append((cpu_seconds(pid) - spent) / GETS)
     p50 = {name: statistics.median(percentile(r, 0.5) for r in rounds) for name, rounds in rows.items()}
     p99 = {name: statistics.median(percentile(r, 0.99) for r in rounds) for name, rounds in rows.items()}
     print(f"\npass-through: GET one ConfigMap, c={CONCURRENCY}, {ROUNDS} x {GETS} each, load {_load()}")
@@ -244,6 +249,8 @@ def test_pass_through_overhead_of_a_small_get(bench: Bench) -> None:
     added50 = p50["enclave-proxy"] - p50["kube-apiserver"]
     added99 = p99["enclave-proxy"] - p99["kube-apiserver"]
     print(f"| added by enclave-proxy | {ms(added50)} (target 1 ms) | {ms(added99)} (target 5 ms) |")
+    each_cpu = ", ".join(f"{c * 1e6:.0f}" for c in cpu)
+    print(f"proxy CPU per GET (user+system, each round): {statistics.median(cpu) * 1e6:.0f} us ({each_cpu})")
 
 
 # -- 2. tenant list in a large cluster -------------------------------------------------------------------------
