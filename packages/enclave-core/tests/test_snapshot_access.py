@@ -3,6 +3,8 @@ publisher applying both to ``Watch``."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
+from enclave_core.identity import component_named
 from enclave_core.pki import CertificateAuthority, KeyPair, component_of, component_uri, issue_component_client
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot, WatchRequest
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
@@ -71,6 +74,16 @@ def test_only_a_client_certificate_with_one_component_uri_is_an_identity() -> No
     assert component_of(nested.certificate) is None
 
 
+def test_the_uris_name_one_component_or_none() -> None:
+    """The URI rule on its own, as a publisher applies it to the handshake's ``peer_uri`` list."""
+    assert component_named([component_uri("enclave-admission"), "spiffe://other/x"]) == "enclave-admission"
+    assert component_named([]) is None
+    assert component_named([component_uri("")]) is None
+    assert component_named([component_uri("a"), component_uri("b")]) is None
+    assert component_named([component_uri("a/b")]) is None
+    assert component_named(["spiffe://enclave.dev/componentx/enclave-admission"]) is None
+
+
 @pytest.fixture
 async def tenants_publisher() -> AsyncIterator[int]:
     """A TenantService publisher over mutual TLS, holding Tenancy and Rules."""
@@ -126,3 +139,27 @@ async def test_a_certificate_naming_no_component_is_denied(tenants_publisher: in
         await _kinds(tenants_publisher, anonymous, [RULES_KIND])
     assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "names no Enclave component" in str(denied.value.details())
+
+
+async def test_a_certificate_naming_two_components_is_denied(tenants_publisher: int) -> None:
+    two = CA.issue("x", uris=[component_uri("enclave-admission"), component_uri("enclave-proxy")], client=True)
+    with pytest.raises(grpc.aio.AioRpcError) as denied:
+        await _kinds(tenants_publisher, two, [RULES_KIND])
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_serving_certificate_naming_a_component_is_refused_by_the_handshake(tenants_publisher: int) -> None:
+    """The publisher reads the identity from the handshake's ``peer_uri`` without looking at the usages: this is
+    the check that a certificate without clientAuth never gets that far."""
+    server_only = CA.issue("x", uris=[component_uri("enclave-admission")], server=True, client=False)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await _kinds(tenants_publisher, server_only, [RULES_KIND])
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_publisher_loads_no_x509_library() -> None:
+    """The gRPC runtime every component imports (server included) leaves ``cryptography`` out: about 12 MB of
+    resident memory per process (docs/decisions/0007)."""
+    code = "import sys, enclave_core.runtime.grpc; print('cryptography' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    assert loaded.stdout.strip() == "False"

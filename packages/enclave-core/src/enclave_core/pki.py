@@ -22,6 +22,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from enclave_core.identity import COMPONENT_URI_PREFIX as COMPONENT_URI_PREFIX
+from enclave_core.identity import component_named
+from enclave_core.identity import component_uri as component_uri
+
 # A small back-dating absorbs clock skew between the issuer and the verifier.
 _BACKDATE = timedelta(minutes=5)
 
@@ -159,14 +163,6 @@ class CertificateAuthority:
         return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _private_key_pem(key))
 
 
-COMPONENT_URI_PREFIX = "spiffe://enclave.dev/component/"
-"""A component's client certificate carries the URI SAN ``<prefix><component>``, e.g. ``...component/enclave-admission``."""
-
-
-def component_uri(component: str) -> str:
-    return f"{COMPONENT_URI_PREFIX}{component}"
-
-
 def issue_component_client(ca: CertificateAuthority, component: str, validity: timedelta) -> KeyPair:
     """The client certificate of ``component`` (``enclave-admission``...): clientAuth only, named by CN and URI."""
     return ca.issue(component, uris=[component_uri(component)], server=False, client=True, validity=validity)
@@ -185,14 +181,7 @@ def component_of(cert: x509.Certificate) -> str | None:
         return None
     if ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
         return None
-    named = [
-        uri[len(COMPONENT_URI_PREFIX) :]
-        for uri in sans.get_values_for_type(x509.UniformResourceIdentifier)
-        if uri.startswith(COMPONENT_URI_PREFIX)
-    ]
-    if len(named) != 1 or not named[0] or "/" in named[0]:
-        return None
-    return named[0]
+    return component_named(sans.get_values_for_type(x509.UniformResourceIdentifier))
 
 
 def signing_key_pair() -> tuple[bytes, bytes]:

@@ -18,11 +18,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
-from cryptography import x509
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import Counter, Gauge
 
-from enclave_core.pki import component_of
+from enclave_core.identity import component_named
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot, WatchRequest
 from enclave_core.snapshots import access
 from enclave_core.snapshots.hub import SnapshotHub
@@ -39,13 +38,18 @@ DENIED = Counter(
 
 
 def peer_component(context: grpc.aio.ServicerContext) -> str | None:
-    """The component named by the peer's client certificate (verified by the handshake), or None."""
-    pem = context.auth_context().get("x509_pem_cert")
-    if not pem:
-        return None
+    """The component named by the peer's client certificate (verified by the handshake), or None.
+
+    Read from gRPC's auth context, which lists the verified certificate's URI SANs as ``peer_uri``: no X.509
+    parsing here, so a publisher does not load ``cryptography`` (docs/decisions/0007). The handshake has
+    already refused a certificate without clientAuth among its usages (BoringSSL verifies a client
+    certificate for the SSL-client purpose: a serving certificate fails with "unsupported certificate
+    purpose"), the other half of :func:`enclave_core.pki.component_of`'s rule.
+    """
+    uris = context.auth_context().get("peer_uri") or []
     try:
-        return component_of(x509.load_pem_x509_certificate(pem[0]))
-    except ValueError:
+        return component_named(uri.decode() for uri in uris)
+    except UnicodeDecodeError:
         return None
 
 
