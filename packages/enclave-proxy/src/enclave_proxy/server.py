@@ -22,7 +22,6 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-import ssl
 import time
 from typing import Any
 
@@ -148,12 +147,9 @@ class ProxyServer:
 
     async def authenticate(self, request: web.BaseRequest) -> Identity | None:
         transport = request.transport
-        peer: dict[str, Any] | None = None
-        if transport is not None:
-            ssl_object = transport.get_extra_info("ssl_object")
-            if isinstance(ssl_object, ssl.SSLObject | ssl.SSLSocket):
-                peer = ssl_object.getpeercert()
-        identity = from_certificate(peer)
+        # the verified certificate as the handshake left it (asyncio and uvloop keep getpeercert()'s answer)
+        peer = transport.get_extra_info("peercert") if transport is not None else None
+        identity = from_certificate(peer if isinstance(peer, dict) else None)
         if identity is not None:
             return identity
         token = bearer_token(request.headers.get("Authorization", ""))
