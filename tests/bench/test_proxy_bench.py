@@ -8,7 +8,10 @@ the same token for kube-apiserver directly and through the proxy.
 
 1. **Pass-through**: ``GET`` of one small ConfigMap in the owner's namespace, ``CONCURRENCY`` connections each
    with one request in flight (closed loop), direct and through the proxy in alternating rounds. The issue's
-   targets: the proxy adds at most 1 ms at the median and 5 ms at p99.
+   targets: the proxy adds at most 1 ms at the median and 5 ms at p99. Also the proxy's CPU per GET (user plus
+   system over each round), which the host's load moves far less than latency; with
+   ``ENCLAVE_PROXY_BASELINE=<a checkout>/packages/enclave-proxy/src`` that checkout's proxy runs beside this
+   one in the same rounds (before and after a change, in one run).
 2. **Tenant list**: the owner's ``GET /api/v1/namespaces`` through the proxy (as kubectl asks it, a Table, and
    as JSON) in a cluster of ``CLUSTER_NAMESPACES`` namespaces of which ``TENANT_NAMESPACES`` are the tenant's,
    one request at a time; beside it, kube-apiserver's own answer to the closest request it can serve (an
@@ -32,12 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 import statistics
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +74,9 @@ TABLE = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 )
 RSS_LIMIT = 150 * 1024 * 1024
+BASELINE = os.environ.get("ENCLAVE_PROXY_BASELINE", "")
+"""Another checkout's ``packages/enclave-proxy/src``: its proxy joins the pass-through row, so a change to the
+forwarding path is measured before and after in one run (docs/benchmarks.md)."""
 
 
 @dataclass
@@ -206,13 +213,43 @@ def _load() -> str:
 # -- 1. pass-through ------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def baseline_proxy(bench: Bench) -> Iterator[RunningProxy | None]:
+    """The proxy of :data:`BASELINE` in front of the same stack (None without one): started with that source
+    first on its ``PYTHONPATH``, so the same interpreter and packages run the other code."""
+    if not BASELINE:
+        yield None
+        return
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = BASELINE
+    try:
+        proxy = start_proxy_on(bench.stack, Path(tempfile.mkdtemp(prefix="enclave-proxy-baseline-")))
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
 def test_pass_through_overhead_of_a_small_get(bench: Bench) -> None:
     owner = bench.owner(1)
     namespace = owner.namespaces[0]
     core = client.CoreV1Api(bench.kube)
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "small"}, "data": {"key": "value"}})
     path = f"/api/v1/namespaces/{namespace}/configmaps/small"
-    direct, proxied = bench.plane.api_url, bench.proxy.url
+    with baseline_proxy(bench) as baseline:
+        proxies = {"enclave-proxy": bench.proxy}
+        if baseline is not None:
+            proxies[f"enclave-proxy, baseline ({BASELINE})"] = baseline
+        _pass_through(bench, owner, path, proxies)
+
+
+def _pass_through(bench: Bench, owner: Owner, path: str, proxies: dict[str, RunningProxy]) -> None:
+    direct = bench.plane.api_url
 
     def run(url: str, total: int) -> list[float]:
         return closed_loop(
@@ -227,30 +264,37 @@ def test_pass_through_overhead_of_a_small_get(bench: Bench) -> None:
         )
 
     # the owner's admin binding (enclave-tenants writes it) and a warm TokenReview cache, before the clock
-    poll(lambda: run(direct, CONCURRENCY) and run(proxied, CONCURRENCY), timeout=30, what="the owner reads")
-    rows: dict[str, list[list[float]]] = {"kube-apiserver": [], "enclave-proxy": []}
-    assert bench.proxy.component.process.popen is not None
-    pid = bench.proxy.component.process.popen.pid
-    cpu: list[float] = []
+    def reads(url: str) -> Callable[[], Any]:
+        return lambda: run(direct, CONCURRENCY) and run(url, CONCURRENCY)
+
+    for proxy in proxies.values():
+        poll(reads(proxy.url), timeout=30, what="the owner reads")
+    rows: dict[str, list[list[float]]] = {"kube-apiserver": [], **{name: [] for name in proxies}}
+    cpu: dict[str, list[float]] = {name: [] for name in proxies}
     for _ in range(ROUNDS):
         rows["kube-apiserver"].append(run(direct, GETS))
-        spent = cpu_seconds(pid)
-        rows["enclave-proxy"].append(run(proxied, GETS))
-        cpu.append((cpu_seconds(pid) - spent) / GETS)
+        for name, proxy in proxies.items():
+            assert proxy.component.process.popen is not None
+            pid = proxy.component.process.popen.pid
+            spent = cpu_seconds(pid)
+            rows[name].append(run(proxy.url, GETS))
+            cpu[name].append((cpu_seconds(pid) - spent) / GETS)
     p50 = {name: statistics.median(percentile(r, 0.5) for r in rounds) for name, rounds in rows.items()}
     p99 = {name: statistics.median(percentile(r, 0.99) for r in rounds) for name, rounds in rows.items()}
     print(f"\npass-through: GET one ConfigMap, c={CONCURRENCY}, {ROUNDS} x {GETS} each, load {_load()}")
-    print("| path | p50 | p99 (each round) |")
-    print("| --- | --: | --: |")
+    print("| path | p50 | p99 (each round) | proxy CPU per GET (each round) |")
+    print("| --- | --: | --: | --: |")
     for name, rounds in rows.items():
         each = ", ".join(f"{percentile(r, 0.99) * 1000:.1f}" for r in rounds)
-        print(f"| {name} | {ms(p50[name])} | {ms(p99[name])} ({each}) |")
-    print("| capsule-proxy | not built (module not served) | |")
-    added50 = p50["enclave-proxy"] - p50["kube-apiserver"]
-    added99 = p99["enclave-proxy"] - p99["kube-apiserver"]
-    print(f"| added by enclave-proxy | {ms(added50)} (target 1 ms) | {ms(added99)} (target 5 ms) |")
-    each_cpu = ", ".join(f"{c * 1e6:.0f}" for c in cpu)
-    print(f"proxy CPU per GET (user+system, each round): {statistics.median(cpu) * 1e6:.0f} us ({each_cpu})")
+        used = ""
+        if name in cpu:
+            used = f"{statistics.median(cpu[name]) * 1e6:.0f} us ({', '.join(f'{c * 1e6:.0f}' for c in cpu[name])})"
+        print(f"| {name} | {ms(p50[name])} | {ms(p99[name])} ({each}) | {used} |")
+    print("| capsule-proxy | not built (module not served) | | |")
+    for name in proxies:
+        added50 = p50[name] - p50["kube-apiserver"]
+        added99 = p99[name] - p99["kube-apiserver"]
+        print(f"| added by {name} | {ms(added50)} (target 1 ms) | {ms(added99)} (target 5 ms) | |")
 
 
 # -- 2. tenant list in a large cluster -------------------------------------------------------------------------
