@@ -85,6 +85,10 @@ def test_a_native_tenants_pod_create_skips_the_webhook_and_a_webhook_tenants_doe
     try:
         poll(lambda: native_label(stack, native_ns) == "true", timeout=60, what="the native-rules label")
         assert native_label(stack, webhook_ns) is None  # its second rule reads `now`: the webhook's
+        conditions = stack.rule_status(native_ns)["status"]["conditions"]
+        (native_policies,) = [c for c in conditions if c["type"] == "NativePolicies"]
+        assert native_policies["status"] == "True", native_policies
+        assert "the resources hooks skip the namespace" in native_policies["message"], native_policies
 
         native_core, webhook_core = stack.core(native_owner), stack.core(webhook_owner)
         before = webhook_calls(admission)

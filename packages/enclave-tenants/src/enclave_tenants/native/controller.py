@@ -97,6 +97,8 @@ class NativePolicies:
         self._skippable: dict[str, tuple[str, list[tuple[str, str]]]] = {}
         """Namespace -> (its tenant, the (kind, name) of the objects enforcing its rules) for the namespaces the
         policies decide entirely, as the last :meth:`wanted` found."""
+        self._webhook_needed: dict[str, str] = {}
+        """Namespace -> why the ``resources`` hooks must still be called there (:func:`webhook_needed`)."""
         self._covered_since: dict[str, tuple[tuple[tuple[str, str], ...], float]] = {}
         """Namespace -> (the objects covering it, monotonic time they were first seen covering it)."""
         self.loops = ControllerLoop(
@@ -148,6 +150,7 @@ class NativePolicies:
     def wanted(self) -> tuple[dict[tuple[str, str], JSON], dict[str, Program]]:
         """Every policy and binding wanted, by (kind, name), and each tenant namespace's program."""
         self._skippable = {}
+        self._webhook_needed = {}
         if self.engine == "webhook":
             return {}, {}
         shared: dict[tuple[str, str], tuple[Program, list[str]]] = {}
@@ -171,6 +174,8 @@ class NativePolicies:
                 shared.setdefault((tenant, program.signature()), (program, []))[1].append(namespace)
             if self.engine == "native" and not needed:
                 self._skippable[namespace] = (tenant, [])
+            elif needed:
+                self._webhook_needed[namespace] = needed
         found: dict[tuple[str, str], JSON] = {}
         for (tenant, _), (program, namespaces) in shared.items():
             objects = policies(
@@ -317,7 +322,13 @@ class NativePolicies:
                 f"{len(native)} rule areas in {names or 'no policy'}; on the webhook: {detail}",
             )
         else:
-            condition = ("True", "Compiled", f"{len(native)} rule areas in {names}")
+            if namespace in self._skippable:
+                where = f"; the resources hooks skip the namespace once they have settled ({NATIVE_RULES_LABEL})"
+            elif self.engine == "both":
+                where = "; the webhook judges too (engine both)"
+            else:
+                where = f"; the webhook is still called: {self._webhook_needed.get(namespace, '')}"
+            condition = ("True", "Compiled", f"{len(native)} rule areas in {names}{where}")
         generation = int((status.get("metadata") or {}).get("generation") or 0)
         now = datetime.now(UTC)
         previous = read_conditions(status)
