@@ -31,6 +31,7 @@ from enclave_core.api import names
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.meta import Entity
 from enclave_core.api.validation import service_configuration_problems as problems
+from enclave_core.api.validation import validation_message
 from enclave_core.conditions import Condition, new_condition, set_condition
 from enclave_core.durations import parse_duration
 from enclave_core.kube.events import EventRecorder
@@ -212,7 +213,7 @@ class ConfigController:
         try:
             config = ServiceConfiguration.model_validate(raw)
         except ValidationError as err:
-            await self._not_ready(raw, generation, "InvalidSpec", _validation_message(err))
+            await self._not_ready(raw, generation, "InvalidSpec", validation_message(err))
             return DONE
         found = problems(config.spec)
         if found:
@@ -545,14 +546,6 @@ def _aggregated(owner: JSON) -> tuple[str, str] | None:
     if spec.get("aggregate") and spec.get("kind") and spec.get("name"):
         return (str(spec["kind"]), str(spec["name"]))
     return None
-
-
-def _validation_message(err: ValidationError) -> str:
-    parts = []
-    for error in err.errors()[:5]:
-        location = ".".join(str(p) for p in error["loc"])
-        parts.append(f"{location}: {error['msg']}")
-    return "; ".join(parts)
 
 
 def _owned_by(obj: JSON, owners: list[JSON]) -> bool:

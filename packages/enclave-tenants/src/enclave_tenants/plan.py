@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from enclave_core.api.meta import Entity, ValueMatcher
 from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.api.tenancy import ForbiddenList, Tenant, TenantOwner
-from enclave_core.api.validation import forbidden_problems
+from enclave_core.api.validation import forbidden_problems, validation_message
 from enclave_core.snapshots.tenancy import Forbidden, TenancySnapshot, TenantView
 from enclave_tenants import bindings as rb
 from enclave_tenants import namespaces as ns
@@ -129,14 +129,6 @@ class Plan(BaseModel):
     snapshot: TenancySnapshot = Field(default_factory=TenancySnapshot)
 
 
-def _validation_message(err: ValidationError) -> str:
-    parts = []
-    for error in err.errors()[:5]:
-        location = ".".join(str(p) for p in error["loc"])
-        parts.append(f"{location}: {error['msg']}")
-    return "; ".join(parts)
-
-
 def _forbidden(value: ForbiddenList | None, where: str, problems: list[Problem]) -> Forbidden:
     if value is None:
         return Forbidden()
@@ -205,7 +197,7 @@ def _parse_owners(raw_owners: Iterable[JSON]) -> tuple[list[TenantOwner], dict[s
         try:
             owner = TenantOwner.model_validate(raw)
         except ValidationError as err:
-            plan.problems.append(Problem(reason="InvalidSpec", message=_validation_message(err)))
+            plan.problems.append(Problem(reason="InvalidSpec", message=validation_message(err)))
             continue
         problem = entity_problem(owner.spec.kind, owner.spec.name)
         if problem:
@@ -280,7 +272,7 @@ def build_plan(
         except ValidationError as err:
             if parsed is not None:
                 parsed.pop(name, None)
-            tenant_plan.problems.append(Problem(reason="InvalidSpec", message=_validation_message(err)))
+            tenant_plan.problems.append(Problem(reason="InvalidSpec", message=validation_message(err)))
             previous = (previous_views or {}).get(name)
             if previous is not None:
                 tenant_plan.view = previous.model_copy(update={"namespaces": tenant_plan.namespaces})

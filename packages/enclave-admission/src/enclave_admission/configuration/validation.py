@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from enclave_admission.review import AdmissionRequest, Decision
 from enclave_admission.state import State
 from enclave_core.api.configuration import ServiceConfigurationSpec
-from enclave_core.api.validation import service_configuration_problems
+from enclave_core.api.validation import service_configuration_problems, validation_message
 
 
 def validate(request: AdmissionRequest, _state: State) -> Decision:
@@ -22,9 +22,7 @@ def validate(request: AdmissionRequest, _state: State) -> Decision:
     try:
         spec = ServiceConfigurationSpec.model_validate(request.obj.get("spec") or {})
     except ValidationError as err:
-        details = "; ".join(
-            f"spec.{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in err.errors()[:5]
-        )
+        details = validation_message(err, under="spec.")
         return Decision.deny("InvalidConfiguration", f"ServiceConfiguration {name!r} is invalid: {details}")
     problems = service_configuration_problems(spec)
     if problems:

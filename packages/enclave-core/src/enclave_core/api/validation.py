@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 from urllib.parse import urlsplit
 
+from pydantic import ValidationError
+
 from enclave_core import cel, patterns
 from enclave_core.api.configuration import MutatingAdmission, ServiceConfigurationSpec, ValidatingAdmission
 from enclave_core.api.meta import ApiModel, ValueMatcher
@@ -37,6 +39,13 @@ class Problem(ApiModel):
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
+
+
+def validation_message(err: ValidationError, under: str = "") -> str:
+    """The first five of what the schema refused, as ``path: message`` (each path prefixed with ``under``):
+    what a status condition or an admission refusal says about an object that does not parse, short enough to
+    read, never the whole dump a deeply wrong object gives."""
+    return "; ".join(f"{under}{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in err.errors()[:5])
 
 
 def _regex_problem(field: str, pattern: str | None) -> list[Problem]:
