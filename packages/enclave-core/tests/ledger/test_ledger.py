@@ -253,3 +253,26 @@ async def test_concurrent_requests_on_one_replica_are_committed_in_groups() -> N
     assert sum(admitted) == 15
     assert api.objects[name]["status"]["allocated"] == "15"
     assert api.writes < 20  # the requests queued behind the first write went out together
+
+
+def test_the_ledger_watch_feeds_the_client_before_the_controller_hears() -> None:
+    """What the watch brings is the copy the next write starts from, and a deleted ledger is forgotten; the
+    controller's own callback runs after, so it already reads the client's newest copy."""
+    client = client_for(FakeApi())
+    heard: list[tuple[str, int | None]] = []
+
+    def on_change(key: str) -> None:
+        cached = client.cached(key.rpartition("/")[2])
+        heard.append((key, cached.metadata.generation if cached is not None else None))
+
+    watched = client.informer("enclave-quotas", on_change)
+    assert watched.label_selector == "app.kubernetes.io/managed-by=enclave-quotas"
+    ledger = {
+        "apiVersion": "enclave.dev/v1beta2",
+        "kind": "QuantityLedger",
+        "metadata": {"name": "l1", "namespace": "enclave-system", "resourceVersion": "7", "generation": 3},
+        "spec": {"targetRef": {"kind": "CustomQuota", "name": "q", "namespace": "team"}},
+    }
+    watched.apply_event("ADDED", ledger)
+    watched.apply_event("DELETED", {"metadata": {"name": "l1", "namespace": "enclave-system"}})
+    assert heard == [("enclave-system/l1", 3), ("enclave-system/l1", None)]

@@ -109,13 +109,7 @@ class QuotasController:
             kind: Informer(kube, path, on_change=change, name=kind.lower()) for kind, path in QUOTA_PATHS.items()
         }
         self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces")
-        self.ledger_cache = Informer(
-            kube,
-            self.ledgers.path(""),
-            label_selector=f"{names.MANAGED_BY}={names.QUOTAS_MANAGER}",
-            on_change=self._ledger_changed,
-            name="quantityledgers",
-        )
+        self.ledger_cache = self.ledgers.informer(names.QUOTAS_MANAGER, on_change=change)
         self.crds = Informer(
             kube,
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
@@ -150,14 +144,6 @@ class QuotasController:
         return [*self.quotas.values(), self.namespaces, self.ledger_cache, self.crds, self.configuration]
 
     def _changed(self, _key: str = "") -> None:
-        self.loop.changed()
-
-    def _ledger_changed(self, key: str) -> None:
-        obj = self.ledger_cache.get(key)
-        if obj is None:
-            self.ledgers.forget(key.rpartition("/")[2])
-        else:
-            self.ledgers.observe(obj)
         self.loop.changed()
 
     def set_events_namespace(self, namespace: str) -> None:

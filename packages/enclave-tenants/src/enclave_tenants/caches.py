@@ -19,7 +19,6 @@ from enclave_core import GROUP_VERSION
 from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.kube.informer import Informer, share
 from enclave_core.kube.rest import JSON
-from enclave_core.ledger import LedgerClient
 from enclave_core.runtime.loops import ControllerLoop
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_tenants import work
@@ -43,8 +42,6 @@ class Caches:
     owners: Informer
     namespaces: Informer
     bindings: Informer
-    ledger_cache: Informer
-    ledgers: LedgerClient
     policy: Policy
     configuration: asyncio.Event
     loop: ControllerLoop
@@ -55,12 +52,9 @@ class Caches:
     _binding_names: dict[str, tuple[str, ...]]
     native: NativePolicies
 
-    def _ledger_changed(self, key: str) -> None:
-        obj = self.ledger_cache.get(key)
-        if obj is None:
-            self.ledgers.forget(key.rpartition("/")[2])
-        else:
-            self.ledgers.observe(obj)
+    def _ledger_changed(self, _key: str) -> None:
+        """The ledger client has taken the copy (``LedgerClient.informer``); the namespace quotas' ledgers are
+        looked at again."""
         self._ledgers_due = True
         self._replan()
 

@@ -137,13 +137,7 @@ class TenantsController(Reporting, NamespaceQuota):
             kube, "/api/v1/namespaces", on_change=self._namespace_changed, name="namespaces", transform=_namespace_trim
         )
         self.ledgers = LedgerClient(kube, settings.namespace)
-        self.ledger_cache = Informer(
-            kube,
-            self.ledgers.path(""),
-            label_selector=f"{names.MANAGED_BY}={names.TENANTS_MANAGER}",
-            on_change=self._ledger_changed,
-            name="quantityledgers",
-        )
+        self.ledger_cache = self.ledgers.informer(names.TENANTS_MANAGER, on_change=self._ledger_changed)
         self.bindings = Informer(
             kube,
             BINDINGS_PATH,

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from enclave_core.api.ledger import QuantityLedger, QuantityLedgerStatus
+from enclave_core.api.names import MANAGED_BY
+from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,29 @@ class LedgerClient:
 
     def forget(self, name: str) -> None:
         self._latest.pop(name, None)
+
+    def informer(self, manager: str, on_change: Callable[[str], None]) -> Informer:
+        """The watch of the ledgers ``manager`` keeps (labelled as its own), feeding each copy it sees to
+        :meth:`observe` and each deletion to :meth:`forget` before ``on_change``: the owning controller's next
+        write then starts from the newest copy, not one a conflict has to correct."""
+        watched: Informer
+
+        def changed(key: str) -> None:
+            obj = watched.get(key)
+            if obj is None:
+                self.forget(key.rpartition("/")[2])
+            else:
+                self.observe(obj)
+            on_change(key)
+
+        watched = Informer(
+            self.kube,
+            self.path(""),
+            label_selector=f"{MANAGED_BY}={manager}",
+            on_change=changed,
+            name="quantityledgers",
+        )
+        return watched
 
     def cached(self, name: str) -> QuantityLedger | None:
         obj = self._latest.get(name)
