@@ -32,7 +32,6 @@ from enclave_admission.server import AdmissionServer, Freshness
 from enclave_admission.state import State
 from enclave_core.api import names
 from enclave_core.kube.events import EventRecorder
-from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import Kube
 from enclave_core.ledger import LedgerClient
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
@@ -316,17 +315,7 @@ async def _follow_ledgers(process: component.Component, kube: Kube, state: State
         state.ledgers = LedgerClient(kube, process.namespace)
         REGISTRY.register(_LedgerMetrics(state.ledgers))
     state.reservation_ttl = process.args.reservation_ttl
-    ledgers = state.ledgers
-
-    def observed(key: str) -> None:
-        obj = informer.get(key)
-        if obj is None:
-            ledgers.forget(key.rpartition("/")[2])
-        else:
-            ledgers.observe(obj)
-
-    informer = Informer(kube, ledgers.path(""), on_change=observed, name="quantityledgers")
-    await informer.run()
+    await state.ledgers.informer().run()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -276,3 +276,4 @@ def test_the_ledger_watch_feeds_the_client_before_the_controller_hears() -> None
     watched.apply_event("ADDED", ledger)
     watched.apply_event("DELETED", {"metadata": {"name": "l1", "namespace": "enclave-system"}})
     assert heard == [("enclave-system/l1", 3), ("enclave-system/l1", None)]
+    assert client.informer().label_selector is None, "admission follows every ledger of the namespace"

@@ -96,10 +96,10 @@ class LedgerClient:
     def forget(self, name: str) -> None:
         self._latest.pop(name, None)
 
-    def informer(self, manager: str, on_change: Callable[[str], None]) -> Informer:
-        """The watch of the ledgers ``manager`` keeps (labelled as its own), feeding each copy it sees to
-        :meth:`observe` and each deletion to :meth:`forget` before ``on_change``: the owning controller's next
-        write then starts from the newest copy, not one a conflict has to correct."""
+    def informer(self, manager: str | None = None, on_change: Callable[[str], None] | None = None) -> Informer:
+        """The watch of the ledgers ``manager`` keeps (labelled as its own; None: every ledger of the namespace),
+        feeding each copy it sees to :meth:`observe` and each deletion to :meth:`forget` before ``on_change``:
+        the next write then starts from the newest copy, and only a conflict costs a read."""
         watched: Informer
 
         def changed(key: str) -> None:
@@ -108,12 +108,13 @@ class LedgerClient:
                 self.forget(key.rpartition("/")[2])
             else:
                 self.observe(obj)
-            on_change(key)
+            if on_change is not None:
+                on_change(key)
 
         watched = Informer(
             self.kube,
             self.path(""),
-            label_selector=f"{MANAGED_BY}={manager}",
+            label_selector=f"{MANAGED_BY}={manager}" if manager is not None else None,
             on_change=changed,
             name="quantityledgers",
         )
