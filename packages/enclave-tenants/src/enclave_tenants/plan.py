@@ -18,8 +18,8 @@ from enclave_core.api.names import TENANTS_MANAGER
 from enclave_core.api.tenancy import ForbiddenList, Tenant, TenantOwner
 from enclave_core.api.validation import forbidden_problems, validation_message
 from enclave_core.snapshots.tenancy import Forbidden, TenancySnapshot, TenantView
-from enclave_tenants import bindings as rb
-from enclave_tenants import namespaces as ns
+from enclave_tenants.bindings import BindingTemplates, Grant, binding_templates, bindings_for
+from enclave_tenants.namespaces import is_terminating, namespace_body, namespace_metadata, owns_anything, tenant_of
 from enclave_tenants.owners import Owner, entity_problem, resolve_owners, selects, unlisted_owners
 from enclave_tenants.policy import Policy
 from enclave_tenants.status import Problem
@@ -72,7 +72,7 @@ class NamespaceBodies(Mapping[str, JSON]):
 
     def __getitem__(self, namespace: str) -> JSON:
         tenant, uid, labels, annotations, live = self._of[namespace]
-        return ns.namespace_body(namespace, tenant, uid, labels, annotations, live)
+        return namespace_body(namespace, tenant, uid, labels, annotations, live)
 
     def __contains__(self, namespace: object) -> bool:
         return namespace in self._of
@@ -89,14 +89,14 @@ class BindingBodies(Mapping[str, dict[str, JSON]]):
     bodies held in a plan were ~25 MB at 10,000 namespaces)."""
 
     def __init__(self) -> None:
-        self._of: dict[str, tuple[str, rb.BindingTemplates]] = {}
+        self._of: dict[str, tuple[str, BindingTemplates]] = {}
 
-    def add(self, namespace: str, tenant: str, templates: rb.BindingTemplates) -> None:
+    def add(self, namespace: str, tenant: str, templates: BindingTemplates) -> None:
         self._of[namespace] = (tenant, templates)
 
     def __getitem__(self, namespace: str) -> dict[str, JSON]:
         tenant, templates = self._of[namespace]
-        return rb.bindings_for(namespace, tenant, templates)
+        return bindings_for(namespace, tenant, templates)
 
     def __contains__(self, namespace: object) -> bool:
         return namespace in self._of
@@ -217,7 +217,7 @@ def build_plan(
     ledgers: Mapping[str, str] | None = None,
     writes: bool = True,
     parsed: dict[str, tuple[JSON, Tenant]] | None = None,
-    grants: Sequence[rb.Grant] = (),
+    grants: Sequence[Grant] = (),
 ) -> Plan:
     """Compile the observed objects into a :class:`Plan`.
 
@@ -241,13 +241,13 @@ def build_plan(
     tenant_raws = {item["metadata"]["name"]: item for item in tenants}
     members: dict[str, list[str]] = {}
     for name, item in live_namespaces.items():
-        if ns.is_terminating(item):
+        if is_terminating(item):
             plan.frozen.add(name)  # whatever tenant it was in: its RoleBindings stay until it is gone
-        label = ns.tenant_of(item)
+        label = tenant_of(item)
         if label is not None and label in tenant_raws:
             members.setdefault(label, []).append(name)
             plan.namespace_tenant[name] = label
-        elif label is None and not ns.is_terminating(item) and ns.owns_anything(item, TENANTS_MANAGER):
+        elif label is None and not is_terminating(item) and owns_anything(item, TENANTS_MANAGER):
             plan.release.append(name)
     promoted_by_namespace: dict[str, list[tuple[str, str]]] = {}
     for account in promoted_accounts:
@@ -315,11 +315,11 @@ def _plan_namespaces(
     uid: str,
     live: Mapping[str, JSON],
     policy: Policy,
-    grants: Sequence[rb.Grant],
+    grants: Sequence[Grant],
 ) -> None:
     # The metadata problems depend on the spec alone: report them even when no namespace is written.
-    labels, annotations, metadata_problems = ns.namespace_metadata(tenant_plan.name, tenant.spec)
-    templates = rb.binding_templates(
+    labels, annotations, metadata_problems = namespace_metadata(tenant_plan.name, tenant.spec)
+    templates = binding_templates(
         tenant_plan.owners,
         tenant.spec.additional_role_bindings or (),
         policy.administrators,
@@ -328,7 +328,7 @@ def _plan_namespaces(
     )
     for namespace in tenant_plan.namespaces:
         item = live[namespace]
-        if ns.is_terminating(item):
+        if is_terminating(item):
             plan.frozen.add(namespace)
             continue
         plan.namespace_bodies.add(namespace, tenant_plan.name, uid, labels, annotations, item)

@@ -45,7 +45,7 @@ from enclave_core.snapshots.rules import (
     TenantNamespaceRules,
     VolumeView,
 )
-from enclave_tenants import namespaces as ns
+from enclave_tenants.namespaces import is_terminating
 from enclave_tenants.status import CONDITION_MESSAGE_LIMIT, Problem
 
 JSON = dict[str, Any]
@@ -113,7 +113,7 @@ def compile_namespaces(
         item = namespaces.get(namespace)
         if item is None:
             continue
-        terminating = ns.is_terminating(item)
+        terminating = is_terminating(item)
         live = rule_statuses.get(namespace)
         if terminating and live is None:
             last = (previous or {}).get(namespace)
