@@ -11,6 +11,7 @@ never see another's.
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -243,3 +244,52 @@ def test_creates_past_an_under_reporting_resourcequota_are_refused(quotas_fence:
 
     assert admitted == LIMIT - 3, refusals
     assert services(kube, namespaces) == LIMIT
+
+
+def test_create_after_a_settle_into_a_short_report_is_refused(quotas_fence: TenancyStack) -> None:
+    """Two services are reserved and stored while the namespace's ResourceQuota went 1 -> 0 -> 1 (a
+    kube-controller-manager recount that missed the first, then the second's charge; here the recount's status
+    is written directly), and enclave-globalquotas saw none of it as it happened (paused: under load its
+    informer showed it only the last figure, as in the lead's run that admitted 6 under 5). Settling both
+    reservations into that report left the ledger at 1 of 2 and a third create was admitted; the controller now
+    settles a reservation only into a count of the namespace taken after its object exists."""
+    kube = quotas_fence.kube
+    namespace = plain_namespace(kube)
+    quota = shared_quota(kube, [namespace], {"services": 2})
+    admin = client.CoreV1Api(kube)
+    rq_name = f"globalquota-{quota}"
+    controller = next(p for p in quotas_fence.processes if p.spec.name == "globalquotas").process.popen
+    assert controller is not None
+
+    def recounted_to(used: str) -> bool:
+        current = admin.read_namespaced_resource_quota(rq_name, namespace)
+        current.status.used = {**(current.status.used or {}), "services": used}
+        try:
+            admin.replace_namespaced_resource_quota_status(rq_name, namespace, current)
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
+    controller.send_signal(signal.SIGSTOP)
+    try:
+        admin.create_namespaced_service(namespace, service("s1"))
+        poll(lambda: recounted_to("0"), what="the recount that missed s1")
+        admin.create_namespaced_service(namespace, service("s2"))
+        report = admin.read_namespaced_resource_quota(rq_name, namespace).status.used
+        assert report == {"services": "1"}, report
+    finally:
+        controller.send_signal(signal.SIGCONT)
+    # Both settle (their objects exist): on main into the report of 1, now into the count of 2.
+    poll(lambda: not (ledger(kube, quota) or {}).get("reservations"), timeout=30, what="both settled")
+
+    with pytest.raises(ApiException) as refused:
+        admin.create_namespaced_service(namespace, service("s3"))
+
+    assert refused.value.status == 403, refused.value.body
+    assert f"exceeded GlobalResourceQuota {quota}" in str(refused.value.body) or "exceeded quota" in str(
+        refused.value.body
+    )
+    assert services(kube, [namespace]) == 2
+    assert (ledger(kube, quota) or {}).get("allocated") == {"services": "2"}

@@ -3,6 +3,10 @@ writes nothing, and a failed pass is retried by the runtime's loop (no control p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
 from enclave_globalquotas import naming
 from enclave_globalquotas.controller import QUOTAS_PATH, GlobalQuotasController, Settings
 from enclave_globalquotas.ledger import quota_ledger_name
@@ -10,13 +14,21 @@ from prometheus_client import REGISTRY
 
 from enclave_core import GROUP_VERSION
 from enclave_core.api import names
+from enclave_core.api.ledger import QuantityLedgerStatus
+from enclave_core.api.meta import ObjectRef
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.rest import resource_path
+from enclave_core.ledger import LedgerClient
+from enclave_core.ledger.resources import ResourceHold, reserve_resources
+from enclave_core.quantity import Quantity
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_testing.memorykube import Echo, Failure, MemoryKube, Outage, running, settle
 from enclave_testing.waiting import poll_async
 
 LEDGERS = "enclave-system"
+
+
+LEDGER = resource_path(GROUP_VERSION, "quantityledgers", namespace=LEDGERS, name=quota_ledger_name("shared"))
 
 
 def _quota(namespace: str) -> str:
@@ -51,11 +63,10 @@ class GlobalQuotas:
         self.echo()
 
     def converged(self) -> bool:
-        ledger = resource_path(GROUP_VERSION, "quantityledgers", namespace=LEDGERS, name=quota_ledger_name("shared"))
         return (
             _quota("x") in self.kube.objects
             and _quota("y") in self.kube.objects
-            and ledger in self.kube.objects
+            and LEDGER in self.kube.objects
             and "conditions" in (self.kube.objects[f"{QUOTAS_PATH}/shared"].get("status") or {})
         )
 
@@ -89,3 +100,51 @@ async def test_a_failed_globalquotas_pass_backs_off_and_is_retried() -> None:
         await poll_async(quotas.converged, what="the quota converged after a failed pass")
     assert _errors() == errors + 1
     assert outage.times[2] - outage.times[0] >= 0.5  # the backoff, not the next change, brought the retry
+
+
+async def _report(quotas: GlobalQuotas, namespace: str, pods: int) -> None:
+    """What kube-controller-manager's resourcequota controller (or kube-apiserver's charge) writes."""
+    status = {"hard": {"pods": "10"}, "used": {"pods": str(pods)}}
+    await quotas.kube.merge_patch(f"{_quota(namespace)}/status", {"status": status})
+
+
+def _ledger_block(quotas: GlobalQuotas) -> dict[str, Any]:
+    return dict((quotas.kube.objects[LEDGER].get("status") or {}).get("resourceQuota") or {})
+
+
+PODS = {"pods": Quantity(1)}
+
+
+def _holding(hold: ResourceHold) -> Callable[[QuantityLedgerStatus | None], object]:
+    """Admission's step: ``hold`` taken on the ledger, under pods 10."""
+    return lambda status: reserve_resources(status, hold, {"pods": Quantity(10)}, now=datetime.now(UTC))
+
+
+async def test_a_reservation_settles_only_into_a_count_that_holds_its_object() -> None:
+    """Two pods held in ``y`` are stored, and ``y``'s ResourceQuota reports 1: kube-controller-manager recounted
+    ``y`` (after a ``hard`` change) before its informer had seen the first pod, and the second pod's charge
+    raised that figure to 1. The controller never saw the report at 2, so nothing went down for it to count.
+    Settling both reservations into the report gave the ledger 1 of 2 pods, and the unit out twice (the lead's
+    loaded run: 6 services under ``services: 5``). Settling goes through a count of the namespace."""
+    quotas = GlobalQuotas()
+    await quotas.seed()
+    await settle(quotas.controller.reconcile, quotas.echo)
+    for namespace in ("x", "y"):
+        await _report(quotas, namespace, 0)
+    quotas.echo()
+    await settle(quotas.controller.reconcile, quotas.echo)
+    assert _ledger_block(quotas).get("initialized")
+
+    ledgers = LedgerClient(quotas.kube, LEDGERS)
+    for name in ("p1", "p2"):
+        ref = ObjectRef(api_version="v1", kind="Pod", name=name, namespace="y")
+        await ledgers.update(quota_ledger_name("shared"), _holding(ResourceHold(f"request-{name}", ref, PODS)))
+        pod = {"metadata": {"name": name, "namespace": "y"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        await quotas.kube.create(resource_path("v1", "pods", namespace="y"), pod)
+    await _report(quotas, "y", 1)
+    quotas.echo()
+    await settle(quotas.controller.reconcile, quotas.echo)
+
+    block = _ledger_block(quotas)
+    assert not block.get("reservations")
+    assert block["allocated"] == {"pods": "2"}

@@ -263,6 +263,19 @@ def test_fold_drops_settled_and_lapsed_reservations() -> None:
     lapsed = fold(1, NOW + timedelta(minutes=5)).resource_quota
     assert lapsed is not None
     assert lapsed.allocated == {"services": "1"}
+    # Past expiresAt with its object stored but not yet in a count: held, or its unit would be free twice.
+    kept = fold_resources(
+        status,
+        used={"services": Quantity.parse(1)},
+        namespaces=["a"],
+        initialized=True,
+        generation=1,
+        settled=settled,
+        stored=lambda reservation: reservation.id == "r1",
+        now=NOW + timedelta(minutes=5),
+    ).resource_quota
+    assert kept is not None
+    assert kept.allocated == {"services": "2"}
 
 
 def test_a_young_unsettled_reservation_marks_its_namespace_in_flight() -> None:

@@ -120,6 +120,33 @@ def test_a_report_that_goes_down_is_counted_until_it_holds() -> None:
     assert recounts.overrides() == {}
 
 
+def test_a_settle_is_counted_even_while_the_report_only_grows() -> None:
+    recounts = Recounts(window=5.0)
+    recounts.wants_count(PAIR, {"services": Q(0)}, ("1", 0), 0.0, seed={"services": Q(0)})
+    recounts.effective(PAIR, {"services": Q(0)}, pending=True, now=0.0)
+    # Two objects are stored; the report is 1 (a recount missed one, and went 1 -> 0 -> 1 between passes).
+    assert not recounts.wants_count(PAIR, {"services": Q(1)}, ("2", 0), 1.0)  # growth alone is believed
+    recounts.settling(PAIR, 1.0)
+    assert recounts.wants_count(PAIR, {"services": Q(1)}, ("2", 0), 1.0)
+    recounts.counted(PAIR, {"services": Q(2)}, ("2", 0), 1.0)
+    assert recounts.effective(PAIR, {"services": Q(1)}, pending=False, now=1.0) == {"services": Q(2)}
+    assert recounts.recheck_at() is None  # the objects are stored: no window to wait out
+    assert not recounts.wants_count(PAIR, {"services": Q(1)}, ("2", 0), 2.0)  # the count stands meanwhile
+    assert recounts.effective(PAIR, {"services": Q(1)}, pending=False, now=2.0) == {"services": Q(2)}
+    # A count that fails is taken again on the next pass.
+    recounts.settling(PAIR, 3.0)
+    assert recounts.wants_count(PAIR, {"services": Q(1)}, ("2", 0), 3.0)
+    recounts.failed(PAIR, ("2", 0))
+    assert recounts.wants_count(PAIR, {"services": Q(1)}, ("2", 0), 4.0)
+    recounts.counted(PAIR, {"services": Q(2)}, ("2", 0), 4.0)
+    # The report catches up: believed again, with nothing more to count.
+    assert recounts.wants_count(PAIR, {"services": Q(2)}, ("3", 0), 5.0)
+    recounts.counted(PAIR, {"services": Q(2)}, ("3", 0), 5.0)
+    assert recounts.effective(PAIR, {"services": Q(2)}, pending=False, now=5.0) == {"services": Q(2)}
+    assert recounts.overrides() == {}
+    assert not recounts.wants_count(PAIR, {"services": Q(2)}, ("4", 0), 6.0)
+
+
 def test_a_deletion_is_counted_once_and_believed() -> None:
     recounts = Recounts(window=5.0)
     recounts.wants_count(PAIR, {"services": Q(3)}, ("1", 0), 0.0, seed={"services": Q(3)})

@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge
 
 from enclave_core import GROUP_VERSION
 from enclave_core.api import names
-from enclave_core.api.ledger import QuantityLedger, QuantityLedgerStatus
+from enclave_core.api.ledger import QuantityLedger, QuantityLedgerStatus, ResourceReservation
 from enclave_core.api.names import TENANT_LABEL
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
@@ -125,7 +125,16 @@ class GlobalQuotasController:
         self._ledgers_path = resource_path(GROUP_VERSION, "quantityledgers", namespace=ledger_namespace)
         self.ledger_client = LedgerClient(kube, ledger_namespace)
         self.settled: set[str] = set()
-        """Reservations whose object exists, so the ResourceQuota usage read after it includes them."""
+        """Reservations whose object exists (their create is no longer in flight)."""
+        self.counted: set[tuple[str, str]] = set()
+        """(quota, reservation id) whose object existed before a count of its namespace that the quota's usage
+        holds: only these are folded away (enclave_globalquotas.ledger, *Settled*)."""
+        self._settling: dict[Pair, set[str]] = {}
+        """This pass: (quota, namespace) -> reservations whose object exists and that no count holds yet."""
+        self._listed: dict[Pair, set[tuple[str, str]]] = {}
+        """This pass: (quota, namespace) -> (plural, name) of the objects its count listed. A pending create whose
+        object is listed is in that count, so it is folded away with it (held on top of it, it would refuse a
+        create the quota has room for), even when this pass's ledger copy did not show it yet."""
         self.fresh: dict[str, JSON] = {}
         """ResourceQuotas read afresh while settling, newer than the watch until the watch catches up."""
         self._deferrals = Deferrals()
@@ -317,11 +326,12 @@ class GlobalQuotasController:
     # -- ledgers -------------------------------------------------------------------------------------------
 
     async def _settle(self) -> list[QuantityLedger]:
-        """Find the pending reservations whose object now exists and read their namespaces' ResourceQuotas
-        afresh (see enclave_globalquotas.ledger): API reads only while reservations are pending. Returns the
-        ledgers it read."""
-        pending: dict[str, list[tuple[str, str]]] = {}  # namespace -> (reservation id, object path)
+        """Find the pending reservations whose object now exists, mark their namespaces to be counted this pass
+        (:meth:`Recounts.settling`) and read their ResourceQuotas afresh (see enclave_globalquotas.ledger): API
+        reads only while reservations are pending. Returns the ledgers it read."""
+        pending: dict[str, list[tuple[str, str, str]]] = {}  # namespace -> (quota, reservation id, object path)
         held: set[str] = set()
+        keys: set[tuple[str, str]] = set()
         ledgers: list[QuantityLedger] = []
         for obj in self.ledgers.values():
             try:
@@ -329,25 +339,39 @@ class GlobalQuotasController:
             except ValueError:
                 continue
             ledgers.append(ledger)
+            quota = ledger.spec.target_ref.name if ledger.spec is not None else ""
             block = ledger.status.resource_quota if ledger.status is not None else None
             for reservation in (block.reservations or []) if block is not None else []:
                 held.add(reservation.id)
+                keys.add((quota, reservation.id))
                 path = object_path(reservation)
-                if reservation.id in self.settled or path is None or not reservation.object_ref.namespace:
+                namespace = reservation.object_ref.namespace
+                if (quota, reservation.id) in self.counted or path is None or not namespace or not quota:
                     continue
-                pending.setdefault(reservation.object_ref.namespace, []).append((reservation.id, path))
+                pending.setdefault(namespace, []).append((quota, reservation.id, path))
         self.settled &= held
+        self.counted &= keys
+        self._settling, self._listed = {}, {}
+        clock = asyncio.get_running_loop().time()
+        exists: dict[str, bool] = {}
         for namespace, items in pending.items():
             found = False
-            for reservation_id, path in items:
+            for quota, reservation_id, path in items:
                 try:
-                    if await self._exists(path):
-                        self.settled.add(reservation_id)
-                        self._settles[namespace] = self._settles.get(namespace, 0) + 1
-                        found = True
+                    if path not in exists:  # asked again each pass until counted: the object may have gone
+                        exists[path] = await self._exists(path)
                 except KubeError as err:
                     log.warning("could not read a reserved object", extra={"object": path, "error": str(err)})
                     continue
+                if not exists[path]:
+                    self.settled.discard(reservation_id)
+                    continue
+                if reservation_id not in self.settled:
+                    self.settled.add(reservation_id)
+                    self._settles[namespace] = self._settles.get(namespace, 0) + 1
+                self._settling.setdefault((quota, namespace), set()).add(reservation_id)
+                self.recounts.settling((quota, namespace), clock)
+                found = True
             if not found:
                 continue
             for key, obj in list(self.resource_quotas.items.items()):
@@ -404,7 +428,7 @@ class GlobalQuotasController:
         async def one(pair: Pair, key: tuple[str, int]) -> None:
             async with semaphore:
                 try:
-                    amounts = await self._count(views[pair[0]], pair[1])
+                    amounts, listed = await self._count(views[pair[0]], pair[1])
                 except KubeError as err:
                     COUNTS.labels("error").inc()
                     log.warning("could not count a namespace", extra={"object": pair[1], "error": str(err)})
@@ -412,6 +436,9 @@ class GlobalQuotasController:
                     return
             COUNTS.labels("ok").inc()
             self.recounts.counted(pair, amounts, key, clock)
+            # The count came after these objects were seen to exist: the usage now holds them.
+            self.counted.update((pair[0], reservation) for reservation in self._settling.get(pair, ()))
+            self._listed[pair] = listed
 
         await asyncio.gather(*(one(pair, key) for pair, key in work))
         for pair, reported in seen:
@@ -423,9 +450,11 @@ class GlobalQuotasController:
                 )
         self.recounts.forget(pair for pair, _ in seen)
 
-    async def _count(self, quota: GlobalQuotaView, namespace: str) -> dict[str, Quantity]:
-        """What ``namespace``'s objects count for toward ``quota``: one list per evaluated kind (paged)."""
+    async def _count(self, quota: GlobalQuotaView, namespace: str) -> tuple[dict[str, Quantity], set[tuple[str, str]]]:
+        """What ``namespace``'s objects count for toward ``quota`` (one list per evaluated kind, paged), and the
+        (plural, name) of every object listed."""
         total: dict[str, Quantity] = {}
+        listed: set[tuple[str, str]] = set()
         for kind in kinds_for(quota.hard):
             path = resource_path("v1", kind, namespace=namespace)
             accept = METADATA_ONLY if kind in COUNTED_BY_NUMBER else "application/json"
@@ -441,7 +470,8 @@ class GlobalQuotasController:
                 if not token:
                     break
             total.update(count(quota, kind, items))
-        return total
+            listed.update((kind, str((item.get("metadata") or {}).get("name"))) for item in items)
+        return total, listed
 
     async def _exists(self, path: str) -> bool:
         """Whether the object at ``path`` exists, read as metadata only (its data is not needed)."""
@@ -497,7 +527,14 @@ class GlobalQuotasController:
                 live = await self.kube.get(f"{self._ledgers_path}/{name}")
             _remember(self.ledgers, key, live)
             self.ledger_client.observe(live)
-        settled = self.settled
+        counted, existing, listed = self.counted, self.settled, self._listed
+
+        def in_count(reservation: ResourceReservation) -> bool:
+            if (plan.name, reservation.id) in counted:
+                return True
+            path = object_path(reservation) if reservation.delta is None else None
+            item = (path.split("/")[-2], str(reservation.object_ref.name)) if path is not None else None
+            return item is not None and item in listed.get((plan.name, str(reservation.object_ref.namespace)), ())
 
         now = datetime.now(UTC)
 
@@ -508,7 +545,8 @@ class GlobalQuotasController:
                 namespaces=plan.namespaces,
                 initialized=plan.initialized,
                 generation=plan.generation,
-                settled=lambda reservation: reservation.id in settled,
+                settled=in_count,
+                stored=lambda reservation: reservation.id in existing,
                 now=now,
             )
 

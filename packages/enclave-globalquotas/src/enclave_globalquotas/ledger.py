@@ -7,10 +7,16 @@ and folds reservations (:func:`enclave_core.ledger.resources.fold_resources`), b
 
 *Settled*: admission reserves for an object before kube-apiserver's ResourceQuota plugin charges it to its
 namespace's ResourceQuota (webhooks run first; the quota plugin writes the ResourceQuota's status before the
-object is stored). So once the object exists, its charge is committed: the controller then reads that
-namespace's ResourceQuota afresh (its watch may lag a moment behind), counts from the fresher copy, and drops
-the reservation. A reservation whose object never appears (a later webhook refused it) lapses after 30 s. The
-reads happen only while reservations are pending, never in a steady state.
+object is stored). Once the object exists its charge was made, but the ResourceQuota need not hold it any
+more: a kube-controller-manager recount that ran before its informer had the object overwrote the charge, and
+the next charge raised the figure again, so the report never went down where this controller could see it (seen
+under load: two services settled into a report of one, and a sixth was admitted under ``services: 5``).
+So a reservation is dropped only into a *count*: once its object exists, the controller lists the namespace
+(:mod:`enclave_globalquotas.recount`, a consistent read taken after the object was seen) and the quota's usage
+for it is the larger of report and count; a pending create whose object that list shows goes with it too. The
+ResourceQuota is still read afresh, as it may hold charges of creates still in flight. A reservation whose object
+never appears (a later webhook refused it) lapses after 30 s; one whose object exists is held past that until a
+count holds it. The reads happen only while reservations are pending, never in a steady state.
 
 *In flight*: a reservation younger than :data:`IN_FLIGHT` that has not settled marks a create between
 admission and storage. While a namespace has one, the controller leaves that namespace's ResourceQuota

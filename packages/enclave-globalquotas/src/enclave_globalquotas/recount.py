@@ -19,8 +19,11 @@ per resource, the larger of the report and the count (:meth:`Recounts.effective`
 after :data:`WINDOW` (an object charged before the recount is stored within it), until the report has caught
 up with the count and no reservation of the namespace is pending. A namespace newly selected is counted once
 when its ResourceQuota first reports (a recount for a new ResourceQuota can miss an object in flight the same
-way). In a steady state, and for creates (which only raise the report), nothing is counted: the reads happen
-only on a decrease and are bounded by one LIST per evaluated kind per change of that namespace's ResourceQuota.
+way). A report can also be short without ever going down where the controller saw it (a recount that missed a
+stored object, then charges that raised the figure again before the next event arrived), so a namespace is
+counted too whenever a reservation of it settles (:meth:`Recounts.settling`): the reservation is dropped only
+into a count taken after its object was seen to exist. In a steady state nothing is counted: the reads happen on
+a decrease and when creates settle, one LIST per evaluated kind per namespace and pass.
 
 Only what :mod:`enclave_core.resourceusage` evaluates is counted (the resources admission reserves for), Secrets
 aside (:data:`KINDS`); any other resource keeps the ResourceQuota's report.
@@ -102,6 +105,8 @@ class _Namespace:
     counted: dict[str, Quantity] | None = None
     counted_at: float = 0.0
     counted_key: tuple[str, int] = ("", 0)
+    count_now: bool = False
+    """A reservation settles into this pass's usage: count before accepting any figure (:meth:`Recounts.settling`)."""
 
 
 @dataclass
@@ -138,13 +143,26 @@ class Recounts:
         state.last_report = dict(reported)
         if state.suspect_since is None:
             return False
+        if state.count_now:
+            return True
         if state.counted is None or state.counted_key != key:
             return True
         return state.counted_at < state.suspect_since + self.window <= now
 
+    def settling(self, pair: Pair, now: float) -> None:
+        """A reservation of ``pair`` settles: its object exists, and the report may not hold it even though it
+        never went down where this controller could see it (kube-controller-manager recounted before its
+        informer had the object, and later charges raised the figure again). So the namespace is counted this
+        pass, and stays suspect until the report holds the count (no window: the object is stored already)."""
+        state = self._state.setdefault(pair, _Namespace(floor={}))
+        if state.suspect_since is None:
+            state.suspect_since = now - self.window
+        state.count_now = True
+
     def counted(self, pair: Pair, amounts: Mapping[str, Quantity], key: tuple[str, int], now: float) -> None:
         state = self._state.setdefault(pair, _Namespace(floor={}))
         state.counted, state.counted_at, state.counted_key = dict(amounts), now, key
+        state.count_now = False
 
     def failed(self, pair: Pair, key: tuple[str, int]) -> None:
         """A count could not be taken: hold the namespace at the usage last accepted (never below it on the

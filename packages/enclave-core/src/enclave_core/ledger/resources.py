@@ -190,13 +190,20 @@ def fold_resources(
     generation: int,
     settled: Callable[[ResourceReservation], bool],
     now: datetime,
+    stored: Callable[[ResourceReservation], bool] | None = None,
 ) -> QuantityLedgerStatus:
     """The owning controller's write: the namespaces' reported usage, and the reservations it does not yet
-    include (``settled`` says which it does; lapsed ones go too). Deterministic: an unchanged world folds
-    to an equal status, so the caller skips the write."""
+    include (``settled`` says which it does). A reservation past ``expiresAt`` lapses (its object never came)
+    unless ``stored`` says its object exists: that one is held until ``used`` includes it, or the unit would
+    be free while the object holds it. Deterministic: an unchanged world folds to an equal status, so the
+    caller skips the write."""
     status = status or QuantityLedgerStatus()
     block = status.resource_quota or ResourceQuotaLedger()
-    kept = [r for r in block.reservations or () if not settled(r) and (r.expires_at is None or r.expires_at > now)]
+    kept = [
+        r
+        for r in block.reservations or ()
+        if not settled(r) and (r.expires_at is None or r.expires_at > now or (stored is not None and stored(r)))
+    ]
     reserved = add_maps(*(held_resources(r) for r in kept))
     reserved = {key: value for key, value in reserved.items() if key in used}
     zero = {key: Quantity(0) for key in used}
