@@ -10,6 +10,7 @@ own in their module, as the integration suites do.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
+from enclave_testing.shared import StackKeeper, share_fixture
 from enclave_testing.stack import TenancyStack, start_tenancy
 from enclave_testing.waiting import poll
 
@@ -25,14 +27,37 @@ USERS = "enclave.dev"
 """The default tenant-user group."""
 
 
+share_fixture("fence")
+
+
 @pytest.fixture(scope="module")
-def fence(control_plane: ControlPlane, enclave_crds: list[str]) -> Iterator[TenancyStack]:
-    """config, tenants and admission on the session's control plane, tenant users = the ``enclave.dev`` group."""
-    stack = start_tenancy(control_plane, [{"kind": "Group", "name": USERS}])
+def fence(control_plane: ControlPlane, enclave_crds: list[str], stack_keeper: StackKeeper) -> Iterator[TenancyStack]:
+    """config, tenants and admission on the session's control plane, tenant users = the ``enclave.dev`` group.
+
+    One stack serves every module that asks for it in a row (each test makes its own tenants and owners);
+    :func:`pytest_collection_modifyitems` puts those modules first. A module that leaves it unwhole has it
+    closed at the module's end (:mod:`enclave_testing.shared`)."""
+    stack = stack_keeper.acquire(
+        "security-fence",
+        lambda: start_tenancy(control_plane, [{"kind": "Group", "name": USERS}]),
+        TenancyStack.close,
+        TenancyStack.whole,
+    )
     try:
         yield stack
     finally:
-        stack.close()
+        stack_keeper.check()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules of this suite that use the shared ``fence`` run first (each module's own order kept), so the
+    fence starts once for all of them; the session's other items keep their places."""
+    here = Path(__file__).parent
+    slots = [index for index, item in enumerate(items) if here in Path(str(item.path)).parents]
+    ours = [items[index] for index in slots]
+    ours.sort(key=lambda item: "fence" not in getattr(item, "fixturenames", ()))  # stable
+    for index, item in zip(slots, ours, strict=True):
+        items[index] = item
 
 
 def as_user(impersonate: Callable[..., Any], user: str, groups: list[str] | None = None) -> Any:

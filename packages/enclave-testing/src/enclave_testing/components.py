@@ -91,6 +91,13 @@ class RunningComponent:
         """``https://127.0.0.1:<port>``: the ``url`` client kube-apiserver reaches the webhooks through."""
         return f"https://127.0.0.1:{self.webhook_port}"
 
+    def ready(self) -> bool:
+        """Running and answering ``/readyz`` with 200 now."""
+        try:
+            return self.process.running and _ready(self.probe_url)
+        except OSError:
+            return False
+
     def wait_ready(self, timeout: float = 60.0) -> None:
         try:
             wait_until(

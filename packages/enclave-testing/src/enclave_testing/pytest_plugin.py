@@ -24,6 +24,7 @@ from enclave_testing.controlplane import ControlPlane
 from enclave_testing.crds import install_crds
 from enclave_testing.gatewayapi import ensure_crds as gateway_api_crd_dir
 from enclave_testing.paths import repo_root
+from enclave_testing.shared import StackKeeper, keeper, uses_shared_stack
 
 _kept_workdirs: list[Path] = []
 
@@ -104,6 +105,26 @@ def namespace(request: pytest.FixtureRequest, kube: Any) -> Iterator[str]:
         core.delete_namespace(name)
 
 
+@pytest.fixture(scope="session")
+def stack_keeper(control_plane: ControlPlane) -> Iterator[StackKeeper]:
+    """The session's one shared component stack (:mod:`enclave_testing.shared`), closed before the control
+    plane stops."""
+    try:
+        yield keeper
+    finally:
+        keeper.release()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before the test's fixtures start anything: a test that does not share the kept stack may start its own,
+    # and two stacks on one control plane would judge each other's requests.
+    if not uses_shared_stack(list(getattr(item, "fixturenames", ()))):
+        keeper.release()
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if keeper.started:
+        terminalreporter.write_line(f"shared component stacks: {keeper.started} started, {keeper.reused} reuses")
     for workdir in _kept_workdirs:
         terminalreporter.write_line(f"control-plane logs of the failed session kept in {workdir / 'logs'}")

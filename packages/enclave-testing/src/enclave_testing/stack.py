@@ -78,6 +78,11 @@ class TenancyStack:
             GROUP, VERSION, "serviceconfigurations", self.config_name, {"spec": {"users": users}}
         )
 
+    def whole(self) -> bool:
+        """Every process running and ready: what a module sharing this stack must leave behind
+        (:mod:`enclave_testing.shared`)."""
+        return all(running.ready() for running in self.processes)
+
     def close(self) -> None:
         """Stop the processes, delete this stack's tenants in one deletecollection (by :data:`STACK_LABEL`) and
         wait, bounded, until they are gone, then remove the configuration (also when that wait runs out)."""
