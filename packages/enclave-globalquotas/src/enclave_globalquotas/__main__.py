@@ -13,7 +13,7 @@ import sys
 from enclave_core.api.names import GLOBALQUOTAS_MANAGER
 from enclave_core.proto.enclave.globalquotas.v1 import globalquotas_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import check_controller_flags
+from enclave_core.runtime.options import parse_controller_args, settings_from
 from enclave_globalquotas.controller import GlobalQuotasController, Settings
 
 
@@ -25,14 +25,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         grpc_port=9092,
         concurrency=(16, "ResourceQuotas written in parallel"),
     )
-    args = parser.parse_args(argv)
-    args.resync_seconds = check_controller_flags(parser, args)
-    return args
+    return parse_controller_args(parser, argv)
 
 
 async def body(process: component.Component) -> None:
     args = process.args
-    settings = Settings(resync_seconds=args.resync_seconds, concurrency=args.concurrency)
+    settings = settings_from(Settings, args)
     await grpc.run_snapshot_controller(
         process,
         GLOBALQUOTAS_MANAGER,

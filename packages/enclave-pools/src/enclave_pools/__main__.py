@@ -14,7 +14,7 @@ import sys
 from enclave_core.api.names import POOLS_MANAGER
 from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import check_controller_flags
+from enclave_core.runtime.options import parse_controller_args, settings_from
 from enclave_pools.controller import PoolsController, Settings
 
 
@@ -22,14 +22,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = grpc.controller_parser(
         "enclave-pools", __doc__, probe_port=8085, concurrency=(16, "namespaces (quota, then claims) written at once")
     )
-    args = parser.parse_args(argv)
-    args.resync_seconds = check_controller_flags(parser, args)
-    return args
+    return parse_controller_args(parser, argv)
 
 
 async def body(process: component.Component) -> None:
     args = process.args
-    settings = Settings(resync_seconds=args.resync_seconds, concurrency=args.concurrency)
+    settings = settings_from(Settings, args)
     await grpc.run_snapshot_controller(
         process,
         POOLS_MANAGER,

@@ -19,6 +19,7 @@ from enclave_core.runtime.options import (
     add_env_switch,
     add_resync_flag,
     check_resync_flag,
+    settings_from,
 )
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_quotas.controller import DEFAULT_CONFIGURATION, QuotasController, Settings
@@ -52,13 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def body(process: component.Component) -> None:
     args = process.args
-    settings = Settings(
-        namespace=args.namespace,
-        webhook_configuration=args.webhook_configuration or DEFAULT_CONFIGURATION,
-        webhook_name=args.webhook_name,
-        resync_seconds=args.resync_seconds,
-        metrics_tenant_labels=args.metrics_tenant_labels,
-    )
+    settings = settings_from(Settings, args, webhook_configuration=args.webhook_configuration or DEFAULT_CONFIGURATION)
 
     def configure(controller: QuotasController, config: EffectiveConfiguration) -> None:
         # A GlobalCustomQuota is cluster-scoped: its Events go where the ServiceConfiguration says.

@@ -13,7 +13,7 @@ import sys
 from enclave_core.api.names import REPLICATION_MANAGER
 from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_concurrency_flag, add_env_option
+from enclave_core.runtime.options import add_concurrency_flag, add_env_option, settings_from
 from enclave_replication.adoption import DEFAULT_ADOPTABLE
 from enclave_replication.controller import ReplicationController, Settings
 from enclave_replication.sandbox import Budget
@@ -71,9 +71,9 @@ def add_render_flags(parser: argparse.ArgumentParser) -> None:
 
 async def body(process: component.Component) -> None:
     args = process.args
-    settings = Settings(
-        concurrency=args.concurrency,
-        writes=args.writes,
+    settings = settings_from(
+        Settings,
+        args,
         adoptable_managers=tuple(m.strip() for m in args.adopt_field_managers.split(",") if m.strip()),
         render=Budget(
             cpu_seconds=args.render_cpu_seconds,

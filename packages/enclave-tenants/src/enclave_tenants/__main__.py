@@ -16,8 +16,9 @@ from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import (
     add_env_option,
     add_env_switch,
-    check_controller_flags,
     env_default,
+    parse_controller_args,
+    settings_from,
 )
 from enclave_tenants.bindings import Grant
 from enclave_tenants.controller import Settings, TenantsController
@@ -61,12 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "enclave-replication's impersonation of tenant service accounts, is granted there and nowhere else "
         "(env ENCLAVE_NAMESPACE_GRANTS, comma-separated, before the flags)",
     )
-    args = parser.parse_args(argv)
+    args = parse_controller_args(parser, argv)
     try:
         args.grants = tuple(Grant.parse(text, args.namespace) for text in args.namespace_grant)
     except ValueError as err:
         parser.error(f"--namespace-grant: {err}")
-    args.resync_seconds = check_controller_flags(parser, args)
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     return args
@@ -74,14 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def body(process: component.Component) -> None:
     args = process.args
-    settings = Settings(
-        resync_seconds=args.resync_seconds,
-        concurrency=args.concurrency,
-        batch_size=args.batch_size,
-        namespace=args.namespace,
-        managed_metadata=args.managed_metadata,
-        grants=args.grants,
-    )
+    settings = settings_from(Settings, args)
     await grpc.run_snapshot_controller(
         process,
         TENANTS_MANAGER,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from enclave_core.durations import parse_duration
 
@@ -87,6 +88,29 @@ def check_controller_flags(parser: argparse.ArgumentParser, args: argparse.Names
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
     return seconds
+
+
+def parse_controller_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """A controller's flags parsed and its ``--resync`` and ``--concurrency`` checked (exit 2 with the flag
+    named), the resync in seconds as ``resync_seconds`` (the name its ``Settings`` field has)."""
+    args = parser.parse_args(argv)
+    args.resync_seconds = check_controller_flags(parser, args)
+    return args
+
+
+SettingsT = TypeVar("SettingsT")
+
+
+def settings_from(settings: type[SettingsT], args: argparse.Namespace, **given: Any) -> SettingsT:
+    """A component's ``Settings`` dataclass from its parsed flags: each field a flag of the same name parsed
+    (``--batch-size`` is ``batch_size``), then ``given`` for what no flag says as it is (a default resolved, a
+    value computed from several flags)."""
+    from_flags = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(settings)  # type: ignore[arg-type]  # a dataclass, not any type
+        if field.init and hasattr(args, field.name)
+    }
+    return settings(**{**from_flags, **given})
 
 
 PYTHON_GC_THRESHOLDS = "700,10,10"
