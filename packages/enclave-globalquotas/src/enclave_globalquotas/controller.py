@@ -31,6 +31,7 @@ from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_ki
 from enclave_core.ledger import LedgerBusyError, LedgerClient, LedgerMissingError
 from enclave_core.ledger.resources import fold_resources
 from enclave_core.quantity import Quantity
+from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.loops import ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotaView
@@ -101,7 +102,7 @@ def _seed(seeds: JSON, namespace: str, reported: dict[str, Quantity]) -> dict[st
     return found
 
 
-class GlobalQuotasController:
+class GlobalQuotasController(ControllerBase[Settings]):
     def __init__(
         self,
         kube: Kube,
@@ -112,12 +113,8 @@ class GlobalQuotasController:
         ledger_namespace: str,
         wait_for_configuration: bool = False,
     ) -> None:
-        self.kube = kube
-        self.settings = settings
-        self.hub = hub
-        self.events = events
+        super().__init__(kube, settings, hub, events)
         self.ledger_namespace = ledger_namespace
-        self.events_namespace = "default"
         self.configuration = asyncio.Event()
         """Set once the events namespace is known (at once without a configuration endpoint)."""
         if not wait_for_configuration:

@@ -28,6 +28,7 @@ from enclave_core.api import names
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_kind
+from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.pools import POOLS_KIND
@@ -62,13 +63,9 @@ class Settings:
     """Quota and claim writes in flight at once."""
 
 
-class PoolsController:
+class PoolsController(ControllerBase[Settings]):
     def __init__(self, kube: Kube, settings: Settings, hub: SnapshotHub, events: EventRecorder) -> None:
-        self.kube = kube
-        self.settings = settings
-        self.hub = hub
-        self.events = events
-        self.events_namespace = "default"
+        super().__init__(kube, settings, hub, events)
         self._events: asyncio.Queue[tuple[JSON, EventType, str, str]] = asyncio.Queue(maxsize=1000)
         self.pools = Informer(kube, POOLS_PATH, on_change=self._changed, name="resourcepools")
         self.claims = Informer(kube, CLAIMS_PATH, on_change=self._changed, name="resourcepoolclaims")
@@ -97,9 +94,6 @@ class PoolsController:
 
     def set_leading(self, leading: bool) -> None:
         self.loops.set_leading(leading)
-
-    def set_events_namespace(self, namespace: str) -> None:
-        self.events_namespace = namespace or "default"
 
     async def run(self) -> None:
         await asyncio.gather(self.loops.run(), self._post_events())

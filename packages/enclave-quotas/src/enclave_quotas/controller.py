@@ -33,6 +33,7 @@ from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerClient, LedgerMissingError, fold, new_ledger
 from enclave_core.quantity import Quantity
+from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.loops import ControllerLoop, Result
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaEntry, QuotaTargets
@@ -85,14 +86,9 @@ def _number(value: Quantity) -> float:
     return float(value.as_decimal())
 
 
-class QuotasController:
+class QuotasController(ControllerBase[Settings]):
     def __init__(self, kube: Kube, settings: Settings, hub: SnapshotHub, events: EventRecorder) -> None:
-        self.kube = kube
-        self.settings = settings
-        self.hub = hub
-        self.events = events
-        self.events_namespace = "default"
-        """Where a GlobalCustomQuota's Events go: ``spec.events.namespace`` once enclave-config's stream says."""
+        super().__init__(kube, settings, hub, events)  # events_namespace: where a GlobalCustomQuota's Events go
         self.ledgers = LedgerClient(kube, settings.namespace)
         self.catalogue = Catalogue()
         self._rediscover = asyncio.Event()
@@ -145,9 +141,6 @@ class QuotasController:
 
     def _changed(self, _key: str = "") -> None:
         self.loop.changed()
-
-    def set_events_namespace(self, namespace: str) -> None:
-        self.events_namespace = namespace or "default"
 
     def set_webhook_configuration(self, name: str) -> None:
         if name != self.webhook_configuration:
