@@ -250,7 +250,7 @@ def test_create_after_a_settle_into_a_short_report_is_refused(quotas_fence: Tena
     """Two services are reserved and stored while the namespace's ResourceQuota went 1 -> 0 -> 1 (a
     kube-controller-manager recount that missed the first, then the second's charge; here the recount's status
     is written directly), and enclave-globalquotas saw none of it as it happened (paused: under load its
-    informer showed it only the last figure, as in the lead's run that admitted 6 under 5). Settling both
+    informer showed it only the last figure, as in a loaded run that admitted 6 under 5). Settling both
     reservations into that report left the ledger at 1 of 2 and a third create was admitted; the controller now
     settles a reservation only into a count of the namespace taken after its object exists."""
     kube = quotas_fence.kube

@@ -120,12 +120,8 @@ def _holding(hold: ResourceHold) -> Callable[[QuantityLedgerStatus | None], obje
     return lambda status: reserve_resources(status, hold, {"pods": Quantity.parse("10")}, now=datetime.now(UTC))
 
 
-async def test_a_reservation_settles_only_into_a_count_that_holds_its_object() -> None:
-    """Two pods held in ``y`` are stored, and ``y``'s ResourceQuota reports 1: kube-controller-manager recounted
-    ``y`` (after a ``hard`` change) before its informer had seen the first pod, and the second pod's charge
-    raised that figure to 1. The controller never saw the report at 2, so nothing went down for it to count.
-    Settling both reservations into the report gave the ledger 1 of 2 pods, and the unit out twice (the lead's
-    loaded run: 6 services under ``services: 5``). Settling goes through a count of the namespace."""
+async def _initialised() -> GlobalQuotas:
+    """The controller converged, both namespaces reported empty, the ledger initialised."""
     quotas = GlobalQuotas()
     await quotas.seed()
     await settle(quotas.controller.reconcile, quotas.echo)
@@ -134,13 +130,30 @@ async def test_a_reservation_settles_only_into_a_count_that_holds_its_object() -
     quotas.echo()
     await settle(quotas.controller.reconcile, quotas.echo)
     assert _ledger_block(quotas).get("initialized")
+    return quotas
 
+
+async def _held_and_stored(quotas: GlobalQuotas, *, echo_first: bool = False) -> None:
+    """Admission holds pods ``p1`` and ``p2`` in ``y`` and both are stored; ``echo_first``: only the first
+    one's writes reach the controller's caches."""
     ledgers = LedgerClient(quotas.kube, LEDGERS)
     for name in ("p1", "p2"):
         ref = ObjectRef(api_version="v1", kind="Pod", name=name, namespace="y")
         await ledgers.update(quota_ledger_name("shared"), _holding(ResourceHold(f"request-{name}", ref, PODS)))
         pod = {"metadata": {"name": name, "namespace": "y"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
         await quotas.kube.create(resource_path("v1", "pods", namespace="y"), pod)
+        if echo_first and name == "p1":
+            quotas.echo()
+
+
+async def test_a_reservation_settles_only_into_a_count_that_holds_its_object() -> None:
+    """Two pods held in ``y`` are stored, and ``y``'s ResourceQuota reports 1: kube-controller-manager recounted
+    ``y`` (after a ``hard`` change) before its informer had seen the first pod, and the second pod's charge
+    raised that figure to 1. The controller never saw the report at 2, so nothing went down for it to count.
+    Settling both reservations into the report gave the ledger 1 of 2 pods, and the unit out twice (seen
+    loaded run: 6 services under ``services: 5``). Settling goes through a count of the namespace."""
+    quotas = await _initialised()
+    await _held_and_stored(quotas)
     await _report(quotas, "y", 1)
     quotas.echo()
     await settle(quotas.controller.reconcile, quotas.echo)
@@ -154,22 +167,8 @@ async def test_a_create_the_count_lists_is_not_held_on_top_of_it() -> None:
     """``p1`` settles, so ``y`` is counted; ``p2`` was reserved and stored too, but the controller's ledger copy
     (its watch) does not show that reservation yet. The count lists ``p2``, so the fold (on the ledger as
     written, after the conflict) drops it with the count instead of holding it on top: 2 pods, not 3."""
-    quotas = GlobalQuotas()
-    await quotas.seed()
-    await settle(quotas.controller.reconcile, quotas.echo)
-    for namespace in ("x", "y"):
-        await _report(quotas, namespace, 0)
-    quotas.echo()
-    await settle(quotas.controller.reconcile, quotas.echo)
-
-    ledgers = LedgerClient(quotas.kube, LEDGERS)
-    for name in ("p1", "p2"):
-        ref = ObjectRef(api_version="v1", kind="Pod", name=name, namespace="y")
-        await ledgers.update(quota_ledger_name("shared"), _holding(ResourceHold(f"request-{name}", ref, PODS)))
-        pod = {"metadata": {"name": name, "namespace": "y"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
-        await quotas.kube.create(resource_path("v1", "pods", namespace="y"), pod)
-        if name == "p1":
-            quotas.echo()  # p2's reservation never reaches the controller's watch before its pass
+    quotas = await _initialised()
+    await _held_and_stored(quotas, echo_first=True)  # p2's reservation never reaches the controller's watch
     quotas.echo.seen = len(quotas.kube.calls)
     await _report(quotas, "y", 2)
     stored = quotas.kube.objects[_quota("y")]
