@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
-from enclave_testing.shared import StackKeeper, share_fixture
+from enclave_testing.shared import StackKeeper, share_fixture, sharers_first
 from enclave_testing.stack import TenancyStack, start_tenancy
 from enclave_testing.waiting import poll
 
@@ -50,14 +50,8 @@ def fence(control_plane: ControlPlane, enclave_crds: list[str], stack_keeper: St
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules of this suite that use the shared ``fence`` run first (each module's own order kept), so the
-    fence starts once for all of them; the session's other items keep their places."""
-    here = Path(__file__).parent
-    slots = [index for index, item in enumerate(items) if here in Path(str(item.path)).parents]
-    ours = [items[index] for index in slots]
-    ours.sort(key=lambda item: "fence" not in getattr(item, "fixturenames", ()))  # stable
-    for index, item in zip(slots, ours, strict=True):
-        items[index] = item
+    """The modules of this suite that use the shared ``fence`` run first, so it starts once for all of them."""
+    sharers_first(items, Path(__file__).parent)
 
 
 def as_user(impersonate: Callable[..., Any], user: str, groups: list[str] | None = None) -> Any:

@@ -26,6 +26,7 @@ from enclave_testing.components import RunningComponent
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.names import unique
 from enclave_testing.proxy import RunningProxy, start_proxy
+from enclave_testing.shared import StackKeeper, share_fixture, sharers_first
 from enclave_testing.stack import TenancyStack, create_namespace, start_tenancy
 
 USERS = "enclave.dev"
@@ -111,20 +112,18 @@ class ProxyStack:
         return answer
 
 
-@pytest.fixture(scope="module")
-def proxied(
-    control_plane: ControlPlane, enclave_crds: list[str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ProxyStack]:
+share_fixture("proxied")
+
+
+def _start_proxied(control_plane: ControlPlane, workdir: Path) -> ProxyStack:
     kubectl_path = ensure("kubectl")["kubectl"]
-    workdir = tmp_path_factory.mktemp("proxy")
     stack = start_tenancy(control_plane, [{"kind": "Group", "name": USERS}])
     kube = control_plane.admin_client()
     home = unique("proxy-home")
-    client.CoreV1Api(kube).create_namespace({"metadata": {"name": home}})
-    assert stack.certificates is not None
-    endpoints = {p.spec.name: p.grpc_target for p in stack.processes if p.spec.grpc}
-    running: RunningProxy | None = None
     try:
+        client.CoreV1Api(kube).create_namespace({"metadata": {"name": home}})
+        assert stack.certificates is not None
+        endpoints = {p.spec.name: p.grpc_target for p in stack.processes if p.spec.grpc}
         running = start_proxy(
             control_plane,
             certificates=stack.certificates,
@@ -133,23 +132,56 @@ def proxied(
             workdir=workdir,
             args=["--tls-reload-interval=1s"],
         )
-        yield ProxyStack(
-            control_plane,
-            stack,
-            running.component,
-            running.url,
-            control_plane.ca_file,
-            workdir,
-            kubectl_path,
-            running,
-            home=home,
-        )
-    finally:
-        if running is not None:
-            running.stop()
+    except BaseException:
         stack.close()
+        raise
+    return ProxyStack(
+        control_plane,
+        stack,
+        running.component,
+        running.url,
+        control_plane.ca_file,
+        workdir,
+        kubectl_path,
+        running,
+        home=home,
+    )
+
+
+def _close_proxied(proxied: ProxyStack) -> None:
+    try:
+        proxied.running.stop()
+        proxied.stack.close()
+    finally:
         with contextlib.suppress(ApiException):
-            client.CoreV1Api(kube).delete_namespace(home)
+            client.CoreV1Api(proxied.kube).delete_namespace(proxied.home)
+
+
+def _whole(proxied: ProxyStack) -> bool:
+    return proxied.stack.whole() and proxied.proxy.ready()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules of this suite that use ``proxied`` run first, so it starts once for all of them."""
+    sharers_first(items, Path(__file__).parent)
+
+
+@pytest.fixture(scope="module")
+def proxied(
+    control_plane: ControlPlane,
+    enclave_crds: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+    stack_keeper: StackKeeper,
+) -> Iterator[ProxyStack]:
+    """The tenancy core and enclave-proxy in front of kube-apiserver: one for every module of this suite in a row
+    (each test signs in as ServiceAccounts of its own names; :mod:`enclave_testing.shared`)."""
+    found = stack_keeper.acquire(
+        "proxy", lambda: _start_proxied(control_plane, tmp_path_factory.mktemp("proxy")), _close_proxied, _whole
+    )
+    try:
+        yield found
+    finally:
+        stack_keeper.check()
 
 
 @pytest.fixture

@@ -15,8 +15,9 @@ stack from :meth:`StackKeeper.acquire` with a key naming the stack's shape.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -31,8 +32,19 @@ def share_fixture(name: str) -> None:
     _shared_fixtures.add(name)
 
 
-def uses_shared_stack(fixturenames: list[str]) -> bool:
+def uses_shared_stack(fixturenames: Sequence[str]) -> bool:
     return any(name in _shared_fixtures for name in fixturenames)
+
+
+def sharers_first(items: list[Any], directory: Path) -> None:
+    """Reorder, in place, the items under ``directory`` so those using a shared stack run first (a stable sort:
+    each module's own order is kept, and the session's other items keep their places). For a suite's
+    ``pytest_collection_modifyitems``: the stack then starts once for all of them."""
+    slots = [index for index, item in enumerate(items) if directory in Path(str(item.path)).parents]
+    ours = [items[index] for index in slots]
+    ours.sort(key=lambda item: not uses_shared_stack(getattr(item, "fixturenames", ())))
+    for index, item in zip(slots, ours, strict=True):
+        items[index] = item
 
 
 @dataclass
