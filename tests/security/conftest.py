@@ -27,7 +27,7 @@ USERS = "enclave.dev"
 """The default tenant-user group."""
 
 
-share_fixture("fence")
+share_fixture("fence", Path(__file__).parent)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from enclave_testing.shared import StackKeeper, share_fixture, uses_shared_stack
 
 
@@ -55,7 +57,10 @@ def test_a_health_probe_that_raises_counts_as_unwhole() -> None:
     assert closed == [True]
 
 
-def test_only_registered_fixtures_keep_the_stack() -> None:
-    share_fixture("shared_for_test")
-    assert uses_shared_stack(["kube", "shared_for_test"])
-    assert not uses_shared_stack(["kube", "namespace"])
+def test_only_registered_fixtures_of_their_suite_keep_the_stack(tmp_path: Path) -> None:
+    suite, other = tmp_path / "security", tmp_path / "replication"
+    share_fixture("shared_for_test", suite)
+    assert uses_shared_stack(["kube", "shared_for_test"], suite / "test_a.py")
+    assert not uses_shared_stack(["kube", "namespace"], suite / "test_a.py")
+    # another suite's fixture of the same name starts a stack of its own
+    assert not uses_shared_stack(["kube", "shared_for_test"], other / "test_b.py")

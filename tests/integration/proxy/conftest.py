@@ -112,7 +112,7 @@ class ProxyStack:
         return answer
 
 
-share_fixture("proxied")
+share_fixture("proxied", Path(__file__).parent)
 
 
 def _start_proxied(control_plane: ControlPlane, workdir: Path) -> ProxyStack:

@@ -119,7 +119,7 @@ def stack_keeper(control_plane: ControlPlane) -> Iterator[StackKeeper]:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Before the test's fixtures start anything: a test that does not share the kept stack may start its own,
     # and two stacks on one control plane would judge each other's requests.
-    if not uses_shared_stack(list(getattr(item, "fixturenames", ()))):
+    if not uses_shared_stack(list(getattr(item, "fixturenames", ())), Path(str(item.path))):
         keeper.release()
 
 

@@ -24,16 +24,21 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-_shared_fixtures: set[str] = set()
+_shared_fixtures: dict[str, set[Path]] = {}
+"""Fixture name -> the suite directories whose tests get it from the keeper."""
 
 
-def share_fixture(name: str) -> None:
-    """Mark fixture ``name`` as one backed by the keeper: tests that use it keep the shared stack open."""
-    _shared_fixtures.add(name)
+def share_fixture(name: str, suite: Path) -> None:
+    """Mark fixture ``name``, as the tests under ``suite`` see it, as one backed by the keeper: those tests keep
+    the shared stack open. Scoped to the suite, since another suite may define a fixture of the same name that
+    starts a stack of its own."""
+    _shared_fixtures.setdefault(name, set()).add(suite)
 
 
-def uses_shared_stack(fixturenames: Sequence[str]) -> bool:
-    return any(name in _shared_fixtures for name in fixturenames)
+def uses_shared_stack(fixturenames: Sequence[str], path: Path) -> bool:
+    """Whether a test at ``path`` using ``fixturenames`` takes a stack from the keeper."""
+    parents = set(path.parents)
+    return any(not parents.isdisjoint(_shared_fixtures.get(name, ())) for name in fixturenames)
 
 
 def sharers_first(items: list[Any], directory: Path) -> None:
@@ -42,7 +47,7 @@ def sharers_first(items: list[Any], directory: Path) -> None:
     ``pytest_collection_modifyitems``: the stack then starts once for all of them."""
     slots = [index for index, item in enumerate(items) if directory in Path(str(item.path)).parents]
     ours = [items[index] for index in slots]
-    ours.sort(key=lambda item: not uses_shared_stack(getattr(item, "fixturenames", ())))
+    ours.sort(key=lambda item: not uses_shared_stack(getattr(item, "fixturenames", ()), Path(str(item.path))))
     for index, item in zip(slots, ours, strict=True):
         items[index] = item
 
