@@ -333,7 +333,7 @@ class RulesSettings(ApiModel):
     """How tenant rules are enforced."""
 
     engine: Literal["webhook", "native", "both"] = "webhook"
-    """`webhook`: admission judges every rule (no policies). `native`: rules that compile to ValidatingAdmissionPolicies are also enforced by kube-apiserver itself, with no network hop and through an Enclave outage (docs/rules.md, "Native policies"); the rest stays on the webhook. `both`: as native, and the webhook keeps judging every rule, so a difference shows as the webhook refusing what the policies admitted."""
+    """`webhook`: admission judges every rule (no policies). `native`: rules that compile to ValidatingAdmissionPolicies are enforced by kube-apiserver itself, through an Enclave outage (docs/rules.md, "Native policies"); a namespace whose rules all compile (no mutations, managed or default values) is labelled `enclave.dev/native-rules` and the rules webhooks skip it, so its writes cost no network hop; the rest stays on the webhook. `both`: as native, and the webhook keeps judging every rule, so a difference shows as the webhook refusing what the policies admitted."""
 
 
 class ServiceConfigurationSpec(ApiModel):
