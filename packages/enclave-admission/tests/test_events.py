@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from admission_helpers import ALICE, namespace, request, user
@@ -10,6 +11,7 @@ from enclave_admission import events
 from enclave_admission.events import DenyEvents
 from enclave_admission.review import Decision
 from enclave_core.kube.events import EventRecorder
+from enclave_testing.waiting import assert_cancel_is_kept
 
 
 class FakeRecorder(EventRecorder):
@@ -92,3 +94,14 @@ def test_a_denial_event_names_the_tenant_the_refusal_leaves_out() -> None:
     refusal = Decision.deny("NamespaceNotOwned", "it belongs to another tenant", tenant="oil")
     deny.post(request(ALICE, "DELETE", None, namespace("oil-a")), refusal, "enclave-system")
     assert "(tenant oil) denied: it belongs to another tenant" in deny.queue.get_nowait().message
+
+
+async def test_the_writer_cancelled_as_a_denial_arrives_stops() -> None:
+    """Shutdown cancels the Event writer while it waits on its queue: it must stop even when a denial is
+    queued in the same step (Python 3.11's wait_for would return the denial and drop the cancel)."""
+
+    def attempt() -> tuple[Coroutine[Any, Any, Any], Callable[[], object]]:
+        deny = DenyEvents(FakeRecorder(), clock=Clock())
+        return deny.run(), lambda: deny.post(request(ALICE, "CREATE", namespace("x")), DENIED, "enclave-system")
+
+    await assert_cancel_is_kept(attempt)

@@ -167,8 +167,13 @@ class DenyEvents:
     async def run(self) -> None:
         """Create queued Events and move the counts of repeated ones; until cancelled."""
         while True:
+            record: _Record | None = None
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop a cancellation (shutdown) or an item
+            # taken from the queue just as the timeout fires.
             with contextlib.suppress(TimeoutError):
-                record = await asyncio.wait_for(self.queue.get(), FLUSH_EVERY / 2)
+                async with asyncio.timeout(FLUSH_EVERY / 2):
+                    record = await self.queue.get()
+            if record is not None:
                 await self._create(record)
             await self.flush()
 

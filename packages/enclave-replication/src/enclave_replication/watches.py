@@ -199,7 +199,8 @@ class Watches:
                 self._watched_kinds[path] = resource
         try:
             # A right lost between the question and the list leaves the informer unsynced, retrying: read directly.
-            await asyncio.wait_for(asyncio.shield(informer.synced.wait()), SYNC_TIMEOUT)
+            async with asyncio.timeout(SYNC_TIMEOUT):  # not wait_for: on 3.11 it can drop a cancellation
+                await informer.synced.wait()
         except TimeoutError:
             log.warning("managed objects not synced; reading directly", extra={"collection": path})
             return None
