@@ -127,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         stop = True
 
     signal.signal(signal.SIGTERM, request_stop)
+    # Ctrl-C raises KeyboardInterrupt even when this process inherited SIGINT ignored (a non-interactive shell
+    # ignores it in the commands it runs in the background, and Python then leaves it so): otherwise the only
+    # way to stop `tox -e up` started that way is SIGKILL, which leaves every component running.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         _say("starting etcd, kube-apiserver and kube-controller-manager (first run builds them: minutes)")
         plane.start()

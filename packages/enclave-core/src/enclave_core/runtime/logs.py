@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
+import faulthandler
 import json
 import logging
 import sys
@@ -61,6 +63,10 @@ class _Sink:
 
 
 def setup_logging(component: str, level: str = "info", fmt: str = "json") -> None:
+    # A crash in native code (grpc, the CEL engine, uvloop) would otherwise end the process with nothing in its
+    # log: print every thread's Python stack to stderr first, where the container's log keeps it.
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # a stderr with no file (captured in tests)
+        faulthandler.enable(file=sys.stderr, all_threads=True)
     handler = logging.StreamHandler(sys.stderr)
     _Sink.component, _Sink.stream = (component, sys.stderr) if fmt == "json" else ("", None)
     if fmt == "json":
