@@ -22,6 +22,7 @@ _EPILOG_TEST = """examples:
   enclave test policies/                  every EnclaveTest in policies/ against the objects beside it
   enclave test policies/ --output junit > report.xml
   enclave test policies/ -k cordoned      only the cases whose name contains 'cordoned'
+  enclave test policies/ --engine both    each case by the webhook and by the native policies: a difference fails
 """
 _EPILOG_CHECK = """examples:
   enclave check tenants/ config.yaml
@@ -30,7 +31,16 @@ _EPILOG_CHECK = """examples:
 _EPILOG_EXPLAIN = """examples:
   enclave explain policies/ 'alice cannot create in a cordoned tenant'   a case of the directory's tests, by name
   enclave explain policies/ request.yaml                                   a request file (a test without expect)
+  enclave explain policies/ request.yaml --engine native                   as kube-apiserver's policies decide it
 """
+
+
+_ENGINE: dict[str, Any] = {
+    "choices": ("webhook", "native", "both"),
+    "help": "the rules engine to decide with (default: the ServiceConfiguration's spec.rules.engine): webhook "
+    "(admission judges every rule), native (the ValidatingAdmissionPolicies enclave-tenants compiles, judged as "
+    "kube-apiserver does, and the webhook for what stays on it), both (each; a difference fails the case)",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
 def _test(args: argparse.Namespace) -> int:
     from enclave_cli import testing
 
-    results = testing.run(args.paths, args.enclave_namespace, args.k or "")
+    results = testing.run(args.paths, args.enclave_namespace, args.k or "", args.engine or "")
     if not results:
         raise InputError(f"no test case matches {args.k!r}")
     if args.output == "json":
@@ -70,7 +80,6 @@ def _explain(args: argparse.Namespace) -> int:
     from enclave_cli import documents, testing
     from enclave_cli.areas import parse_usage
     from enclave_cli.cases import parse_request
-    from enclave_cli.engine import evaluate
     from enclave_cli.explain import explain
     from enclave_cli.trace import trace
     from enclave_cli.world import compile_world
@@ -89,13 +98,21 @@ def _explain(args: argparse.Namespace) -> int:
         if not cases:
             raise InputError(f"{args.request!r} is neither a file nor the name of a test case in {args.directory}")
         request, usage = cases[0].request, cases[0].usage
-    state = compiled.state(usage)
-    outcome = evaluate(request, state, compiled.namespace)
-    tenant = state.tenancy.namespace_owner.get(request.namespace, "")
-    rules = trace(
-        request, outcome.obj, state, compiled.tenant(tenant), compiled.namespace_labels.get(request.namespace, {})
-    )
-    print(explain(request, outcome, state, Style.for_stream(), rules))
+    engine = args.engine or compiled.engine
+    style = Style.for_stream()
+    shown = []
+    for one in ("webhook", "native") if engine == "both" else (engine,):
+        state = compiled.state(usage)
+        outcome = testing.decide(request, usage, compiled, one)
+        tenant = state.tenancy.namespace_owner.get(request.namespace, "")
+        labels = compiled.namespace_labels.get(request.namespace, {})
+        rules = trace(request, outcome.obj, state, compiled.tenant(tenant), labels)
+        shown.append((outcome, explain(request, outcome, state, style, rules)))
+    print("\n\n".join(text for _, text in shown))
+    if len(shown) == 2:
+        differences = testing.differences(shown[0][0], shown[1][0])
+        for line in differences or ["the engines answer the same"]:
+            print(style.red(line) if differences else style.green(line))
     return EXIT_OK
 
 
@@ -143,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="YAML files or directories")
     test.add_argument("--output", "-o", choices=("table", "json", "junit"), default="table")
     test.add_argument("-k", metavar="TEXT", help="only the cases whose name contains TEXT")
+    test.add_argument("--engine", **_ENGINE)
 
     check = verb("check", "validate Enclave objects as the webhooks and controllers do", _EPILOG_CHECK, _check)
     check.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="YAML files or directories")
@@ -152,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("directory", type=Path, help="the objects (and tests) the decision is made from")
     explain.add_argument("request", help="a request file, or the name of a test case of the directory")
+    explain.add_argument("--engine", **_ENGINE)
 
     from enclave_cli import online
 

@@ -5,7 +5,10 @@ webhook on the final object; the first denial ends the request. The webhooks and
 defaults admission ships (:func:`enclave_admission.defaults.webhooks`, the same ones the chart renders); the
 decision behind each path is :data:`enclave_admission.routes.ROUTES`.
 
-What the offline run does not model: namespace and object selectors and CEL matchConditions of the hooks
+Under ``spec.rules.engine`` native, the compiled ValidatingAdmissionPolicies (:mod:`enclave_cli.native`) are a
+step of their own, and the hooks' namespace selectors on the native-rules label are honoured.
+
+What the offline run does not model: other namespace and object selectors and CEL matchConditions of the hooks
 (which only narrow *who is sent*; the decision functions pass everyone they do not concern), and the hooks
 whose decisions read the snapshot of a controller the offline world does not compile (replication; pools,
 shared and custom quotas are compiled, see :mod:`enclave_cli.areas`).
@@ -18,14 +21,16 @@ import copy
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from enclave_admission.defaults import url_client, webhooks
 from enclave_admission.review import REVIEW_API_VERSION, AdmissionRequest, Decision
 from enclave_admission.routes import QUOTAS, ROUTES
 from enclave_admission.state import State, Subject
+from enclave_cli.native import NativeRules, PolicyVerdict
 from enclave_core.api import KINDS_BY_NAME
 from enclave_core.api.configuration import WebhookRule
+from enclave_core.api.names import NATIVE_RULES_LABEL
 
 JSON = dict[str, Any]
 
@@ -41,6 +46,10 @@ class Hook:
     path: str
     mutating: bool
     rules: tuple[WebhookRule, ...]
+    native_rules: bool | None = None
+    """Its namespaceSelector on :data:`~enclave_core.api.names.NATIVE_RULES_LABEL`: False, it skips the
+    namespaces that carry it (the ``resources`` hooks); True, it sees only those; None, the label does not
+    matter to it."""
 
     def matches(self, group: str, resource: str, operation: str, namespaced: bool = True) -> bool:
         for rule in self.rules:
@@ -69,7 +78,12 @@ def hooks(namespace: str) -> list[Hook]:
     found: list[Hook] = []
     for side, mutating in ((rendered.mutating, True), (rendered.validating, False)):
         for webhook in (side.webhooks or []) if side is not None else []:
-            found.append(Hook(webhook.name, webhook.path or "", mutating, tuple(webhook.rules or ())))
+            native_rules = None
+            selector = webhook.namespace_selector
+            for requirement in (selector.match_expressions or []) if selector is not None else []:
+                if requirement.key == NATIVE_RULES_LABEL:
+                    native_rules = requirement.operator == "Exists"
+            found.append(Hook(webhook.name, webhook.path or "", mutating, tuple(webhook.rules or ()), native_rules))
     return found
 
 
@@ -153,6 +167,8 @@ class Step:
     path: str
     decision: Decision
     mutating: bool = False
+    verdicts: list[PolicyVerdict] = field(default_factory=list)
+    """For the native step (path :data:`NATIVE`): each policy's verdict."""
 
 
 @dataclass
@@ -166,6 +182,10 @@ class Outcome:
     """Hooks whose rules do not match the request (for explain)."""
     not_reached: list[str] = field(default_factory=list)
     """Hooks that match but come after a denial (kube-apiserver stops at the first)."""
+    passed_over: list[str] = field(default_factory=list)
+    """Hooks whose namespaceSelector leaves the namespace out for its native-rules label."""
+    engine: str = "webhook"
+    """The ``spec.rules.engine`` the request was decided under (never ``both``: that is two outcomes)."""
 
     @property
     def denial(self) -> Step | None:
@@ -194,7 +214,8 @@ class Outcome:
         if patched:
             return patched[-1]
         # kube-apiserver calls validating hooks in parallel, so "last" means nothing there: the first validating
-        # hook of the request's resource (the default hooks list the resource's own hook before the generic ones)
+        # hook of the request's resource (the default hooks list the resource's own hook before the generic ones),
+        # after the policies, which kube-apiserver runs before any validating hook
         validating = [step for step in self.steps if not step.mutating]
         if validating:
             return validating[0]
@@ -286,15 +307,38 @@ def _scoped(found: list[Hook], state: State) -> list[Hook]:
     return [Hook(h.name, h.path, h.mutating, scoped) if h.path == QUOTAS else h for h in found]
 
 
-def evaluate(request: Request, state: State, namespace: str, decide: Decide | None = None) -> Outcome:
+def evaluate(
+    request: Request,
+    state: State,
+    namespace: str,
+    decide: Decide | None = None,
+    native: NativeRules | None = None,
+    namespace_labels: dict[str, str] | None = None,
+) -> Outcome:
     """Run ``request`` through every matching hook, as kube-apiserver does; ``decide`` answers each (by default
-    admission's functions on ``state``, which also classifies the requester for :mod:`enclave_cli.explain`)."""
+    admission's functions on ``state``, which also classifies the requester for :mod:`enclave_cli.explain`).
+
+    With ``native`` (``spec.rules.engine`` native or both), the compiled ValidatingAdmissionPolicies of the
+    request's namespace are judged where kube-apiserver's admission chain has them, after every mutating hook and
+    before the validating hooks (whose calls a policy's denial then spares), and in a namespace that carries the
+    native-rules label the ``resources`` hooks are not called."""
     decide = decide or decide_locally(state)
-    outcome = Outcome(obj=request.obj, subject=state.subject(request.user, request.groups))
+    engine = native.engine if native is not None else "webhook"
+    outcome = Outcome(obj=request.obj, subject=state.subject(request.user, request.groups), engine=engine)
+    labelled = native is not None and native.labelled(request.namespace)
     obj = request.obj
+    judged = native is None
     for hook in _scoped(hooks(namespace), state):
+        if not hook.mutating and not judged and outcome.denial is None:
+            judged = True
+            step = _policies(native, request.review(obj, dry_run=True), namespace_labels or {})
+            if step is not None:
+                outcome.steps.append(step)
         if not hook.matches(request.group, request.full_resource, request.operation, request.namespaced):
             outcome.skipped.append(hook.name)
+            continue
+        if hook.native_rules is not None and hook.native_rules != labelled:
+            outcome.passed_over.append(hook.name)
             continue
         if outcome.denial is not None:
             outcome.not_reached.append(hook.name)
@@ -305,3 +349,28 @@ def evaluate(request: Request, state: State, namespace: str, decide: Decide | No
             obj = apply_patch(obj, decided.patch)
     outcome.obj = obj
     return outcome
+
+
+NATIVE: Final = "ValidatingAdmissionPolicy"
+"""The path of the step that stands for the compiled policies."""
+
+
+def _policies(native: NativeRules | None, review: JSON, labels: dict[str, str]) -> Step | None:
+    """The policies' step: the first denial of a ``Deny`` binding (kube-apiserver reports that one), else an
+    allow carrying the ``Warn``/``Audit`` bindings' messages as audit findings; None when no policy matches."""
+    if native is None:
+        return None
+    verdicts = native.judge(review, labels)
+    matched = [verdict for verdict in verdicts if verdict.matched]
+    if not matched:
+        return None
+    tenant = native.namespaces[str(review["request"].get("namespace"))].tenant
+    audits = tuple(message for verdict in matched for message in verdict.warnings)
+    denying = next((verdict for verdict in matched if verdict.denies), None)
+    if denying is not None:
+        first = denying.denials[0]
+        decision = Decision(False, first.reason, first.message, tenant=tenant, audits=audits)
+        return Step(f"{NATIVE} {denying.policy}", NATIVE, decision, verdicts=verdicts)
+    decision = Decision(True, "Audited" if audits else "Allowed", tenant=tenant, audits=audits)
+    names = ", ".join(verdict.policy for verdict in matched)
+    return Step(f"{NATIVE} {names}", NATIVE, decision, verdicts=verdicts)

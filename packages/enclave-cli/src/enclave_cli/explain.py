@@ -11,8 +11,10 @@ import json
 
 from enclave_admission.state import Role, State, Subject
 from enclave_cli.engine import Outcome, Request
+from enclave_cli.native import PolicyVerdict
 from enclave_cli.output import Style
 from enclave_cli.trace import Trace, render
+from enclave_core.api.names import NATIVE_RULES_LABEL
 from enclave_core.snapshots.tenancy import TenantView, entity_matches
 
 
@@ -66,6 +68,22 @@ def _tenant_facts(tenant: TenantView, state: State) -> str:
     return f"tenant {tenant.name}: " + ", ".join(facts) + f"; owners: {owners}"
 
 
+def _verdicts(verdicts: list[PolicyVerdict], style: Style) -> list[str]:
+    """Each compiled policy's part: not matched and why, or its refusals (a Warn binding's are warnings)."""
+    lines = []
+    for verdict in verdicts:
+        actions = "/".join(verdict.actions)
+        if not verdict.matched:
+            lines.append(style.dim(f"       {verdict.policy} ({actions}): not applied: {verdict.why}"))
+            continue
+        if not verdict.denials:
+            lines.append(f"       {verdict.policy} ({actions}): every validation holds")
+        for refusal in verdict.denials:
+            what = "error" if refusal.error else "fails"
+            lines.append(f"       {verdict.policy} ({actions}): {what}: {refusal.message}")
+    return lines
+
+
 def explain(request: Request, outcome: Outcome, state: State, style: Style, rules: Trace | None = None) -> str:
     """The whole explanation; ``rules`` is the per-rule trace of :mod:`enclave_cli.trace` (namespaced objects)."""
     subject = outcome.subject
@@ -76,7 +94,8 @@ def explain(request: Request, outcome: Outcome, state: State, style: Style, rule
         + (f" in {request.namespace}" if request.namespace else ""),
         f"requester: {request.user} (groups: {groups})",
         f"  role: {subject.role.value}: {why_role(subject, state)}",
-        "webhooks, in kube-apiserver's order:",
+        f"rules engine: {outcome.engine}",
+        "webhooks" + (" and policies" if outcome.engine != "webhook" else "") + ", in kube-apiserver's order:",
     ]
     for number, step in enumerate(outcome.steps, start=1):
         decision = step.decision
@@ -87,12 +106,20 @@ def explain(request: Request, outcome: Outcome, state: State, style: Style, rule
             lines.append(f"       {decision.message}")
         for op in decision.patch:
             lines.append(f"       {op['op']} {op['path']}" + (f" = {json.dumps(op['value'])}" if "value" in op else ""))
+        lines += _verdicts(step.verdicts, style)
         if decision.tenant and decision.tenant in state.tenancy.by_name:
             lines.append(f"       {_tenant_facts(state.tenancy.by_name[decision.tenant], state)}")
     if not outcome.steps:
         lines.append("  none: no Enclave webhook's rules match this request")
     if outcome.skipped:
         lines.append(style.dim("  not called (rules do not match): " + ", ".join(outcome.skipped)))
+    if outcome.passed_over:
+        lines.append(
+            style.dim(
+                f"  not called (the namespace carries {NATIVE_RULES_LABEL}: the policies judge its rules): "
+                + ", ".join(outcome.passed_over)
+            )
+        )
     if rules is not None:
         lines += render(rules, style)
     if outcome.not_reached:

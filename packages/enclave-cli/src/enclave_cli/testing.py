@@ -1,18 +1,29 @@
-"""``enclave test``: every case of a directory through admission's decisions, compared with its expectation."""
+"""``enclave test``: every case of a directory through admission's decisions, compared with its expectation.
+
+Each case is decided under the rules engine the ServiceConfiguration's ``spec.rules.engine`` selects, or the one
+asked for: ``webhook`` (admission judges every rule), ``native`` (the compiled ValidatingAdmissionPolicies judged
+as kube-apiserver would, :mod:`enclave_cli.native`, and the webhook for what stays on it) or ``both`` (each, and
+a difference between their answers fails the case)."""
 
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from enclave_admission.routes import RESOURCES
 from enclave_cli import documents
+from enclave_cli.areas import Usage
 from enclave_cli.cases import Case, parse_cases
-from enclave_cli.engine import Outcome, UnsupportedRouteError, evaluate
+from enclave_cli.engine import NATIVE, Outcome, Request, UnsupportedRouteError, evaluate
 from enclave_cli.output import Style, table
 from enclave_cli.world import DEFAULT_NAMESPACE, Compiled, World, compile_world
+
+CONDITION_ERRORED = "could not be evaluated"
+"""What the webhook says of a rule whose condition errored (:mod:`enclave_admission.rules.engine`)."""
 
 
 @dataclass
@@ -20,6 +31,9 @@ class Result:
     case: Case
     outcome: Outcome | None
     problems: list[str]
+    engine: str = "webhook"
+    webhook: Outcome | None = None
+    """Under ``both``, the webhook's outcome (:attr:`outcome` is the native one)."""
 
     @property
     def passed(self) -> bool:
@@ -34,7 +48,8 @@ class Result:
         step = self.outcome.decided_by if self.outcome is not None else None
         if step is None:
             return "no Enclave webhook"
-        return f"{step.path} {step.decision.reason}".strip()
+        where = step.hook if step.path == NATIVE else step.path
+        return f"{where} {step.decision.reason}".strip()
 
     def as_json(self) -> dict[str, Any]:
         outcome = self.outcome
@@ -44,6 +59,7 @@ class Result:
             "file": str(self.case.document.path),
             "line": self.case.line,
             "passed": self.passed,
+            "engine": self.engine,
             "expected": self.case.expect.result,
             "result": self.got,
             "decidedBy": (outcome.decided_by.path if outcome and outcome.decided_by else ""),
@@ -87,12 +103,60 @@ def judge(case: Case, outcome: Outcome) -> list[str]:
     return problems
 
 
-def run_case(case: Case, compiled: Compiled) -> Result:
+def decide(request: Request, usage: Usage, compiled: Compiled, engine: str) -> Outcome:
+    """``request`` under one rules engine (``webhook`` or ``native``), on a fresh admission state."""
+    native = compiled.native(engine) if engine != "webhook" else None
+    labels = compiled.namespace_labels.get(request.namespace, {})
+    return evaluate(request, compiled.state(usage), compiled.namespace, native=native, namespace_labels=labels)
+
+
+def run_case(case: Case, compiled: Compiled, engine: str = "") -> Result:
+    """One case under ``engine`` (default: the configuration's ``spec.rules.engine``); under ``both`` the case
+    is decided by each engine, judged on the native outcome, and fails where the two answers differ."""
+    engine = engine or compiled.engine
     try:
-        outcome = evaluate(case.request, compiled.state(case.usage), compiled.namespace)
+        if engine == "both":
+            webhook = decide(case.request, case.usage, compiled, "webhook")
+            native = decide(case.request, case.usage, compiled, "native")
+            return Result(case, native, judge(case, native) + differences(webhook, native), engine, webhook)
+        outcome = decide(case.request, case.usage, compiled, engine)
     except UnsupportedRouteError as err:
-        return Result(case, None, [str(err)])
-    return Result(case, outcome, judge(case, outcome))
+        return Result(case, None, [str(err)], engine)
+    return Result(case, outcome, judge(case, outcome), engine)
+
+
+def _said(outcome: Outcome) -> str:
+    return outcome.result + (f" ({outcome.message})" if outcome.message else "")
+
+
+def differences(webhook: Outcome, native: Outcome) -> list[str]:
+    """Where the two engines answer differently: the result, the denial (the same refusals: kube-apiserver
+    reports a policy's first, the webhook lists up to five) and the audit findings. A refusal because a rule's
+    condition errored is the same answer in kube-apiserver's words (no CEL expression can catch an error to
+    give the webhook's message), docs/rules.md "Native policies"."""
+    if webhook.result != native.result:
+        return [f"the engines differ: webhook {_said(webhook)}, native {_said(native)}"]
+    found = []
+    if webhook.message != native.message and not _same_refusals(webhook, native):
+        found.append(f"the engines differ in the message: webhook {webhook.message!r}, native {native.message!r}")
+    if sorted(set(webhook.audits)) != sorted(set(native.audits)):
+        found.append(f"the engines differ in the audit findings: webhook {webhook.audits}, native {native.audits}")
+    return found
+
+
+def _same_refusals(webhook: Outcome, native: Outcome) -> bool:
+    """Whether a rules denial of the webhook and the policies' denial name the same refusals."""
+    ours, theirs = webhook.denial, native.denial
+    if ours is None or theirs is None or ours.path != RESOURCES or theirs.path != NATIVE:
+        return False
+    refusals = [refusal for verdict in theirs.verdicts if verdict.denies for refusal in verdict.denials]
+    if any(refusal.error for refusal in refusals):
+        return CONDITION_ERRORED in ours.decision.message
+    message = ours.decision.message
+    if not all(refusal.message in message for refusal in refusals):
+        return False
+    truncated = bool(re.search(r"; and \d+ more$", message))  # the webhook lists five and counts the rest
+    return truncated or len(message) == len("; ".join(refusal.message for refusal in refusals))
 
 
 def collect_cases(world: World) -> list[Case]:
@@ -103,11 +167,11 @@ def collect_cases(world: World) -> list[Case]:
     return cases
 
 
-def run(paths: list[Path], namespace: str = DEFAULT_NAMESPACE, selected: str = "") -> list[Result]:
+def run(paths: list[Path], namespace: str = DEFAULT_NAMESPACE, selected: str = "", engine: str = "") -> list[Result]:
     world = load_world(paths)
     compiled = compile_world(world, namespace)
     cases = [case for case in collect_cases(world) if selected in case.name]
-    return [run_case(case, compiled) for case in cases]
+    return [run_case(case, compiled, engine) for case in cases]
 
 
 def render_table(results: list[Result], style: Style) -> str:
@@ -125,7 +189,8 @@ def render_table(results: list[Result], style: Style) -> str:
         rows.append([mark, result.case.name, result.got, result.decided, detail])
         rows += [["", style.red(f"  {problem}"), "", "", ""] for problem in result.problems]
     passed = sum(result.passed for result in results)
-    summary = f"{passed} passed, {len(results) - passed} failed"
+    engines = ", ".join(dict.fromkeys(result.engine for result in results))
+    summary = f"{passed} passed, {len(results) - passed} failed (rules engine: {engines})"
     return table(["", "TEST", "RESULT", "DECIDED BY", "PATCH / MESSAGE"], rows) + "\n" + summary
 
 

@@ -34,6 +34,7 @@ from enclave_cli.areas import (
     pools_snapshot,
 )
 from enclave_cli.documents import Document, InputError
+from enclave_cli.native import NativeRules
 from enclave_core.api import KINDS_BY_NAME
 from enclave_core.api.configuration import ServiceConfiguration, ServiceConfigurationSpec
 from enclave_core.api.names import PROMOTED_LABEL
@@ -145,6 +146,7 @@ class Compiled:
     """(GlobalResourceQuotas, custom quotas, Namespaces): compiled per usage by :mod:`enclave_cli.areas`."""
     _global: dict[str, tuple[GlobalQuotasSnapshot, list[dict[str, Any]]]] = field(default_factory=dict)
     _custom: dict[str, tuple[QuotaTargets, list[dict[str, Any]]]] = field(default_factory=dict)
+    _native: dict[str, NativeRules] = field(default_factory=dict)
 
     def tenant(self, name: str) -> Tenant | None:
         found = self.plan.tenants.get(name)
@@ -168,6 +170,19 @@ class Compiled:
         if found is None:
             _, quotas, namespaces = self.quota_documents
             found = self._custom[usage.key] = custom_quotas(quotas, namespaces, usage)
+        return found
+
+    @property
+    def engine(self) -> str:
+        """The configuration's ``spec.rules.engine``."""
+        return Policy.from_configuration(self.config).rules_engine
+
+    def native(self, engine: str) -> NativeRules:
+        """The policies enclave-tenants would compile from the Rules snapshot, running under ``engine``."""
+        found = self._native.get(engine)
+        if found is None:
+            policy = Policy.from_configuration(self.config)
+            found = self._native[engine] = NativeRules.compile(self.rules, policy, self.namespace, engine)
         return found
 
     def state(self, usage: Usage = NO_USAGE) -> State:

@@ -1,0 +1,383 @@
+"""``spec.rules.engine: native`` offline: the ValidatingAdmissionPolicies enclave-tenants would write, judged as
+kube-apiserver judges them, with the project's CEL engine.
+
+Nothing is compiled here: each namespace's rules go through :func:`enclave_tenants.native.compiler.
+compile_namespace` and :func:`enclave_tenants.native.objects.policies`, the functions enclave-tenants' native
+loop runs, and :func:`~enclave_tenants.native.compiler.webhook_needed` says whether the namespace would carry
+``enclave.dev/native-rules`` (then the ``resources`` hooks skip it, :mod:`enclave_cli.engine`). What is modelled
+here is kube-apiserver's ValidatingAdmissionPolicy plugin (``k8s.io/apiserver/pkg/admission/plugin/policy/
+validating``) for what those objects use:
+
+* **match**: the policy's ``matchConstraints.resourceRules`` (operations, groups, versions, resources where
+  ``*`` is every resource but no subresource, scope), the binding's ``namespaceSelector`` on the namespace's
+  labels (the tenant label and ``kubernetes.io/metadata.name`` as enclave-tenants and kube-apiserver set them),
+  then ``matchConditions``: one false skips the policy, an error (none false) is the failure policy's.
+* **variables**: each expression is evaluated with the variables it reads bound around it (``cel.bind``, in
+  declaration order, :func:`with_variables`), so one that errors is an error only where it is read, and
+  CEL's ``&&``, ``||`` and ``?:`` absorb it there as kube-apiserver's lazy variables would.
+* **validations**: false denies with the ``messageExpression`` (trimmed; a non-string, empty, multi-line or
+  over 5 KiB result falls back), else ``message``, else ``failed expression: <expression>``; the reason is
+  the validation's (default ``Invalid``). An error is the failure policy's (``Fail`` denies with
+  ``expression '<expression>' resulted in error: <error>``, ``Ignore`` admits). The first denial is the answer,
+  as kube-apiserver's dispatcher reports it; :attr:`PolicyVerdict.denials` keeps every one.
+* **actions**: a binding with ``Deny`` refuses; ``Warn`` and ``Audit`` admit with the message as a warning
+  (what ``expect.audit`` matches, as the webhook's audit findings).
+
+Every expression runs under the engine's guards: the per-evaluation cost budget (kube-apiserver's per-call
+limit, :data:`enclave_core.cel.limits.COST_BUDGET`) measured on the input, RE2 for ``matches``, and the size
+limits. An expression the local engine refuses to compile is reported as such (never guessed): the policy's
+failure policy decides, and the case says why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from enclave_core import cel
+from enclave_core.api.names import NAMESPACE_NAME_LABEL, TENANT_LABEL
+from enclave_core.api.rules import AppliedRule
+from enclave_core.selectors import matches
+from enclave_core.snapshots.rules import RulesSnapshot
+from enclave_tenants.native.compiler import Program, compile_namespace, webhook_needed
+from enclave_tenants.native.objects import policies
+from enclave_tenants.policy import Policy
+
+JSON = dict[str, Any]
+
+POLICY_ENV: Final = cel.Environment.of(
+    "validating-admission-policy",
+    object=cel.VarType.DYN,
+    oldObject=cel.VarType.DYN,
+    request=cel.VarType.DYN,
+    params=cel.VarType.DYN,
+    namespaceObject=cel.VarType.DYN,
+    variables=cel.VarType.DYN,
+    authorizer=cel.VarType.DYN,
+)
+"""What a ValidatingAdmissionPolicy expression sees (``authorizer`` is declared, not modelled)."""
+
+MAX_MESSAGE_BYTES: Final = 5 * 1024
+"""kube-apiserver's limit on a ``messageExpression`` result (``MaxEvaluatedMessageExpressionSizeBytes``)."""
+
+ENGINES: Final = ("webhook", "native", "both")
+
+_VARIABLE_READ: Final = re.compile(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One validation that failed (or errored under ``Fail``)."""
+
+    message: str
+    reason: str
+    error: bool = False
+    """The expression errored (kube-apiserver's error text, not the rule's message)."""
+
+
+@dataclass
+class PolicyVerdict:
+    """One policy and binding on one request."""
+
+    policy: str
+    binding: str
+    actions: tuple[str, ...]
+    matched: bool = True
+    why: str = ""
+    """Why it did not match, or what errored."""
+    denials: list[Refusal] = field(default_factory=list)
+
+    @property
+    def denies(self) -> bool:
+        return self.matched and "Deny" in self.actions and bool(self.denials)
+
+    @property
+    def warnings(self) -> list[str]:
+        if not self.matched or not ({"Warn", "Audit"} & set(self.actions)):
+            return []
+        return [refusal.message for refusal in self.denials]
+
+
+@dataclass
+class NamespacePolicies:
+    """What enclave-tenants would enforce natively in one tenant namespace."""
+
+    namespace: str
+    tenant: str
+    program: Program
+    objects: list[JSON]
+    webhook_needed: str
+    """Why the ``resources`` hooks are still called there, or '' (then it carries the native-rules label under
+    ``native``)."""
+
+
+@dataclass
+class NativeRules:
+    """Every tenant namespace's compiled policies, and the engine they run under."""
+
+    engine: str
+    namespaces: dict[str, NamespacePolicies] = field(default_factory=dict)
+
+    @classmethod
+    def compile(cls, rules: RulesSnapshot, policy: Policy, enclave_namespace: str, engine: str) -> NativeRules:
+        """As enclave-tenants' native loop (:meth:`enclave_tenants.native.controller.NativePolicies.wanted`)
+        compiles them: per namespace with rules, its program and the objects of its tenant."""
+        found = cls(engine)
+        if engine == "webhook":
+            return found
+        for entry in rules.namespaces:
+            if not entry.rules:
+                continue
+            applied: list[AppliedRule] = list(entry.rules)
+            program = compile_namespace(applied)
+            objects = policies(
+                entry.tenant,
+                program,
+                [entry.namespace],
+                enclave_namespace=enclave_namespace,
+                ignored_groups=policy.ignored_groups,
+            )
+            found.namespaces[entry.namespace] = NamespacePolicies(
+                entry.namespace, entry.tenant, program, objects, webhook_needed(applied, program)
+            )
+        return found
+
+    def labelled(self, namespace: str) -> bool:
+        """Whether the namespace carries ``enclave.dev/native-rules`` (the ``resources`` hooks skip it)."""
+        found = self.namespaces.get(namespace)
+        return self.engine == "native" and found is not None and not found.webhook_needed
+
+    def judge(self, review: JSON, namespace_labels: dict[str, str]) -> list[PolicyVerdict]:
+        """Every policy bound in the request's namespace, judged on the AdmissionReview's request."""
+        request = review["request"]
+        found = self.namespaces.get(str(request.get("namespace") or ""))
+        if found is None:
+            return []
+        labels = {
+            **namespace_labels,
+            TENANT_LABEL: found.tenant,
+            NAMESPACE_NAME_LABEL: found.namespace,
+        }
+        by_name = {obj["metadata"]["name"]: obj for obj in found.objects if obj["kind"] == "ValidatingAdmissionPolicy"}
+        verdicts = []
+        for binding in found.objects:
+            if binding["kind"] != "ValidatingAdmissionPolicyBinding":
+                continue
+            policy = by_name.get(binding["spec"]["policyName"])
+            if policy is not None:
+                verdicts.append(judge_policy(policy, binding, request, labels))
+        return verdicts
+
+
+def _rule_matches(rule: JSON, request: JSON) -> bool:
+    """A ``resourceRules`` entry against the request (kube-apiserver's ``rules.Matcher``)."""
+    kind, resource = request.get("kind") or {}, request.get("resource") or {}
+    if request.get("operation") not in (rule.get("operations") or []) and "*" not in (rule.get("operations") or []):
+        return False
+    groups, versions = rule.get("apiGroups") or [], rule.get("apiVersions") or []
+    if "*" not in groups and resource.get("group", "") not in groups:
+        return False
+    if "*" not in versions and resource.get("version", kind.get("version", "")) not in versions:
+        return False
+    name = str(resource.get("resource") or "")
+    sub = str(request.get("subResource") or "")
+    wanted = name + ("/" + sub if sub else "")
+    resources = rule.get("resources") or []
+    if not any(
+        entry == wanted
+        or (entry == "*" and not sub)
+        or entry == "*/*"
+        or (entry.startswith("*/") and sub and entry[2:] == sub)
+        or (entry.endswith("/*") and sub and entry[:-2] == name)
+        for entry in resources
+    ):
+        return False
+    scope = rule.get("scope") or "*"
+    namespaced = bool(request.get("namespace"))
+    return scope == "*" or scope == ("Namespaced" if namespaced else "Cluster")
+
+
+def _variables_of(request: JSON, namespace_labels: dict[str, str]) -> JSON:
+    return {
+        "object": request.get("object"),
+        "oldObject": request.get("oldObject"),
+        "request": request,
+        "params": None,
+        "namespaceObject": {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": request.get("namespace") or "", "labels": dict(namespace_labels)},
+        },
+    }
+
+
+def _error_text(expression: str, error: cel.EvalError) -> str:
+    return f"expression '{expression}' resulted in error: {error.message}"
+
+
+_QUOTES: Final = ('"""', "'''", '"', "'")
+
+
+def _literal_end(expression: str, at: int) -> int:
+    """Where the string literal opening at ``at`` ends (raw strings take no escapes)."""
+    raw = at > 0 and expression[at - 1] in "rR"
+    quote = next(q for q in _QUOTES if expression.startswith(q, at))
+    end = at + len(quote)
+    while end < len(expression) and not expression.startswith(quote, end):
+        end += 2 if expression[end] == "\\" and not raw else 1
+    return min(end + len(quote), len(expression))
+
+
+def _rewrite(expression: str) -> tuple[str, list[str]]:
+    """``expression`` with each ``variables.<name>`` outside string literals read as the identifier ``v_<name>``,
+    and the names, in order of first use."""
+    out: list[str] = []
+    names: list[str] = []
+    at = 0
+    while at < len(expression):
+        char = expression[at]
+        if char in "'\"":
+            end = _literal_end(expression, at)
+            out.append(expression[at:end])
+            at = end
+            continue
+        found = _VARIABLE_READ.match(expression, at)
+        if found is not None and (at == 0 or not (expression[at - 1].isalnum() or expression[at - 1] in "_.")):
+            name = found.group(1)
+            out.append("v_" + name)
+            if name not in names:
+                names.append(name)
+            at = found.end()
+            continue
+        out.append(char)
+        at += 1
+    return "".join(out), names
+
+
+def with_variables(expression: str, declared: list[JSON]) -> str:
+    """``expression`` with the policy's variables it reads (and those they read) bound around it in declaration
+    order (``cel.bind``): one program that evaluates them as kube-apiserver's lazy variables would, an error in
+    one counting only where it is read (CEL's ``&&``, ``||`` and ``?:`` absorb it there as well)."""
+    rewritten = {str(v["name"]): _rewrite(str(v["expression"])) for v in declared}
+    body, wanted = _rewrite(expression)
+    needed: set[str] = set()
+    pending = list(wanted)
+    while pending:
+        name = pending.pop()
+        if name in needed or name not in rewritten:
+            continue
+        needed.add(name)
+        pending += rewritten[name][1]
+    for name in reversed([str(v["name"]) for v in declared if v["name"] in needed]):
+        body = f"cel.bind(v_{name}, {rewritten[name][0]}, {body})"
+    return body
+
+
+def _evaluate(expression: str, variables: JSON, declared: list[JSON] | None = None) -> cel.EvalResult[Any]:
+    """One expression, with the variables it reads, under the engine's guards; a local compile refusal is an
+    error result that says so."""
+    text = with_variables(expression, declared) if declared else expression
+    try:
+        program = cel.default().compile(text, POLICY_ENV)
+    except cel.CelCompileError as err:
+        issues = "; ".join(str(issue) for issue in err.issues)
+        return cel.Failed(cel.EvalError(cel.ErrorKind.LIMIT, f"not evaluated offline: {issues}", expression))
+    return program.evaluate(variables)
+
+
+def _message(validation: JSON, variables: JSON, declared: list[JSON]) -> str:
+    """The denial text of a failed validation, with kube-apiserver's fallbacks."""
+    text = ""
+    expression = validation.get("messageExpression")
+    if expression:
+        result = _evaluate(str(expression), variables, declared)
+        if isinstance(result, cel.Ok) and isinstance(result.value, str):
+            text = result.value.strip()
+            if len(text.encode()) > MAX_MESSAGE_BYTES or "\n" in text:
+                text = ""
+    if not text:
+        text = str(validation.get("message") or "").strip()
+    if not text:
+        text = f"failed expression: {str(validation.get('expression') or '').strip()}"
+    return text
+
+
+def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: dict[str, str]) -> PolicyVerdict:
+    """One ValidatingAdmissionPolicy with one binding on an AdmissionReview ``request``."""
+    spec, bound = policy.get("spec") or {}, binding.get("spec") or {}
+    verdict = PolicyVerdict(
+        policy["metadata"]["name"], binding["metadata"]["name"], tuple(bound.get("validationActions") or ())
+    )
+    fail = (spec.get("failurePolicy") or "Fail") == "Fail"
+    rules = (spec.get("matchConstraints") or {}).get("resourceRules") or []
+    if not any(_rule_matches(rule, request) for rule in rules):
+        verdict.matched, verdict.why = False, "matchConstraints do not match the request"
+        return verdict
+    selector = (bound.get("matchResources") or {}).get("namespaceSelector")
+    if request.get("namespace") and selector is not None and not matches(selector, namespace_labels):
+        verdict.matched, verdict.why = False, "the binding's namespaceSelector does not select the namespace"
+        return verdict
+    variables = _variables_of(request, namespace_labels)
+    errored = ""
+    for condition in spec.get("matchConditions") or []:
+        expression = str(condition["expression"])
+        result = _evaluate(expression, variables)
+        if isinstance(result, cel.Ok) and result.value is False:
+            verdict.matched, verdict.why = False, f"matchCondition {condition['name']!r} is false"
+            return verdict
+        if isinstance(result, cel.Failed):
+            errored = errored or _error_text(expression, result.error)
+        elif result.value is not True:
+            errored = errored or f"expression '{expression}' did not evaluate to a bool"
+    if errored:
+        verdict.why = errored
+        if fail:
+            verdict.denials.append(Refusal(errored, "Invalid", error=True))
+        else:
+            verdict.matched = False
+        return verdict
+    declared = list(spec.get("variables") or [])
+    for validation in spec.get("validations") or []:
+        expression = str(validation["expression"])
+        result = _evaluate(expression, variables, declared)
+        if isinstance(result, cel.Failed):
+            if fail:
+                verdict.denials.append(Refusal(_error_text(expression, result.error), "Invalid", error=True))
+            continue
+        if result.value is True:
+            continue
+        if result.value is not False:
+            if fail:
+                verdict.denials.append(
+                    Refusal(f"expression '{expression}' did not evaluate to a bool", "Invalid", True)
+                )
+            continue
+        message = _message(validation, variables, declared)
+        verdict.denials.append(Refusal(message, str(validation.get("reason") or "Invalid")))
+    return verdict
+
+
+_NAMESPACES: Final = frozenset({"optional", "ip", "math", "strings", "base64", "sets", "lists"})
+
+
+def functions_used(policy: JSON) -> set[str]:
+    """Every named CEL function a policy's expressions call (operators are the language's own), ``optional.none``
+    style for namespaced ones: what the local evaluation must implement with kube-apiserver's semantics."""
+    spec = policy.get("spec") or {}
+    declared = list(spec.get("variables") or [])
+    texts = [str(c["expression"]) for c in spec.get("matchConditions") or []]
+    for validation in spec.get("validations") or []:
+        texts += [
+            with_variables(str(validation[key]), declared)
+            for key in ("expression", "messageExpression")
+            if key in validation
+        ]
+    found: set[str] = set()
+    for text in texts:
+        facts = cel.default().compile(text, POLICY_ENV).compiled.facts
+        for name in facts.functions if facts is not None else ():
+            prefix, dot, _ = name.partition(".")
+            if name[0] not in "_!@" and (not dot or prefix in _NAMESPACES):
+                found.add(name)
+    return found

@@ -1,0 +1,153 @@
+"""``enclave test`` answers alike under both rules engines for every native differential case (issue 34).
+
+Each case of :mod:`.test_rules_native_differential` (whatever areas the compiler has grown since) becomes the
+offline world ``enclave test`` reads: a ServiceConfiguration, the tenant with the case's rules, its namespace.
+Every request is decided by the CLI under ``webhook`` (admission's functions) and under ``native`` (the
+policies enclave-tenants compiles, judged locally as kube-apiserver does, and the webhook for what stays on it);
+:func:`enclave_cli.testing.differences` must find nothing. Pure evaluation: no control plane (the differential
+module itself checks the local policy evaluation against kube-apiserver's own decision).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from enclave_cli import testing
+from enclave_cli.areas import NO_USAGE
+from enclave_cli.documents import Document
+from enclave_cli.engine import NATIVE, Request
+from enclave_cli.native import functions_used
+from enclave_cli.world import Compiled, World, compile_world
+from enclave_core import cel
+from enclave_core.api.names import TENANT_LABEL
+
+from .test_rules_native_differential import CASES, Case
+from .test_rules_native_differential import Request as Sent
+
+TENANT, NAMESPACE, USERS = "nat", "nat-dev", "enclave.dev"
+USER_NAMES = {"owner": "owner", "other": "other"}
+KINDS = {"configmaps": "ConfigMap", "services": "Service"}
+
+
+def world(case: Case) -> Compiled:
+    """The case's objects as a directory for ``enclave test`` would hold them."""
+    rules = json.loads(json.dumps(case.rules).replace('"OTHER"', json.dumps(USER_NAMES["other"])))
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "enclave.dev/v1beta2",
+            "kind": "ServiceConfiguration",
+            "metadata": {"name": "default"},
+            "spec": {"users": [{"kind": "Group", "name": USERS}], "rules": {"engine": "both"}},
+        },
+        {
+            "apiVersion": "enclave.dev/v1beta2",
+            "kind": "Tenant",
+            "metadata": {"name": TENANT},
+            "spec": {"owners": [{"kind": "User", "name": USER_NAMES["owner"]}], "rules": rules},
+        },
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": {TENANT_LABEL: TENANT}}},
+    ]
+    return compile_world(World.collect([Document(Path(case.name), 1, obj) for obj in objects]))
+
+
+def _merged(old: Any, patch: Any) -> Any:
+    """A merge patch on ``old`` (None removes a key), as the differential test's update sends it."""
+    if not isinstance(old, dict) or not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    found = copy.deepcopy(old)
+    for key, value in patch.items():
+        if value is None:
+            found.pop(key, None)
+        else:
+            found[key] = _merged(found.get(key), value)
+    return found
+
+
+def request(sent: Sent, name: str) -> Request:
+    """The AdmissionReview request kube-apiserver would build from the differential test's call."""
+    kind = KINDS[sent.kind]
+
+    def whole(body: dict[str, Any]) -> dict[str, Any]:
+        found = {"apiVersion": "v1", "kind": kind, **copy.deepcopy(body)}
+        found["metadata"] = {**found.get("metadata", {}), "name": name, "namespace": NAMESPACE}
+        return found
+
+    old = whole(sent.old) if sent.old is not None else None
+    obj = whole(_merged(sent.old, sent.body) if sent.old is not None else sent.body)
+    return Request(
+        user=USER_NAMES[sent.user],
+        groups=(USERS, "system:authenticated"),
+        operation="UPDATE" if old is not None else "CREATE",
+        obj=obj,
+        old=old,
+        group="",
+        resource=sent.kind,
+        kind=kind,
+        api_version="v1",
+        name=name,
+        namespace=NAMESPACE,
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_enclave_test_answers_alike_under_both_engines(case: Case) -> None:
+    compiled = world(case)
+    assert compiled.engine == "both"
+    usage = NO_USAGE
+    for number, sent in enumerate(case.requests):
+        asked = request(sent, f"r{number}")
+        webhook = testing.decide(asked, usage, compiled, "webhook")
+        native = testing.decide(asked, usage, compiled, "native")
+        where = f"{case.name} request {number}: {sent.body}"
+        assert not testing.differences(webhook, native), (where, testing.differences(webhook, native))
+        assert not any(step.path == NATIVE for step in webhook.steps), where
+
+
+def test_the_policies_decide_where_they_compile() -> None:
+    """Not a comparison of the webhook with itself: in a namespace whose rules all compile, the native outcome
+    comes from the policies, the ``resources`` hook is not called, and a refusal is the policy's."""
+    case = next(case for case in CASES if case.name == "deny-value")
+    compiled = world(case)
+    native = testing.decide(request(case.requests[0], "r0"), NO_USAGE, compiled, "native")
+    assert native.result == "denied"
+    assert native.denial is not None
+    assert native.denial.path == NATIVE
+    assert "resources.enclave.dev" in native.passed_over
+    assert native.message == "Tenant nat spec.rules[0] denies metadata.labels['env']='prod' (matches exact ['prod'])"
+
+
+CONFORMANCE = Path(__file__).resolve().parents[3] / "packages" / "enclave-core" / "tests" / "cel" / "conformance.yaml"
+
+
+def test_every_function_the_compiled_policies_call_is_in_the_cel_conformance_suite() -> None:
+    """The local evaluation is only as good as the engine's Kubernetes library: every function the compiled
+    policies of the differential cases call (new areas bring new ones) must be exercised by enclave-core's CEL
+    conformance suite, which is written to kube-apiserver's semantics. A function missing here needs conformance
+    cases first."""
+    env = cel.Environment.of(
+        "conformance",
+        object=cel.VarType.DYN,
+        oldObject=cel.VarType.DYN,
+        request=cel.VarType.DYN,
+        now=cel.VarType.TIMESTAMP,
+    )
+    covered: set[str] = set()
+    for entry in yaml.safe_load(CONFORMANCE.read_text()):
+        if entry.get("compile_error"):
+            continue
+        facts = cel.default().compile(entry["expr"], env).compiled.facts
+        covered |= facts.functions if facts is not None else set()
+    used: set[str] = set()
+    for case in CASES:
+        for found in world(case).native("native").namespaces.values():
+            for obj in found.objects:
+                if obj["kind"] == "ValidatingAdmissionPolicy":
+                    used |= functions_used(obj)
+    assert {"cidr", "containsCIDR", "matches", "orValue"} <= used
+    assert used <= covered, sorted(used - covered)
