@@ -10,7 +10,6 @@ module itself checks the local policy evaluation against kube-apiserver's own de
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,12 @@ from enclave_cli.world import Compiled, World, compile_world
 from enclave_core import cel
 from enclave_core.api.names import TENANT_LABEL
 
+from .offline import cli_request
 from .test_rules_native_differential import CASES, Case
 from .test_rules_native_differential import Request as Sent
 
 TENANT, NAMESPACE, USERS = "nat", "nat-dev", "enclave.dev"
 USER_NAMES = {"owner": "owner", "other": "other"}
-KINDS = {"configmaps": "ConfigMap", "services": "Service"}
 
 
 def world(case: Case) -> Compiled:
@@ -56,43 +55,9 @@ def world(case: Case) -> Compiled:
     return compile_world(World.collect([Document(Path(case.name), 1, obj) for obj in objects]))
 
 
-def _merged(old: Any, patch: Any) -> Any:
-    """A merge patch on ``old`` (None removes a key), as the differential test's update sends it."""
-    if not isinstance(old, dict) or not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    found = copy.deepcopy(old)
-    for key, value in patch.items():
-        if value is None:
-            found.pop(key, None)
-        else:
-            found[key] = _merged(found.get(key), value)
-    return found
-
-
 def request(sent: Sent, name: str) -> Request:
-    """The AdmissionReview request kube-apiserver would build from the differential test's call."""
-    kind = KINDS[sent.kind]
-
-    def whole(body: dict[str, Any]) -> dict[str, Any]:
-        found = {"apiVersion": "v1", "kind": kind, **copy.deepcopy(body)}
-        found["metadata"] = {**found.get("metadata", {}), "name": name, "namespace": NAMESPACE}
-        return found
-
-    old = whole(sent.old) if sent.old is not None else None
-    obj = whole(_merged(sent.old, sent.body) if sent.old is not None else sent.body)
-    return Request(
-        user=USER_NAMES[sent.user],
-        groups=(USERS, "system:authenticated"),
-        operation="UPDATE" if old is not None else "CREATE",
-        obj=obj,
-        old=old,
-        group="",
-        resource=sent.kind,
-        kind=kind,
-        api_version="v1",
-        name=name,
-        namespace=NAMESPACE,
-    )
+    """The request kube-apiserver would send admission for the differential test's call."""
+    return cli_request(sent.kind, sent.body, sent.old, USER_NAMES[sent.user], name, NAMESPACE)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from enclave_cli.native import judge_policy
 from enclave_core.api.rules import AppliedRule
 from enclave_tenants.native.compiler import compile_namespace
 from enclave_tenants.native.objects import policies
@@ -25,6 +26,7 @@ from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
 from .conftest import Stack
+from .offline import cli_request, server_assigned
 
 PROBE = "enclave-native-probe"
 """A label the test adds a refusal for to each policy: refused once kube-apiserver enforces the policy."""
@@ -259,8 +261,10 @@ def native_namespaces(stack: Stack) -> Iterator[list[str]]:
         core.delete_namespace(name)
 
 
-def _enforce_natively(stack: Stack, tenant: str, rules: list[dict[str, Any]], namespace: str, user: str) -> None:
-    """The compiled policies, bound to ``namespace`` alone, with a probe refusal; returns once they enforce."""
+def _enforce_natively(
+    stack: Stack, tenant: str, rules: list[dict[str, Any]], namespace: str, user: str
+) -> list[dict[str, Any]]:
+    """The compiled policies, bound to ``namespace`` alone, with a probe refusal; returns them once they enforce."""
     program = compile_namespace([AppliedRule.model_validate(rule) for rule in rules])
     # a probe the deciding policy refuses first, so the test knows when kube-apiserver enforces it
     program.validations.insert(
@@ -268,7 +272,8 @@ def _enforce_natively(stack: Stack, tenant: str, rules: list[dict[str, Any]], na
         {"expression": f"!has(object.metadata.labels) || !({PROBE!r} in object.metadata.labels)", "message": PROBE},
     )
     registrations = client.AdmissionregistrationV1Api(stack.kube)
-    for obj in policies(tenant, program, [namespace], enclave_namespace=stack.namespace, ignored_groups=[]):
+    made = policies(tenant, program, [namespace], enclave_namespace=stack.namespace, ignored_groups=[])
+    for obj in made:
         obj["metadata"]["name"] += "-" + namespace
         # the test's own, not enclave-tenants': its native-policies loop prunes every labelled policy it did not
         # compile (the engine is webhook here)
@@ -297,6 +302,22 @@ def _enforce_natively(stack: Stack, tenant: str, rules: list[dict[str, Any]], na
         return not admitted and PROBE in message
 
     poll(refused, timeout=30, what="the compiled policies enforced")
+    return made
+
+
+def _locally(made: list[dict[str, Any]], request: Request, user: str, namespace: str, name: str) -> tuple[bool, str]:
+    """The policies judged by ``enclave test``'s native engine (:func:`enclave_cli.native.judge_policy`): admitted,
+    and the first denial of a Deny binding, as kube-apiserver reports it."""
+    asked = cli_request(request.kind, request.body, request.old, user, name, namespace)
+    sent = asked.review(asked.obj)["request"]
+    by_name = {obj["metadata"]["name"]: obj for obj in made if obj["kind"] == "ValidatingAdmissionPolicy"}
+    labels = {"kubernetes.io/metadata.name": namespace}
+    for binding in made:
+        if binding["kind"] == "ValidatingAdmissionPolicyBinding":
+            verdict = judge_policy(by_name[binding["spec"]["policyName"]], binding, sent, labels)
+            if verdict.denies:
+                return False, verdict.denials[0].message
+    return True, ""
 
 
 def _send(stack: Stack, user: str, namespace: str, request: Request, name: str) -> tuple[bool, str]:
@@ -337,7 +358,7 @@ def test_webhook_and_native_policies_decide_alike(stack: Stack, native_namespace
                 ],
             },
         )
-    _enforce_natively(stack, tenant, status["rules"], native, owner)
+    made = _enforce_natively(stack, tenant, status["rules"], native, owner)
     users = {"owner": owner, "other": other}
     for number, request in enumerate(case.requests):
         name = f"r{number}"
@@ -346,6 +367,14 @@ def test_webhook_and_native_policies_decide_alike(stack: Stack, native_namespace
         policy = _send(stack, user, native, request, name)
         where = f"{case.name} request {number}: {request.body}"
         assert webhook[0] == policy[0], f"{where}: webhook {webhook}, native {policy}"
+        if not server_assigned(request.kind, request.body):
+            # enclave test's native engine judges the same policies as kube-apiserver did (an error in its words)
+            local = _locally(made, request, user, native, name)
+            errored = " resulted in error: "
+            if errored in policy[1]:
+                local = (local[0], local[1].split(errored)[0] + errored)
+                policy = (policy[0], policy[1].split(errored)[0] + errored)
+            assert local == policy, f"{where}: enclave test {local}, kube-apiserver {policy}"
         if not webhook[0] and "could not be evaluated" not in webhook[1]:
             for part in policy[1].split("; "):
                 assert part in webhook[1], f"{where}: native reason {part!r} not among the webhook's {webhook[1]!r}"
