@@ -15,7 +15,7 @@ from enclave_admission.review import Decision
 from enclave_cli import testing
 from enclave_cli.__main__ import main
 from enclave_cli.engine import NATIVE, Outcome, Step
-from enclave_cli.native import judge_policy, with_variables
+from enclave_cli.native import OUT_OF_BUDGET, judge_policy, with_variables
 from enclave_cli.world import compile_world
 
 HERE = Path(__file__).parent
@@ -192,6 +192,16 @@ def test_the_worst_case_expression_is_refused_by_the_budget_not_run() -> None:
     assert len(refused) == 1
     assert "resulted in error" in refused[0]
     assert "budget" in refused[0]
+
+
+def test_a_policys_validations_share_kube_apiservers_budget() -> None:
+    """Each validation within the per-call limit (some 97,000 on 90 keys), together past the policy's
+    10,000,000: the one that would exhaust it is not run and the policy fails closed in kube-apiserver's words."""
+    pairs = {"expression": "object.data.all(a, object.data.all(b, a != '' || b != ''))", "message": "m"}
+    data = {f"k{i}": "v" for i in range(90)}
+    assert _refusals(_policy([pairs] * 80), _request(data)) == []
+    assert _refusals(_policy([pairs] * 120), _request(data)) == [OUT_OF_BUDGET]
+    assert _refusals(_policy([pairs] * 120, failurePolicy="Ignore"), _request(data)) == []
 
 
 # -- the two engines ------------------------------------------------------------------------------------------

@@ -25,7 +25,9 @@ validating``) for what those objects use:
 
 Every expression runs under the engine's guards: the per-evaluation cost budget (kube-apiserver's per-call
 limit, :data:`enclave_core.cel.limits.COST_BUDGET`) measured on the input, RE2 for ``matches``, and the size
-limits. An expression the local engine refuses to compile is reported as such (never guessed): the policy's
+limits; a policy's validations and messages share kube-apiserver's per-policy budget (:data:`POLICY_BUDGET`),
+charged the engine's estimate of each evaluation on its input before it runs, and exhausting it is an error of
+the failure policy's, as in kube-apiserver. An expression the local engine refuses to compile is reported as such (never guessed): the policy's
 failure policy decides, and the case says why.
 """
 
@@ -38,6 +40,8 @@ from typing import Any, Final
 from enclave_core import cel
 from enclave_core.api.names import NAMESPACE_NAME_LABEL, TENANT_LABEL
 from enclave_core.api.rules import AppliedRule
+from enclave_core.cel import cost
+from enclave_core.cel.limits import COST_BUDGET
 from enclave_core.selectors import matches
 from enclave_core.snapshots.rules import RulesSnapshot
 from enclave_tenants.native.compiler import Program, compile_namespace, webhook_needed
@@ -57,6 +61,13 @@ POLICY_ENV: Final = cel.Environment.of(
     authorizer=cel.VarType.DYN,
 )
 """What a ValidatingAdmissionPolicy expression sees (``authorizer`` is declared, not modelled)."""
+
+POLICY_BUDGET: Final = 10_000_000
+"""kube-apiserver's cost budget for one policy's evaluation of one request (``RuntimeCELCostBudget``); each
+expression also has the per-call limit, :data:`enclave_core.cel.limits.COST_BUDGET`."""
+
+OUT_OF_BUDGET: Final = "validation failed due to running out of cost budget, no further validation rules will be run"
+"""kube-apiserver's words when a policy's evaluation exhausts :data:`POLICY_BUDGET`."""
 
 MAX_MESSAGE_BYTES: Final = 5 * 1024
 """kube-apiserver's limit on a ``messageExpression`` result (``MaxEvaluatedMessageExpressionSizeBytes``)."""
@@ -274,24 +285,42 @@ def with_variables(expression: str, declared: list[JSON]) -> str:
     return body
 
 
+class _Budget:
+    """What is left of the policy's cost budget for this request (kube-apiserver's ``RuntimeCELCostBudget``,
+    shared by the policy's validations and their messages); each evaluation is charged the engine's estimate on
+    its input (an upper bound of the work), before it runs."""
+
+    def __init__(self) -> None:
+        self.left = float(POLICY_BUDGET)
+
+    def evaluate(self, expression: str, variables: JSON, declared: list[JSON] | None = None) -> cel.EvalResult[Any]:
+        """One expression, with the variables it reads, under the engine's guards (its per-call budget among
+        them) and this one; a local compile refusal is an error result that says so."""
+        text = with_variables(expression, declared) if declared else expression
+        try:
+            program = cel.default().compile(text, POLICY_ENV)
+        except cel.CelCompileError as err:
+            issues = "; ".join(str(issue) for issue in err.issues)
+            return cel.Failed(cel.EvalError(cel.ErrorKind.LIMIT, f"not evaluated offline: {issues}", expression))
+        facts = program.compiled.facts
+        spent = cost.on_input(facts.cost, variables) if facts is not None and facts.cost is not None else 0.0
+        if spent <= COST_BUDGET:  # past it, the per-call limit refuses first (the engine's error)
+            self.left -= spent
+            if self.left < 0:
+                return cel.Failed(cel.EvalError(cel.ErrorKind.LIMIT, OUT_OF_BUDGET, expression))
+        return program.evaluate(variables)
+
+
 def _evaluate(expression: str, variables: JSON, declared: list[JSON] | None = None) -> cel.EvalResult[Any]:
-    """One expression, with the variables it reads, under the engine's guards; a local compile refusal is an
-    error result that says so."""
-    text = with_variables(expression, declared) if declared else expression
-    try:
-        program = cel.default().compile(text, POLICY_ENV)
-    except cel.CelCompileError as err:
-        issues = "; ".join(str(issue) for issue in err.issues)
-        return cel.Failed(cel.EvalError(cel.ErrorKind.LIMIT, f"not evaluated offline: {issues}", expression))
-    return program.evaluate(variables)
+    return _Budget().evaluate(expression, variables, declared)
 
 
-def _message(validation: JSON, variables: JSON, declared: list[JSON]) -> str:
+def _message(validation: JSON, variables: JSON, declared: list[JSON], budget: _Budget) -> str:
     """The denial text of a failed validation, with kube-apiserver's fallbacks."""
     text = ""
     expression = validation.get("messageExpression")
     if expression:
-        result = _evaluate(str(expression), variables, declared)
+        result = budget.evaluate(str(expression), variables, declared)
         if isinstance(result, cel.Ok) and isinstance(result.value, str):
             text = result.value.strip()
             if len(text.encode()) > MAX_MESSAGE_BYTES or "\n" in text:
@@ -338,9 +367,14 @@ def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: d
             verdict.matched = False
         return verdict
     declared = list(spec.get("variables") or [])
+    budget = _Budget()
     for validation in spec.get("validations") or []:
         expression = str(validation["expression"])
-        result = _evaluate(expression, variables, declared)
+        result = budget.evaluate(expression, variables, declared)
+        if isinstance(result, cel.Failed) and result.error.message == OUT_OF_BUDGET:
+            if fail:
+                verdict.denials.append(Refusal(OUT_OF_BUDGET, "Invalid", error=True))
+            break
         if isinstance(result, cel.Failed):
             if fail:
                 verdict.denials.append(Refusal(_error_text(expression, result.error), "Invalid", error=True))
@@ -353,7 +387,7 @@ def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: d
                     Refusal(f"expression '{expression}' did not evaluate to a bool", "Invalid", True)
                 )
             continue
-        message = _message(validation, variables, declared)
+        message = _message(validation, variables, declared, budget)
         verdict.denials.append(Refusal(message, str(validation.get("reason") or "Invalid")))
     return verdict
 

@@ -128,3 +128,17 @@ def test_condition_batch_still_answers_each_condition_when_one_is_over_budget() 
 def test_largest_stops_at_the_first_value_over_the_limit() -> None:
     assert cost.largest({"a": ["x" * 10, [1, 2, 3]]}, 100) == 10
     assert cost.largest(["y" * 50, "z" * 500], 40) > 40
+
+
+def test_on_input_charges_what_the_input_holds() -> None:
+    """A caller budgeting several evaluations together (a ValidatingAdmissionPolicy's in ``enclave test``) is
+    charged by the input each one reads: quadratic in the list walked twice, nothing for what it does not read."""
+    program = cel.default().condition("object.data.all(a, object.data.all(b, a != b))", ENV)
+    bound = program.compiled.facts
+    assert bound is not None
+    assert bound.cost is not None
+    small = cost.on_input(bound.cost, {"object": {"data": {f"k{i}": "v" for i in range(10)}}})
+    large = cost.on_input(bound.cost, {"object": {"data": {f"k{i}": "v" for i in range(100)}}})
+    elsewhere = cost.on_input(bound.cost, {"object": {"data": {}, "spec": {f"k{i}": "v" for i in range(100)}}})
+    assert 50 * small < large
+    assert elsewhere < small

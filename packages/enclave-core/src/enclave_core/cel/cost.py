@@ -34,7 +34,7 @@ from typing import Any, Final, NamedTuple
 from enclave_core.cel.limits import COST_BUDGET, INPUT_BOUND, MIN_INPUT_SIZE
 from enclave_core.cel.syntax import ELEM
 
-__all__ = ["CostBound", "compile_problem", "estimate", "largest", "over_budget"]
+__all__ = ["CostBound", "compile_problem", "estimate", "largest", "on_input", "over_budget"]
 
 _TRAVERSAL: Final = 0.1
 """Cost per element or character a function walks (kube-apiserver's traversal factor)."""
@@ -456,6 +456,15 @@ def over_budget(bound: CostBound, data: Mapping[str, Any]) -> str:
         f"estimated cost {_number(cost)} on this input exceeds the CEL cost budget of {COST_BUDGET} per "
         "evaluation, so the expression was not evaluated"
     )
+
+
+def on_input(bound: CostBound, data: Mapping[str, Any]) -> float:
+    """The estimate of one evaluation on ``data`` (sized by what each path the expression reads holds): what a
+    caller budgeting several evaluations together charges for it (a ValidatingAdmissionPolicy's expressions share
+    one budget in kube-apiserver, ``enclave_cli.native``)."""
+    if bound.tree is None:
+        return bound.fixed
+    return _cost(bound.tree, bound.variables, _Measured(data))
 
 
 def _number(value: float) -> str:
