@@ -4,6 +4,7 @@ own API request counters from /metrics. Benchmarks and the scale suite report th
 from __future__ import annotations
 
 import os
+import time
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -25,6 +26,30 @@ def rss_bytes(pid: int) -> int:
     """Resident set size of ``pid`` now (second field of /proc/<pid>/statm)."""
     with open(f"/proc/{pid}/statm") as statm:
         return int(statm.read().split()[1]) * _PAGE
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The most ``pid`` has held resident since it started (``VmHWM`` of /proc/<pid>/status)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def settled_rss(pids: list[int], timeout: float = 180.0) -> dict[int, int]:
+    """Each process's RSS once two samples 2 s apart differ by under 1 MB for every one of them: what "idle"
+    means for a memory row (a process still digesting what it was just shown would be caught mid-growth)."""
+    last: dict[int, int] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        now = {pid: rss_bytes(pid) for pid in pids}
+        if last and all(abs(now[pid] - last[pid]) < 2**20 for pid in pids):
+            return now
+        if time.monotonic() > deadline:
+            raise AssertionError(f"RSS still moving after {timeout:.0f} s: {now}")
+        last = now
+        time.sleep(2.0)
 
 
 @dataclass(frozen=True)
