@@ -373,7 +373,7 @@ def test_explain_traces_the_policy_rules(capsys: pytest.CaptureFixture[str]) -> 
     assert "tenant rules for namespace cli-acme-prod (evaluation order, by /resources):" in out
     assert "1. Tenant cli-acme spec.rules[0] (deny): decides: Tenant cli-acme spec.rules[0] denies" in out
     assert "2. Tenant cli-acme spec.rules[1] (audit): applies: its constraint is not hit" in out
-    assert "where each rule is judged with spec.rules.engine native or both (now: webhook):" in out
+    assert "where each rule is judged with spec.rules.engine native or both (here: webhook):" in out
     assert "Tenant cli-acme spec.rules[0] metadata: kube-apiserver policy: labels and annotations compile" in out
 
 

@@ -269,6 +269,7 @@ def test_engine_flag_table_json_and_explain(capsys: pytest.CaptureFixture[str]) 
     assert "rules engine: native" in out
     assert "not called (the namespace carries enclave.dev/native-rules" in out
     assert "the engines answer the same" in out
+    assert "(here: native)" in out
     with pytest.raises(SystemExit) as exited:
         main(["test", str(POLICIES), "--engine", "nope"])
     assert exited.value.code == 2

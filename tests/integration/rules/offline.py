@@ -29,13 +29,24 @@ def merged(old: Any, patch: Any) -> Any:
 
 
 def cli_request(
-    resource: str, body: dict[str, Any], old: dict[str, Any] | None, user: str, name: str, namespace: str
+    resource: str,
+    body: dict[str, Any],
+    old: dict[str, Any] | None,
+    user: str,
+    name: str,
+    namespace: str,
+    *,
+    group: str = "",
+    kind: str = "",
+    sub_resource: str = "",
 ) -> Request:
-    """The request (CREATE of ``body``, or UPDATE of ``old`` patched with ``body``) as ``enclave test`` takes it."""
-    kind = KINDS[resource]
+    """The request (CREATE of ``body``, or UPDATE of ``old`` patched with ``body``) as ``enclave test`` takes it;
+    ``resource`` of ``group`` (version v1), its ``kind`` (default: :data:`KINDS`)."""
+    kind = kind or KINDS[resource]
+    api_version = f"{group}/v1" if group else "v1"
 
     def whole(part: dict[str, Any]) -> dict[str, Any]:
-        found = {"apiVersion": "v1", "kind": kind, **copy.deepcopy(part)}
+        found = {"apiVersion": api_version, "kind": kind, **copy.deepcopy(part)}
         found["metadata"] = {**found.get("metadata", {}), "name": name, "namespace": namespace}
         return found
 
@@ -47,10 +58,11 @@ def cli_request(
         operation="UPDATE" if before is not None else "CREATE",
         obj=after,
         old=before,
-        group="",
+        group=group,
         resource=resource,
+        sub_resource=sub_resource,
         kind=kind,
-        api_version="v1",
+        api_version=api_version,
         name=name,
         namespace=namespace,
     )

@@ -20,13 +20,14 @@ import yaml
 from enclave_cli import testing
 from enclave_cli.areas import NO_USAGE
 from enclave_cli.documents import Document
-from enclave_cli.engine import NATIVE, Request
+from enclave_cli.engine import NATIVE, Request, resource_of
 from enclave_cli.native import functions_used
 from enclave_cli.world import Compiled, World, compile_world
 from enclave_core import cel
 from enclave_core.api.names import TENANT_LABEL
 
-from .offline import cli_request
+from . import test_rules_native_differential as differential
+from .offline import KINDS, cli_request
 from .test_rules_native_differential import CASES, Case
 from .test_rules_native_differential import Request as Sent
 
@@ -36,7 +37,12 @@ USER_NAMES = {"owner": "owner", "other": "other"}
 
 def world(case: Case) -> Compiled:
     """The case's objects as a directory for ``enclave test`` would hold them."""
-    rules = json.loads(json.dumps(case.rules).replace('"OTHER"', json.dumps(USER_NAMES["other"])))
+    return world_of(case.rules)
+
+
+def world_of(rules: list[dict[str, Any]]) -> Compiled:
+    """A ServiceConfiguration, the tenant with ``rules`` and its namespace, compiled as ``enclave test`` does."""
+    rules = json.loads(json.dumps(rules).replace('"OTHER"', json.dumps(USER_NAMES["other"])))
     objects: list[dict[str, Any]] = [
         {
             "apiVersion": "enclave.dev/v1beta2",
@@ -52,12 +58,15 @@ def world(case: Case) -> Compiled:
         },
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": {TENANT_LABEL: TENANT}}},
     ]
-    return compile_world(World.collect([Document(Path(case.name), 1, obj) for obj in objects]))
+    return compile_world(World.collect([Document(Path("differential"), 1, obj) for obj in objects]))
 
 
 def request(sent: Sent, name: str) -> Request:
-    """The request kube-apiserver would send admission for the differential test's call."""
-    return cli_request(sent.kind, sent.body, sent.old, USER_NAMES[sent.user], name, NAMESPACE)
+    """The request kube-apiserver would send admission for the differential test's call (a resource of an API
+    group with the kind the differential gives it)."""
+    group: str = getattr(sent, "group", "")
+    kind = {**KINDS, **getattr(differential, "_KINDS", {})}[sent.kind]
+    return cli_request(sent.kind, sent.body, sent.old, USER_NAMES[sent.user], name, NAMESPACE, group=group, kind=kind)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -72,6 +81,43 @@ def test_enclave_test_answers_alike_under_both_engines(case: Case) -> None:
         where = f"{case.name} request {number}: {sent.body}"
         assert not testing.differences(webhook, native), (where, testing.differences(webhook, native))
         assert not any(step.path == NATIVE for step in webhook.steps), where
+
+
+WORKLOAD_REQUESTS: list[Any] = getattr(differential, "WORKLOAD_REQUESTS", [])
+"""The differential's workload catalogue requests, once the workload areas compile (issue 34)."""
+
+
+def workload_request(sent: Any, name: str) -> Request:
+    """A workload request of the differential (a create, a patch of ``old``, or an ephemeral container added
+    to ``old``) as kube-apiserver sends it to admission."""
+    shown = sent.old if sent.old is not None else sent.body
+    group, resource = resource_of(shown["kind"], shown["apiVersion"])
+    body, sub = sent.body, ""
+    if sent.debug is not None:
+        body, resource, sub = {"spec": {"ephemeralContainers": [sent.debug]}}, "pods", "ephemeralcontainers"
+    return cli_request(
+        resource,
+        body,
+        sent.old,
+        USER_NAMES["owner"],
+        name,
+        NAMESPACE,
+        group=group,
+        kind=shown["kind"],
+        sub_resource=sub,
+    )
+
+
+def test_enclave_test_answers_workloads_alike_under_both_engines() -> None:
+    if not WORKLOAD_REQUESTS:
+        pytest.skip("the differential has no workload requests (workload rules do not compile natively yet)")
+    compiled = world_of(getattr(differential, "_workload_rules")())  # noqa: B009 (absent until workloads compile)
+    for number, sent in enumerate(WORKLOAD_REQUESTS):
+        asked = workload_request(sent, f"w{number}")
+        webhook = testing.decide(asked, NO_USAGE, compiled, "webhook")
+        native = testing.decide(asked, NO_USAGE, compiled, "native")
+        assert not testing.differences(webhook, native), (sent.name, testing.differences(webhook, native))
+        assert not (sent.refused and native.allowed), sent.name
 
 
 def test_the_policies_decide_where_they_compile() -> None:

@@ -107,6 +107,8 @@ def _explain(args: argparse.Namespace) -> int:
         tenant = state.tenancy.namespace_owner.get(request.namespace, "")
         labels = compiled.namespace_labels.get(request.namespace, {})
         rules = trace(request, outcome.obj, state, compiled.tenant(tenant), labels)
+        if rules is not None:
+            rules.engine = one  # the engine this explanation is for, whatever the configuration says
         shown.append((outcome, explain(request, outcome, state, style, rules)))
     print("\n\n".join(text for _, text in shown))
     if len(shown) == 2:

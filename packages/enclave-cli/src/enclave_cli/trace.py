@@ -229,7 +229,7 @@ def render(found: Trace, style: Style) -> list[str]:
         else:
             lines.append(style.green("  decided by: no rule refuses the request"))
     if found.paths:
-        lines.append(f"where each rule is judged with spec.rules.engine native or both (now: {found.engine}):")
+        lines.append(f"where each rule is judged with spec.rules.engine native or both (here: {found.engine}):")
         for place in found.paths:
             where = "kube-apiserver policy" if place.path == "native" else "webhook"
             lines.append(f"  {place.origin} {place.area}: {where}: {place.why}")
