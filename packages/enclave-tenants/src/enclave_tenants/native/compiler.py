@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from enclave_core.api.rules import AppliedRule, CidrList, KindScope, MetadataValue
-from enclave_tenants.native import celtext, workloads
+from enclave_tenants.native import celtext
 
 JSON = dict[str, Any]
 Path = Literal["native", "webhook"]
@@ -54,6 +54,8 @@ _AREAS_ON_WEBHOOK: Final = {
     "network": "NetworkPolicy address grants (a CIDR minus its except blocks, covered by a union) are judged by "
     "the webhook",
     "storage": "storage rules read PersistentVolume labels, state a policy is not given",
+    "workloads": "workload policies (image references normalised like the runtime, QoS, PodDisruptionBudget "
+    "coverage) are judged by the webhook",
 }
 
 
@@ -76,7 +78,6 @@ class Program:
     validations: list[JSON] = field(default_factory=list)
     audit_validations: list[JSON] = field(default_factory=list)
     resources: set[str] = field(default_factory=set)
-    """What the policy matches: ``*`` (every resource) or ``resource[/subresource][.group]`` names."""
 
     @property
     def empty(self) -> bool:
@@ -366,24 +367,6 @@ class _Compiler:
                     }
                 )
 
-    # -- workloads
-
-    def workloads(self) -> None:
-        """``enforce.workloads``: :mod:`enclave_tenants.native.workloads` (each rule alone: no chain)."""
-        found = [
-            (workloads.Rule(compiled.index, compiled.origin, compiled.action, compiled.variable), policy)
-            for rule, compiled in self.rules
-            if compiled is not None and rule.enforce and (policy := rule.enforce.workloads) is not None
-        ]
-        area = workloads.compile_rules(found)
-        self.program.placements += [Placement(origin, "workloads", path, why) for origin, path, why in area.placements]
-        self.program.variables += area.variables
-        self.program.validations += area.validations
-        self.program.audit_validations += area.audit_validations
-        self.program.resources |= area.resources
-        for index, asked in area.asked.items():
-            self.asked.setdefault(index, []).append(asked)
-
     # -- checks
 
     def conditions_evaluate(self) -> None:
@@ -439,7 +422,7 @@ def _areas(rule: AppliedRule) -> list[str]:
     enforce = rule.enforce
     found = [
         area
-        for area in ("metadata", "services", "workloads", *_AREAS_ON_WEBHOOK)
+        for area in ("metadata", "services", *_AREAS_ON_WEBHOOK)
         if enforce is not None and getattr(enforce, area) is not None
     ]
     return found + (["mutate"] if rule.mutate else []) + (["quota"] if rule.quota else [])
@@ -569,7 +552,6 @@ def compile_namespace(rules: Sequence[AppliedRule]) -> Program:
     compiler = _Compiler(rules, program)
     compiler.metadata()
     compiler.services()
-    compiler.workloads()
     compiler.conditions_evaluate()
     compiler.other_areas()
     return program
