@@ -95,7 +95,7 @@ def test_rules_that_cannot_be_native_stay_on_the_webhook_and_say_why() -> None:
         _rules(
             _deny_label(conditions=[{"expression": "now > timestamp('2020-01-01T00:00:00Z')"}]),
             {"enforce": {"action": "deny", "network": {"policies": {"egress": {"cidrs": ["10.0.0.0/8"]}}}}},
-            {"enforce": {"action": "allow", "workloads": {"registries": [{"url": "^r/"}]}}},
+            {"enforce": {"action": "deny", "workloads": {"security": {"privileged": True}}}},
             {"mutate": [{"metadata": {"kinds": ["ConfigMap"], "labels": {"a": "b"}}}]},
             {"quota": [{"name": "q", "hard": {"pods": "1"}}]},
             {"enforce": {"storage": {"volumes": [{"selector": {}}]}}},
@@ -108,7 +108,7 @@ def test_rules_that_cannot_be_native_stay_on_the_webhook_and_say_why() -> None:
         "enforce.conditions[0] reads `now`, which a ValidatingAdmissionPolicy has no variable for",
     )
     assert placed[("Tenant t spec.rules[1]", "network")][0] == "webhook"
-    assert "image references" in placed[("Tenant t spec.rules[2]", "workloads")][1]
+    assert "security features" in placed[("Tenant t spec.rules[2]", "workloads")][1]
     assert placed[("Tenant t spec.rules[3]", "mutate")][0] == "webhook"
     assert "ledgers" in placed[("Tenant t spec.rules[4]", "quota")][1]
     assert "PersistentVolume labels" in placed[("Tenant t spec.rules[5]", "storage")][1]
@@ -281,7 +281,9 @@ def test_anything_the_policies_cannot_do_keeps_the_webhook() -> None:
         "managed or default": {
             "enforce": {"action": "allow", "metadata": [{"kinds": ["Pod"], "labels": {"a": {"default": "b"}}}]}
         },
-        "workloads stays on the webhook": {"enforce": {"action": "deny", "workloads": {"registries": [{"url": "x"}]}}},
+        "workloads stays on the webhook": {
+            "enforce": {"action": "deny", "workloads": {"security": {"privileged": True}}}
+        },
     }
     for why, rule in cases.items():
         assert why in _needed(_deny_label(), rule), why

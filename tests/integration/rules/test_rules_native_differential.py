@@ -25,6 +25,7 @@ from enclave_tenants.native.objects import policies
 from enclave_testing.names import unique
 from enclave_testing.waiting import poll
 
+from . import test_workloads_catalogue as catalogue
 from .conftest import Stack
 from .offline import cli_request, server_assigned
 
@@ -262,10 +263,12 @@ def native_namespaces(stack: Stack) -> Iterator[list[str]]:
 
 
 def _enforce_natively(
-    stack: Stack, tenant: str, rules: list[dict[str, Any]], namespace: str, user: str
+    stack: Stack, tenant: str, rules: list[dict[str, Any]], namespace: str, user: str, local_check: bool = True
 ) -> list[dict[str, Any]]:
-    """The compiled policies, bound to ``namespace`` alone, with a probe refusal; returns them once they enforce."""
-    program = compile_namespace([AppliedRule.model_validate(rule) for rule in rules])
+    """The compiled policies, bound to ``namespace`` alone, with a probe refusal; returns them once they enforce.
+    ``local_check=False`` compiles workload rules natively even where enclave test's engine could not bound
+    them (the expressions are proven here, on kube-apiserver)."""
+    program = compile_namespace([AppliedRule.model_validate(rule) for rule in rules], local_check=local_check)
     # a probe the deciding policy refuses first, so the test knows when kube-apiserver enforces it
     program.validations.insert(
         0,
@@ -296,6 +299,9 @@ def _enforce_natively(
     if program.resources == {"services"}:
         probe["spec"] = {"ports": [{"port": 80}]}
         create = core.create_namespaced_service
+    elif "*" not in program.resources and "pods" in program.resources:
+        probe["spec"] = {"containers": [{"name": "c", "image": "probe"}]}
+        create = core.create_namespaced_pod
 
     def refused() -> bool:
         admitted, message = _outcome(lambda: create(namespace, probe, dry_run="All", _request_timeout=10))
@@ -378,3 +384,301 @@ def test_webhook_and_native_policies_decide_alike(stack: Stack, native_namespace
         if not webhook[0] and "could not be evaluated" not in webhook[1]:
             for part in policy[1].split("; "):
                 assert part in webhook[1], f"{where}: native reason {part!r} not among the webhook's {webhook[1]!r}"
+
+
+# -- workloads: the catalogue's cases, decided by the webhook and by the policies ---------------------------------
+
+HOSTILE_URL = '^x"\\) \\|\\| true \\|\\| \\("'
+"""A registry pattern written to break out of the CEL string it is compiled into (``") || true || ("``, the
+pipes escaped for the regular expression): escaped in turn, it is only a pattern no reference here matches,
+so the rule refuses every image."""
+
+HIGH, SANDBOX = "enclave-differential-high", "gvisor-differential"
+"""A PriorityClass and a RuntimeClass the placement rows name (kube-apiserver refuses a Pod naming a class
+that does not exist before any policy or webhook sees it)."""
+
+
+def _labelled(label: str) -> list[dict[str, str]]:
+    return [{"name": label, "expression": f"has(object.metadata.labels) && {label!r} in object.metadata.labels"}]
+
+
+def _workload_rules() -> list[dict[str, Any]]:
+    """The catalogue's rules that compile (without their mutations: the policy namespace has no mutating hook),
+    and rules for the items the catalogue does not reach, each under a label of its own; of those, the ones
+    the compiler makes native (a rule it keeps on the webhook would be enforced in one namespace only)."""
+    rules = _candidate_rules()
+    applied = [
+        AppliedRule.model_validate({**rule, "origin": {"kind": "Tenant", "name": "t", "index": index}})
+        for index, rule in enumerate(rules)
+    ]
+    placements = compile_namespace(applied, local_check=False).placements
+    paths = {p.origin: p.path for p in placements if p.area == "workloads"}
+    return [rule for index, rule in enumerate(rules) if paths[f"Tenant t spec.rules[{index}]"] == "native"]
+
+
+def _candidate_rules() -> list[dict[str, Any]]:
+    webhook_only = ("security", "disruptionBudgets")
+    rules = [
+        {key: value for key, value in rule.items() if key != "mutate"}
+        for rule in catalogue.RULES
+        if not any(area in rule["enforce"]["workloads"] for area in webhook_only)
+    ]
+    tolerations = [
+        {"key": "gpu", "operator": "Exists"},
+        {"key": "zone", "operator": "Equal", "value": "a", "effect": "NoExecute"},
+    ]
+    return [
+        *rules,
+        {
+            "enforce": {
+                "action": "allow",
+                "conditions": _labelled("bounds-test"),
+                "workloads": {
+                    "targets": ["Pod", "Deployment/containers", "CronJob"],
+                    "resources": {
+                        "requests": {"required": ["cpu"], "min": {"cpu": "10m"}, "max": {"memory": "1Gi"}},
+                        "limits": {"max": {"cpu": 2}},
+                    },
+                },
+            }
+        },
+        {
+            "enforce": {
+                "action": "deny",
+                "conditions": _labelled("place-test"),
+                "workloads": {
+                    "targets": ["Pod", "StatefulSet"],
+                    "placement": {
+                        "priorityClasses": [{"exact": [HIGH]}],
+                        "runtimeClasses": [{"exp": "gvisor-.*"}],
+                        "nodeSelectorKeys": ["node-role.kubernetes.io/control-plane"],
+                        "tolerations": tolerations,
+                    },
+                    "qosClasses": ["BestEffort"],
+                },
+            }
+        },
+        {
+            "enforce": {
+                "action": "audit",
+                "conditions": _labelled("place-test"),
+                "workloads": {"placement": {"schedulers": [{"exp": "default-.*"}]}},
+            }
+        },
+        {
+            "enforce": {
+                "action": "allow",
+                "conditions": _labelled("hostile-test"),
+                "workloads": {"registries": [{"url": HOSTILE_URL}]},
+            }
+        },
+    ]
+
+
+@dataclass
+class WorkloadRequest:
+    name: str
+    body: dict[str, Any]
+    """The object (catalogue.workload), or for an update the patch."""
+    old: dict[str, Any] | None = None
+    """For an update: the object created first as the cluster administrator."""
+    debug: dict[str, Any] | None = None
+    """An ephemeral container added through ``pods/ephemeralcontainers`` to ``old``."""
+    refused: bool = False
+    """Both must refuse it (not only agree)."""
+
+
+def _limits(cpu: str, memory: str) -> dict[str, Any]:
+    return {"limits": {"cpu": cpu, "memory": memory}}
+
+
+def _workload_requests() -> list[WorkloadRequest]:
+    c, spec, make = catalogue.container, catalogue.pod_spec, catalogue.workload
+    found = [
+        WorkloadRequest(row_id, make(kind, json.loads(json.dumps(body)), labels))
+        for row_id, kind, body, labels, _ in catalogue.CASES
+    ]
+    bounds, place, hostile = {"bounds-test": "1"}, {"place-test": "1"}, {"hostile-test": "1"}
+    qos = {"qos-test": "1"}
+    guaranteed = {"cpu": "100m", "memory": "128Mi"}
+    extra = [
+        (
+            "qos-burstable-request-below-limit",
+            "Pod",
+            spec(c(resources={**_limits("1", "1Gi"), "requests": guaranteed})),
+            qos,
+        ),
+        (
+            "qos-guaranteed-with-init",
+            "Pod",
+            spec(
+                c(resources=_limits("1", "1Gi")),
+                initContainers=[
+                    c(name="i", resources={"limits": guaranteed, "requests": {"cpu": "0.1", "memory": "128Mi"}})
+                ],
+            ),
+            qos,
+        ),
+        ("qos-pod-level", "Pod", spec(resources={"limits": guaranteed}), qos),
+        ("bounds-missing-cpu", "Pod", spec(c(resources={"requests": {"memory": "2Gi"}})), bounds),
+        (
+            "bounds-limit-stands-for-request",
+            "Pod",
+            spec(c(resources={"limits": {"cpu": "5m", "memory": "64Mi"}})),
+            bounds,
+        ),
+        ("bounds-within", "Pod", spec(c(resources={"requests": {"cpu": "0.5"}, "limits": {"cpu": "2000m"}})), bounds),
+        ("bounds-limit-above", "CronJob", spec(c(resources={"limits": {"cpu": "3"}})), bounds),
+        (
+            "bounds-deployment-init-not-selected",
+            "Deployment",
+            spec(c(resources={"requests": {"cpu": "1"}}), initContainers=[c(name="i")]),
+            bounds,
+        ),
+        (
+            "place-classes-and-keys",
+            "Pod",
+            spec(
+                c(resources=_limits("1", "1Gi")),
+                priorityClassName="high",
+                runtimeClassName="gvisor-1",
+                nodeSelector={"node-role.kubernetes.io/control-plane": "", "pool": "x"},
+            ),
+            place,
+        ),
+        (
+            "place-tolerations",
+            "StatefulSet",
+            spec(
+                tolerations=[
+                    {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                    {"key": "zone", "operator": "Equal", "value": "a", "effect": "NoExecute", "tolerationSeconds": 30},
+                    {"key": "other", "operator": "Exists"},
+                ]
+            ),
+            place,
+        ),
+        ("place-scheduler-audited", "Pod", spec(c(resources=_limits("1", "1Gi"))), place),
+        (
+            "image-index-docker-io-and-port-registry",
+            "Pod",
+            spec(c("index.docker.io/busybox"), c("localhost:5000/app", name="d")),
+            None,
+        ),
+        (
+            "image-digest-and-tag",
+            "Job",
+            spec(
+                c("registry.example/a:1@sha256:" + "b" * 64),
+                c("docker.io/library/busybox@sha256:" + "c" * 64, name="d"),
+            ),
+            None,
+        ),
+    ]
+    found += [WorkloadRequest(row_id, make(kind, body, labels)) for row_id, kind, body, labels in extra]
+    found += [WorkloadRequest("hostile-pattern-refuses-every-image", make("Pod", spec(), hostile), refused=True)]
+    good = make("Deployment", spec(c("quay.io/old/bad:1")))
+    found += [
+        WorkloadRequest("update-keeps-an-old-bad-image", {"metadata": {"labels": {"a": "b"}}}, old=good),
+        WorkloadRequest(
+            "update-to-a-new-bad-image",
+            {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "quay.io/new/bad:2"}]}}}},
+            old=make("Deployment", spec()),
+        ),
+    ]
+    pod = make("Pod", spec(c(resources={"limits": {"memory": "512Mi"}})), {"resources-test": "1"})
+    for row_id, image in (("debug-unlisted", "docker.io/nicolaka/netshoot"), ("debug-listed", catalogue.GOOD)):
+        found.append(WorkloadRequest(row_id, {}, old=pod, debug={"name": "dbg", "image": image}))
+    return found
+
+
+_KIND_CALLS = {
+    "Pod": ("CoreV1Api", "pod"),
+    "ReplicationController": ("CoreV1Api", "replication_controller"),
+    "Deployment": ("AppsV1Api", "deployment"),
+    "StatefulSet": ("AppsV1Api", "stateful_set"),
+    "DaemonSet": ("AppsV1Api", "daemon_set"),
+    "ReplicaSet": ("AppsV1Api", "replica_set"),
+    "Job": ("BatchV1Api", "job"),
+    "CronJob": ("BatchV1Api", "cron_job"),
+}
+
+
+def _send_workload(stack: Stack, user: str, namespace: str, request: WorkloadRequest) -> tuple[bool, str]:
+    kind = (request.old or request.body)["kind"]
+    api_name, noun = _KIND_CALLS[kind]
+    api = getattr(client, api_name)(stack.impersonate(user, ["enclave.dev"]))
+    if request.old is None:
+        body = json.loads(json.dumps(request.body))
+        return _outcome(lambda: getattr(api, f"create_namespaced_{noun}")(namespace, body, dry_run="All"))
+    old = json.loads(json.dumps(request.old))
+    old["metadata"]["name"] = name = unique(kind.lower())
+    getattr(getattr(client, api_name)(stack.kube), f"create_namespaced_{noun}")(namespace, old)
+    if request.debug is not None:
+        patch = {"spec": {"ephemeralContainers": [request.debug]}}
+        return _outcome(lambda: api.patch_namespaced_pod_ephemeralcontainers(name, namespace, patch, dry_run="All"))
+    return _outcome(lambda: getattr(api, f"patch_namespaced_{noun}")(name, namespace, request.body, dry_run="All"))
+
+
+@pytest.fixture(scope="module")
+def classes(stack: Stack) -> Iterator[None]:
+    scheduling, node = client.SchedulingV1Api(stack.kube), client.NodeV1Api(stack.kube)
+    scheduling.create_priority_class({"metadata": {"name": HIGH}, "value": 100})
+    node.create_runtime_class({"metadata": {"name": SANDBOX}, "handler": "runc"})
+    yield
+    scheduling.delete_priority_class(HIGH)
+    node.delete_runtime_class(SANDBOX)
+
+
+@pytest.fixture(scope="module")
+def workload_namespaces(stack: Stack, native_namespaces: list[str], classes: None) -> tuple[str, str, str]:
+    """(user, the tenant namespace the webhook judges, the namespace the policies alone judge)."""
+    owner = unique("natw")
+    rules = _workload_rules()
+    tenant = stack.tenant(owner, rules)
+    judged = stack.namespace_of(tenant, owner)
+    status = stack.wait_rules(judged, len(rules))
+    program = compile_namespace([AppliedRule.model_validate(rule) for rule in status["rules"]], local_check=False)
+    native_paths = {p.origin: p.path for p in program.placements if p.area == "workloads"}
+    assert set(native_paths.values()) == {"native"}, program.placements
+    native = unique("native")
+    client.CoreV1Api(stack.kube).create_namespace({"metadata": {"name": native}})
+    native_namespaces.append(native)
+    subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": owner}
+    rbac = client.RbacAuthorizationV1Api(stack.kube)
+    for namespace in (judged, native):
+        for name, role in (("differential-users", ("ClusterRole", "admin")), ("debug", ("Role", "debug"))):
+            if role[0] == "Role":
+                rbac.create_namespaced_role(
+                    namespace,
+                    {
+                        "metadata": {"name": name},
+                        "rules": [{"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch"]}],
+                    },
+                )
+            ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": role[0], "name": role[1]}
+            rbac.create_namespaced_role_binding(
+                namespace, {"metadata": {"name": name}, "roleRef": ref, "subjects": [subject]}
+            )
+    _enforce_natively(stack, tenant, status["rules"], native, owner, local_check=False)
+    # the rules reach admission asynchronously: the webhook refuses an unlisted image once it has them
+    bad = catalogue.workload("Pod", catalogue.pod_spec(catalogue.container("quay.io/x/y:1")))
+    poll(lambda: not _send_workload(stack, owner, judged, WorkloadRequest("probe", bad))[0], timeout=30)
+    return owner, judged, native
+
+
+WORKLOAD_REQUESTS = _workload_requests()
+
+
+@pytest.mark.parametrize("request_", WORKLOAD_REQUESTS, ids=[r.name for r in WORKLOAD_REQUESTS])
+def test_webhook_and_native_policies_decide_workloads_alike(
+    stack: Stack, workload_namespaces: tuple[str, str, str], request_: WorkloadRequest
+) -> None:
+    user, judged, native = workload_namespaces
+    webhook = _send_workload(stack, user, judged, request_)
+    policy = _send_workload(stack, user, native, request_)
+    where = f"{request_.name}: {request_.body}"
+    assert webhook[0] == policy[0], f"{where}: webhook {webhook}, native {policy}"
+    assert not (request_.refused and policy[0]), f"{where}: admitted"
+    if not webhook[0]:
+        assert policy[1] in webhook[1], f"{where}: native reason {policy[1]!r} not among the webhook's {webhook[1]!r}"

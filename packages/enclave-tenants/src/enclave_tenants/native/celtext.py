@@ -57,6 +57,11 @@ def go_regex_problem(pattern: str) -> str:
         return f"regular expression {pattern!r} does not compile: {err.reason}"
     if "\\C" in pattern:
         return f"regular expression {pattern!r} uses \\C (any byte), which Go's regexp refuses"
+    try:
+        compile_pattern("\\A(?:" + pattern + ")\\z")
+    except PatternError:
+        # \Q without \E quotes to the end: the group the policy wraps the pattern in would not close
+        return f"regular expression {pattern!r} does not stay within a group (an unterminated \\Q quote)"
     return ""
 
 

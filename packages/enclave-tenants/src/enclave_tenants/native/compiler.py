@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from enclave_core.api.rules import AppliedRule, CidrList, KindScope, MetadataValue
-from enclave_tenants.native import celtext
+from enclave_tenants.native import celtext, workloads
 
 JSON = dict[str, Any]
 Path = Literal["native", "webhook"]
@@ -54,8 +54,6 @@ _AREAS_ON_WEBHOOK: Final = {
     "network": "NetworkPolicy address grants (a CIDR minus its except blocks, covered by a union) are judged by "
     "the webhook",
     "storage": "storage rules read PersistentVolume labels, state a policy is not given",
-    "workloads": "workload policies (image references normalised like the runtime, QoS, PodDisruptionBudget "
-    "coverage) are judged by the webhook",
 }
 
 
@@ -78,6 +76,7 @@ class Program:
     validations: list[JSON] = field(default_factory=list)
     audit_validations: list[JSON] = field(default_factory=list)
     resources: set[str] = field(default_factory=set)
+    """What the policy matches: ``*`` (every resource) or ``resource[/subresource][.group]`` names."""
 
     @property
     def empty(self) -> bool:
@@ -367,6 +366,24 @@ class _Compiler:
                     }
                 )
 
+    # -- workloads
+
+    def workloads(self, local_check: bool) -> None:
+        """``enforce.workloads``: :mod:`enclave_tenants.native.workloads` (each rule alone: no chain)."""
+        found = [
+            (workloads.Rule(compiled.index, compiled.origin, compiled.action, compiled.variable), policy)
+            for rule, compiled in self.rules
+            if compiled is not None and rule.enforce and (policy := rule.enforce.workloads) is not None
+        ]
+        area = workloads.compile_rules(found, local_check=local_check)
+        self.program.placements += [Placement(origin, "workloads", path, why) for origin, path, why in area.placements]
+        self.program.variables += area.variables
+        self.program.validations += area.validations
+        self.program.audit_validations += area.audit_validations
+        self.program.resources |= area.resources
+        for index, asked in area.asked.items():
+            self.asked.setdefault(index, []).append(asked)
+
     # -- checks
 
     def conditions_evaluate(self) -> None:
@@ -422,7 +439,7 @@ def _areas(rule: AppliedRule) -> list[str]:
     enforce = rule.enforce
     found = [
         area
-        for area in ("metadata", "services", *_AREAS_ON_WEBHOOK)
+        for area in ("metadata", "services", "workloads", *_AREAS_ON_WEBHOOK)
         if enforce is not None and getattr(enforce, area) is not None
     ]
     return found + (["mutate"] if rule.mutate else []) + (["quota"] if rule.quota else [])
@@ -546,12 +563,17 @@ def webhook_needed(rules: Sequence[AppliedRule], program: Program) -> str:
 # -- entry points ---------------------------------------------------------------------------------------------
 
 
-def compile_namespace(rules: Sequence[AppliedRule]) -> Program:
-    """A namespace's rules (in order, as RuleStatus ``status.rules`` holds them) to one policy program."""
+def compile_namespace(rules: Sequence[AppliedRule], *, local_check: bool = True) -> Program:
+    """A namespace's rules (in order, as RuleStatus ``status.rules`` holds them) to one policy program.
+
+    ``local_check``: keep on the webhook a workload rule whose policy expressions Enclave's own CEL engine (what
+    ``enclave test`` judges native policies with) cannot bound, so both of its engines answer alike; only the
+    differential test, which proves the expressions on kube-apiserver, turns it off."""
     program = Program()
     compiler = _Compiler(rules, program)
     compiler.metadata()
     compiler.services()
+    compiler.workloads(local_check)
     compiler.conditions_evaluate()
     compiler.other_areas()
     return program

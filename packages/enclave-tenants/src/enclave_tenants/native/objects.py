@@ -39,6 +39,30 @@ def skip_unjudged(namespace: str, ignored_groups: Sequence[str]) -> JSON:
     return {"name": SKIP_UNJUDGED_CONDITION, "expression": "!(" + " || ".join(skipped) + ")"}
 
 
+def _resource_rules(resources: set[str]) -> list[JSON]:
+    """The policy's resourceRules for :attr:`Program.resources` (``resource[/subresource][.group]``, or ``*``):
+    one rule per API group; ``*`` takes in every resource but no subresource, so those stay listed."""
+    groups: dict[str, set[str]] = {}
+    for entry in sorted(resources):
+        if entry == "*":
+            groups.setdefault("*", set()).add("*")
+            continue
+        resource, _, group = entry.partition(".")
+        if "*" in resources and "/" not in resource:
+            continue
+        groups.setdefault(group, set()).add(resource)
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": sorted(names),
+            "scope": "Namespaced",
+        }
+        for group, names in sorted(groups.items())
+    ]
+
+
 def policy_name(tenant: str, program: Program, audit: bool = False) -> str:
     return f"enclave-rules-{tenant}-{program.signature()}" + ("-audit" if audit else "")
 
@@ -50,7 +74,7 @@ def policies(
     deciding one (failure policy Fail, bound with Deny) and, with audit rules, the auditing one (Ignore, bound
     with Warn and Audit). Each binding selects the namespaces by the tenant label and by name."""
     labels = {MANAGED_BY: TENANTS_MANAGER, NATIVE_RULES_TENANT_LABEL: tenant}
-    resources = ["*"] if "*" in program.resources else sorted(program.resources)
+    resource_rules = _resource_rules(program.resources)
     found: list[JSON] = []
     for audit, validations in ((False, program.validations), (True, program.audit_validations)):
         if not validations:
@@ -63,17 +87,7 @@ def policies(
                 "metadata": {"name": name, "labels": dict(labels)},
                 "spec": {
                     "failurePolicy": "Ignore" if audit else "Fail",
-                    "matchConstraints": {
-                        "resourceRules": [
-                            {
-                                "apiGroups": ["*"] if resources == ["*"] else [""],
-                                "apiVersions": ["*"],
-                                "operations": ["CREATE", "UPDATE"],
-                                "resources": resources,
-                                "scope": "Namespaced",
-                            }
-                        ]
-                    },
+                    "matchConstraints": {"resourceRules": resource_rules},
                     "matchConditions": [skip_unjudged(enclave_namespace, ignored_groups)],
                     "variables": program.variables,
                     "validations": validations,
