@@ -41,12 +41,9 @@ class GlobalQuotas:
 
     def __init__(self, fail: Failure | None = None) -> None:
         self.kube = MemoryKube(fail)
+        settings = Settings(resync_seconds=3600, namespace=LEDGERS)
         self.controller = c = GlobalQuotasController(
-            self.kube,
-            Settings(resync_seconds=3600),
-            SnapshotHub("test"),
-            EventRecorder(self.kube, "test"),
-            ledger_namespace=LEDGERS,
+            self.kube, settings, SnapshotHub("test"), EventRecorder(self.kube, "test")
         )
         informers = {"globalresourcequotas": c.quotas, "namespaces": c.namespaces, "tenants": c.tenants}
         informers |= {"resourcequotas": c.resource_quotas, "quantityledgers": c.ledgers}

@@ -14,7 +14,7 @@ from enclave_core.kube.rest import JSON, KubeError
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_replication import access
 from enclave_replication.access import WatchAccess
-from enclave_replication.controller import ReplicationController
+from enclave_replication.controller import ReplicationController, Settings
 from enclave_replication.discovery import Resource
 from enclave_testing.memorykube import MemoryKube
 
@@ -88,7 +88,7 @@ def test_a_namespace_that_left_the_tenants_keeps_only_the_watches_still_allowed(
 
     async def scenario() -> tuple[set[str], bool, bool]:
         kube = Authorizer({("", "secrets", "sources")})
-        controller = ReplicationController(kube, SnapshotHub("test"), EventRecorder(kube, "replication"))
+        controller = ReplicationController(kube, Settings(), SnapshotHub("test"), EventRecorder(kube, "replication"))
         watched = {"sources": "/api/v1/namespaces/sources/secrets", "left": "/api/v1/namespaces/left/secrets"}
         tasks = {}
         for namespace, path in watched.items():

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import timedelta
 
 from enclave_config.controller import ConfigController, Settings
-from enclave_core.durations import parse_duration
+from enclave_core.api.names import CONFIG_MANAGER
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.runtime import component, grpc
 from enclave_core.runtime.options import (
@@ -50,8 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "objects stored in an old version; one enclave-config per cluster does it",
     )
     args = parser.parse_args(argv)
-    check_duration(parser, args, "tls-validity")
-    check_resync_flag(parser, args)
+    # What Settings holds under these names (enclave_core.runtime.options.settings_from)
+    args.tls_validity = check_duration(parser, args, "tls-validity")
+    args.resync_seconds = check_resync_flag(parser, args)
+    args.name = args.service_configuration_name
+    args.extra_tls_names = grpc_service_names(args.namespace)
     return args
 
 
@@ -64,25 +66,14 @@ def grpc_service_names(namespace: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-async def body(process: component.Component) -> None:
-    args = process.args
-    settings = Settings(
-        name=args.service_configuration_name,
-        namespace=args.namespace,
-        extra_tls_names=grpc_service_names(args.namespace),
-        tls_validity=timedelta(seconds=parse_duration(args.tls_validity).total_seconds()),
-        resync_seconds=parse_duration(args.resync).total_seconds(),
-        owner_cluster_role=args.owner_cluster_role,
-        manage_crds=args.manage_crds,
-    )
-    await grpc.run_snapshot_controller(
-        process,
-        "enclave-config",
-        lambda kube, hub, events: ConfigController(kube, settings, hub, events),
-        config_pb2_grpc.add_ConfigServiceServicer_to_server,
-        "Config",
-        gates=("reconciled",),
-    )
+body = grpc.snapshot_body(
+    CONFIG_MANAGER,
+    ConfigController,
+    Settings,
+    config_pb2_grpc.add_ConfigServiceServicer_to_server,
+    "Config",
+    gates=("reconciled",),
+)
 
 
 def main(argv: list[str] | None = None) -> int:

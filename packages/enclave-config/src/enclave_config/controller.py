@@ -38,6 +38,7 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.holds import holds
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
+from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.loops import DONE, ControllerLoop, Result
 from enclave_core.snapshots import access
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration, effective
@@ -81,12 +82,9 @@ class ApplyError(Exception):
         self.reason = reason
 
 
-class ConfigController:
+class ConfigController(ControllerBase[Settings]):
     def __init__(self, kube: Kube, settings: Settings, hub: SnapshotHub, events: EventRecorder) -> None:
-        self.kube = kube
-        self.settings = settings
-        self.hub = hub
-        self.events = events
+        super().__init__(kube, settings, hub, events)  # the configuration is its own: never waits for it
         self.last_good: EffectiveConfiguration | None = None
         self._owner: list[JSON] | None = None
         self._tenant_names: frozenset[str] = frozenset()

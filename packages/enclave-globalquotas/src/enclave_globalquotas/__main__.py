@@ -13,7 +13,7 @@ import sys
 from enclave_core.api.names import GLOBALQUOTAS_MANAGER
 from enclave_core.proto.enclave.globalquotas.v1 import globalquotas_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import parse_controller_args, settings_from
+from enclave_core.runtime.options import parse_controller_args
 from enclave_globalquotas.controller import GlobalQuotasController, Settings
 
 
@@ -28,24 +28,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_controller_args(parser, argv)
 
 
-async def body(process: component.Component) -> None:
-    args = process.args
-    settings = settings_from(Settings, args)
-    await grpc.run_snapshot_controller(
-        process,
-        GLOBALQUOTAS_MANAGER,
-        lambda kube, hub, events: GlobalQuotasController(
-            kube,
-            settings,
-            hub,
-            events,
-            ledger_namespace=args.namespace,
-            wait_for_configuration=bool(args.config_endpoint),
-        ),
-        globalquotas_pb2_grpc.add_GlobalQuotaServiceServicer_to_server,
-        "GlobalQuotaService",
-        configure=GlobalQuotasController.set_configuration,
-    )
+body = grpc.snapshot_body(
+    GLOBALQUOTAS_MANAGER,
+    GlobalQuotasController,
+    Settings,
+    globalquotas_pb2_grpc.add_GlobalQuotaServiceServicer_to_server,
+    "GlobalQuotaService",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,6 @@ from enclave_core.ledger.resources import fold_resources
 from enclave_core.quantity import Quantity
 from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.loops import ControllerLoop, LoopMetrics, Result
-from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.globalquotas import GLOBALQUOTAS_KIND, GlobalQuotaView
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_globalquotas import naming
@@ -75,6 +74,8 @@ class Settings:
     """Full pass without any change, a safety net for missed events."""
     concurrency: int = 16
     """ResourceQuotas written in parallel."""
+    namespace: str = "enclave-system"
+    """Where the quotas' QuantityLedgers live (``--namespace``)."""
 
 
 def _remember(informer: Informer, key: str, stored: JSON) -> None:
@@ -103,22 +104,9 @@ def _seed(seeds: JSON, namespace: str, reported: dict[str, Quantity]) -> dict[st
 
 
 class GlobalQuotasController(ControllerBase[Settings]):
-    def __init__(
-        self,
-        kube: Kube,
-        settings: Settings,
-        hub: SnapshotHub,
-        events: EventRecorder,
-        *,
-        ledger_namespace: str,
-        wait_for_configuration: bool = False,
-    ) -> None:
+    def __init__(self, kube: Kube, settings: Settings, hub: SnapshotHub, events: EventRecorder) -> None:
         super().__init__(kube, settings, hub, events)
-        self.ledger_namespace = ledger_namespace
-        self.configuration = asyncio.Event()
-        """Set once the events namespace is known (at once without a configuration endpoint)."""
-        if not wait_for_configuration:
-            self.configuration.set()
+        self.ledger_namespace = ledger_namespace = settings.namespace
         self._ledgers_path = resource_path(GROUP_VERSION, "quantityledgers", namespace=ledger_namespace)
         self.ledger_client = LedgerClient(kube, ledger_namespace)
         self.settled: set[str] = set()
@@ -158,7 +146,7 @@ class GlobalQuotasController(ControllerBase[Settings]):
             reconcile=self.reconcile,
             resync_seconds=settings.resync_seconds,
             metrics=LOOP,
-            gate=self.configuration,
+            gate=self.configuration,  # nothing is written before the events namespace is known
         )
         self.synced, self.reconciled = self.loops.synced, self.loops.reconciled
 
@@ -170,11 +158,6 @@ class GlobalQuotasController(ControllerBase[Settings]):
 
     def set_leading(self, leading: bool) -> None:
         self.loops.set_leading(leading)
-
-    def set_configuration(self, config: EffectiveConfiguration) -> None:
-        events = config.spec.events
-        self.events_namespace = (events.namespace if events else None) or "default"
-        self.configuration.set()
 
     async def run(self) -> None:
         await self.loops.run()

@@ -14,7 +14,7 @@ import sys
 from enclave_core.api.names import POOLS_MANAGER
 from enclave_core.proto.enclave.pools.v1 import pools_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import parse_controller_args, settings_from
+from enclave_core.runtime.options import parse_controller_args
 from enclave_pools.controller import PoolsController, Settings
 
 
@@ -25,17 +25,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_controller_args(parser, argv)
 
 
-async def body(process: component.Component) -> None:
-    args = process.args
-    settings = settings_from(Settings, args)
-    await grpc.run_snapshot_controller(
-        process,
-        POOLS_MANAGER,
-        lambda kube, hub, events: PoolsController(kube, settings, hub, events),
-        pools_pb2_grpc.add_PoolServiceServicer_to_server,
-        "PoolService",
-        configure=lambda controller, config: controller.set_events_namespace(config.spec.events.namespace),
-    )
+body = grpc.snapshot_body(
+    POOLS_MANAGER, PoolsController, Settings, pools_pb2_grpc.add_PoolServiceServicer_to_server, "PoolService"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

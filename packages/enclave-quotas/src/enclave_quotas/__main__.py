@@ -19,10 +19,8 @@ from enclave_core.runtime.options import (
     add_env_switch,
     add_resync_flag,
     check_resync_flag,
-    settings_from,
 )
-from enclave_core.snapshots.configuration import EffectiveConfiguration
-from enclave_quotas.controller import DEFAULT_CONFIGURATION, QuotasController, Settings
+from enclave_quotas.controller import QuotasController, Settings
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,25 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def body(process: component.Component) -> None:
-    args = process.args
-    settings = settings_from(Settings, args, webhook_configuration=args.webhook_configuration or DEFAULT_CONFIGURATION)
-
-    def configure(controller: QuotasController, config: EffectiveConfiguration) -> None:
-        # A GlobalCustomQuota is cluster-scoped: its Events go where the ServiceConfiguration says.
-        controller.set_events_namespace(config.spec.events.namespace)
-        if not args.webhook_configuration:
-            # the hook lives in the configuration the ServiceConfiguration names: follow it
-            controller.set_webhook_configuration(config.validating_configuration_name)
-
-    await grpc.run_snapshot_controller(
-        process,
-        QUOTAS_MANAGER,
-        lambda kube, hub, events: QuotasController(kube, settings, hub, events),
-        quotas_pb2_grpc.add_QuotaServiceServicer_to_server,
-        "QuotaService",
-        configure=configure,
-    )
+body = grpc.snapshot_body(
+    QUOTAS_MANAGER, QuotasController, Settings, quotas_pb2_grpc.add_QuotaServiceServicer_to_server, "QuotaService"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

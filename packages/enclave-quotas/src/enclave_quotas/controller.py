@@ -35,6 +35,7 @@ from enclave_core.ledger import LedgerClient, LedgerMissingError, fold, new_ledg
 from enclave_core.quantity import Quantity
 from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.loops import ControllerLoop, Result
+from enclave_core.snapshots.configuration import EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.quotas import QUOTAS_KIND, QuotaEntry, QuotaTargets
 from enclave_quotas import webhook
@@ -69,8 +70,9 @@ QUOTA_PATHS = {
 class Settings:
     namespace: str = "enclave-system"
     """Where the ledgers live."""
-    webhook_configuration: str = "enclave-validating-webhook-configuration"
-    """Where the generic quota hook lives (followed from the ServiceConfiguration when subscribed)."""
+    webhook_configuration: str = ""
+    """Where the generic quota hook lives (``--webhook-configuration``); empty: the one the ServiceConfiguration
+    names, followed from enclave-config's stream, and :data:`DEFAULT_CONFIGURATION` until it says."""
     webhook_name: str = "quotas.enclave.dev"
     resync_seconds: float = 60.0
     fold_interval: float = 0.5
@@ -112,8 +114,8 @@ class QuotasController(ControllerBase[Settings]):
             on_change=lambda key: self._rediscover.set(),
             name="crds",
         )
-        self.webhook_configuration = settings.webhook_configuration
-        self.configuration = Informer(
+        self.webhook_configuration = settings.webhook_configuration or DEFAULT_CONFIGURATION
+        self.hooks = Informer(
             kube,
             webhook.ADMISSION_PATH,
             label_selector=f"{names.MANAGED_BY}={names.CONFIG_MANAGER}",
@@ -137,10 +139,16 @@ class QuotasController(ControllerBase[Settings]):
         return self.loop.leading
 
     def informers(self) -> list[Informer]:
-        return [*self.quotas.values(), self.namespaces, self.ledger_cache, self.crds, self.configuration]
+        return [*self.quotas.values(), self.namespaces, self.ledger_cache, self.crds, self.hooks]
 
     def _changed(self, _key: str = "") -> None:
         self.loop.changed()
+
+    def configure(self, config: EffectiveConfiguration) -> None:
+        """Besides where a GlobalCustomQuota's Events go (the base's): the hook lives in the configuration the
+        ServiceConfiguration names, unless ``--webhook-configuration`` said where."""
+        if not self.settings.webhook_configuration:
+            self.set_webhook_configuration(config.validating_configuration_name)
 
     def set_webhook_configuration(self, name: str) -> None:
         if name != self.webhook_configuration:
@@ -382,7 +390,7 @@ class QuotasController(ControllerBase[Settings]):
 
     async def _scope_hook(self, entries: list[QuotaEntry]) -> None:
         """Set the generic quota hook's rules to the targets (when the hook exists)."""
-        live = self.configuration.get(self.webhook_configuration)
+        live = self.hooks.get(self.webhook_configuration)
         current = webhook.live_rules(live, self.settings.webhook_name)
         if current is None:
             return  # no quota hook configured (yet): enclave-config writes it, then the watch brings us back
@@ -392,6 +400,6 @@ class QuotasController(ControllerBase[Settings]):
         path = f"{webhook.ADMISSION_PATH}/{self.webhook_configuration}"
         body = webhook.apply_body(self.webhook_configuration, self.settings.webhook_name, wanted)
         stored = await self.kube.apply(path, body)
-        self.configuration.items[self.webhook_configuration] = stored
+        self.hooks.items[self.webhook_configuration] = stored
         WRITES.labels("ValidatingWebhookConfiguration", "apply").inc()
         log.info("quota hook scoped", extra={"resources": sum(len(rule["resources"]) for rule in wanted)})

@@ -13,7 +13,7 @@ import sys
 from enclave_core.api.names import REPLICATION_MANAGER
 from enclave_core.proto.enclave.replication.v1 import replication_pb2_grpc
 from enclave_core.runtime import component, grpc
-from enclave_core.runtime.options import add_concurrency_flag, add_env_option, settings_from
+from enclave_core.runtime.options import add_concurrency_flag, add_env_option
 from enclave_replication.adoption import DEFAULT_ADOPTABLE
 from enclave_replication.controller import ReplicationController, Settings
 from enclave_replication.sandbox import Budget
@@ -38,6 +38,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--render-workers must be at least 1 and --render-memory-mib at least 16")
     if args.render_cpu_seconds <= 0 or args.render_wall_seconds < args.render_cpu_seconds:
         parser.error("--render-cpu-seconds must be positive and --render-wall-seconds at least as long")
+    # What Settings holds under these names (enclave_core.runtime.options.settings_from)
+    args.adoptable_managers = tuple(m.strip() for m in args.adopt_field_managers.split(",") if m.strip())
+    args.render = Budget(
+        cpu_seconds=args.render_cpu_seconds,
+        wall_seconds=args.render_wall_seconds,
+        memory_bytes=args.render_memory_mib << 20,
+        workers=args.render_workers,
+    )
     return args
 
 
@@ -69,30 +77,14 @@ def add_render_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def body(process: component.Component) -> None:
-    args = process.args
-    settings = settings_from(
-        Settings,
-        args,
-        adoptable_managers=tuple(m.strip() for m in args.adopt_field_managers.split(",") if m.strip()),
-        render=Budget(
-            cpu_seconds=args.render_cpu_seconds,
-            wall_seconds=args.render_wall_seconds,
-            memory_bytes=args.render_memory_mib << 20,
-            workers=args.render_workers,
-        ),
-    )
-    await grpc.run_snapshot_controller(
-        process,
-        REPLICATION_MANAGER,
-        lambda kube, hub, events: ReplicationController(
-            kube, hub, events, settings, wait_for_configuration=bool(args.config_endpoint)
-        ),
-        replication_pb2_grpc.add_ReplicationServiceServicer_to_server,
-        "ReplicationService",
-        gates=("informers-synced",),
-        configure=ReplicationController.set_configuration,
-    )
+body = grpc.snapshot_body(
+    REPLICATION_MANAGER,
+    ReplicationController,
+    Settings,
+    replication_pb2_grpc.add_ReplicationServiceServicer_to_server,
+    "ReplicationService",
+    gates=("informers-synced",),
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ from enclave_core.kube.connection import Connection
 from enclave_core.kube.events import EventRecorder, EventType
 from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, with_kind
+from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.keyed import KeyedQueue
 from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.configuration import EffectiveConfiguration
@@ -90,22 +91,11 @@ class Settings:
     """What one template render may cost, and the render workers (:mod:`enclave_replication.sandbox`)."""
 
 
-class ReplicationController(Identities, Applier):
+class ReplicationController(Identities, Applier, ControllerBase[Settings]):
     """Informers, the work queue, the protection snapshot and one reconcile per replication object."""
 
-    def __init__(
-        self,
-        kube: Kube,
-        hub: SnapshotHub,
-        events: EventRecorder,
-        settings: Settings | None = None,
-        *,
-        wait_for_configuration: bool = False,
-    ) -> None:
-        self.kube = kube
-        self.hub = hub
-        self.events = events
-        self.settings = settings or Settings()
+    def __init__(self, kube: Kube, settings: Settings, hub: SnapshotHub, events: EventRecorder) -> None:
+        super().__init__(kube, settings, hub, events)
         self.discovery = Discovery(kube)
         self.access = WatchAccess(kube)
         self._cluster_wide: dict[str, bool] = {}
@@ -113,9 +103,7 @@ class ReplicationController(Identities, Applier):
         self.renderer = RenderPool(self.settings.render)
         self.leading = False
         self.config: EffectiveConfiguration | None = None
-        self.configuration = asyncio.Event()
-        if not wait_for_configuration:
-            self.configuration.set()
+        """The impersonation defaults and the rest, once enclave-config's stream says (:meth:`configure`)."""
         self.controller_user = ""
         self.globals = Informer(kube, GLOBAL_PATH, on_change=self._global_changed, name="globaltenantresources")
         self.locals = Informer(kube, TENANT_PATH, on_change=self._local_changed, name="tenantresources")

@@ -56,6 +56,7 @@ class Watches:
     leading: bool
     config: EffectiveConfiguration | None
     configuration: asyncio.Event
+    events_namespace: str
     globals: Informer
     locals: Informer
     tenants: Informer
@@ -140,14 +141,10 @@ class Watches:
         if leading:
             self._everything_changed()
 
-    def set_configuration(self, config: EffectiveConfiguration) -> None:
+    def configure(self, config: EffectiveConfiguration) -> None:
+        """The impersonation defaults (and the rest) enclave-config says; every object is looked at again."""
         self.config = config
-        self.configuration.set()
         self._everything_changed()
-
-    @property
-    def events_namespace(self) -> str:
-        return self.config.spec.events.namespace if self.config else "default"
 
     # -- informers of managed objects and sources --------------------------------------------------------
 

@@ -18,7 +18,6 @@ from enclave_core.runtime.options import (
     add_env_switch,
     env_default,
     parse_controller_args,
-    settings_from,
 )
 from enclave_tenants.bindings import Grant
 from enclave_tenants.controller import Settings, TenantsController
@@ -72,19 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def body(process: component.Component) -> None:
-    args = process.args
-    settings = settings_from(Settings, args)
-    await grpc.run_snapshot_controller(
-        process,
-        TENANTS_MANAGER,
-        lambda kube, hub, events: TenantsController(
-            kube, settings, hub, events, wait_for_configuration=bool(args.config_endpoint)
-        ),
-        tenants_pb2_grpc.add_TenantServiceServicer_to_server,
-        "TenantService",
-        configure=TenantsController.set_configuration,
-    )
+body = grpc.snapshot_body(
+    TENANTS_MANAGER, TenantsController, Settings, tenants_pb2_grpc.add_TenantServiceServicer_to_server, "TenantService"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,13 +143,13 @@ class Caches:
         self._dirty.mark_everything()
         self.loop.set_leading(leading)
 
-    def set_configuration(self, config: EffectiveConfiguration) -> None:
+    def configure(self, config: EffectiveConfiguration) -> None:
+        """The policy enclave-config's configuration says (the runtime opens the gate after)."""
         policy = Policy.from_configuration(config)
         if policy != self.policy or not self.configuration.is_set():
             log.info("configuration received", extra={"configuration": config.name, "generation": config.generation})
         self.policy = policy
         self.native.configure(policy.rules_engine, policy.ignored_groups)
-        self.configuration.set()
         self._dirty.mark_everything()
         self._replan()
 

@@ -29,6 +29,7 @@ from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer, keep_managed_fields
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerClient
+from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.rules import RULE_STATUS_NAME, RULES_KIND
@@ -78,28 +79,13 @@ class Settings:
     """Cluster roles bound in every tenant namespace to Enclave's own service accounts (``--namespace-grant``)."""
 
 
-class TenantsController(Reporting, NamespaceQuota):
+class TenantsController(Reporting, NamespaceQuota, ControllerBase[Settings]):
     """The informers, the publish loop and the write loop (see the module docstring)."""
 
-    def __init__(
-        self,
-        kube: Kube,
-        settings: Settings,
-        hub: SnapshotHub,
-        events: EventRecorder,
-        *,
-        wait_for_configuration: bool = False,
-    ) -> None:
-        self.kube = kube
-        self.settings = settings
-        self.hub = hub
-        self.events = events
+    def __init__(self, kube: Kube, settings: Settings, hub: SnapshotHub, events: EventRecorder) -> None:
+        super().__init__(kube, settings, hub, events)
         self.policy = Policy()
-        self.configuration = asyncio.Event()
-        """Set once the policy is known: at once without a configuration endpoint, else on the first snapshot.
-        Nothing is published or written before, so a restart never briefly drops promoted owners."""
-        if not wait_for_configuration:
-            self.configuration.set()
+        """The documented defaults until enclave-config's configuration says (:meth:`configure`)."""
         self._views: dict[str, TenantView] = {}
         self._encoded: dict[str, tuple[TenantView, bytes]] = {}
         self._rules: dict[str, rules.NamespaceRulePlan] = {}
@@ -192,10 +178,11 @@ class TenantsController(Reporting, NamespaceQuota):
             namespaces=self.namespaces,
             enclave_namespace=settings.namespace,
             resync_seconds=settings.resync_seconds,
+            configured=self.configuration,
         )
-        """The admission policies compiled from the RuleStatuses (``spec.rules.engine``), a loop of its own."""
-        if not wait_for_configuration:
-            self.native.configure(self.policy.rules_engine, self.policy.ignored_groups)
+        """The admission policies compiled from the RuleStatuses (``spec.rules.engine``), a loop of its own that
+        waits for the configuration as the tenants loop does."""
+        self.native.configure(self.policy.rules_engine, self.policy.ignored_groups)
 
     @property
     def leading(self) -> bool:

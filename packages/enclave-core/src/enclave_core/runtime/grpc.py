@@ -33,8 +33,14 @@ from enclave_core.kube.tls_secret import TlsSecretSource
 from enclave_core.proto.enclave.config.v1 import config_pb2_grpc
 from enclave_core.proto.enclave.snapshot.v1.snapshot_pb2 import Snapshot
 from enclave_core.proto.enclave.tenants.v1 import tenants_pb2_grpc
-from enclave_core.runtime.component import Component
-from enclave_core.runtime.options import PYTHON_GC_THRESHOLDS, add_common_flags, add_controller_flags, add_env_option
+from enclave_core.runtime.component import Body, Component
+from enclave_core.runtime.options import (
+    PYTHON_GC_THRESHOLDS,
+    add_common_flags,
+    add_controller_flags,
+    add_env_option,
+    settings_from,
+)
 from enclave_core.snapshots.configuration import CONFIG_KIND, EffectiveConfiguration
 from enclave_core.snapshots.hub import SnapshotHub
 from enclave_core.snapshots.server import SnapshotServer
@@ -88,7 +94,7 @@ def controller_parser(
 ) -> argparse.ArgumentParser:
     """The parser every controller component starts from: the common flags (leader election included), its
     snapshot service's, and, unless it is enclave-config itself, ``--config-endpoint`` with the subscriber's TLS
-    flags (what :func:`run_snapshot_controller` subscribes with). ``concurrency`` (default, help) adds
+    flags (what :func:`snapshot_body` subscribes with). ``concurrency`` (default, help) adds
     ``--resync`` and ``--concurrency`` (:func:`enclave_core.runtime.options.add_controller_flags`)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     add_common_flags(parser, probe_port=probe_port, gc=gc)
@@ -266,53 +272,68 @@ class Controller(Protocol):
 
 
 class SnapshotController(Controller, Protocol):
-    """What :func:`run_snapshot_controller` needs: the run loop, and writes switched on while leading
-    (:func:`enclave_core.runtime.component.lead_controller`)."""
+    """What :func:`snapshot_body` needs: the run loop, writes switched on while leading
+    (:func:`enclave_core.runtime.component.lead_controller`), and enclave-config's configuration waited for
+    and taken (:class:`enclave_core.runtime.controller.ControllerBase`)."""
 
     def set_leading(self, leading: bool) -> None: ...
 
+    def wait_for_configuration(self) -> None: ...
 
-C = TypeVar("C", bound=SnapshotController)
+    def set_configuration(self, config: EffectiveConfiguration) -> None: ...
+
+
+S = TypeVar("S")
+
 
 GATE_EVENTS = {"informers-synced": "synced", "reconciled": "reconciled"}
 """Readiness gate -> the controller's ``asyncio.Event`` attribute that opens it (every controller spells them so)."""
 
 
-async def run_snapshot_controller(
-    process: Component,
+def snapshot_body(
     manager: str,
-    build: Callable[[Kube, SnapshotHub, EventRecorder], C],
+    controller: Callable[[Kube, S, SnapshotHub, EventRecorder], SnapshotController],
+    settings: type[S],
     register: Callable[[Any, grpc.aio.Server], None],
     service: str,
     *,
     gates: Sequence[str] = ("informers-synced", "reconciled"),
-    configure: Callable[[C, EffectiveConfiguration], None] | None = None,
-) -> None:
-    """The body of every controller component (run with ``component.lead_controller`` as the leader work).
+) -> Body:
+    """The ``body`` of every controller component's ``__main__`` (what it and ``enclave-host`` run, with
+    ``component.lead_controller`` as the leader work), so an entry point is only what differs: its flags.
 
-    ``build`` makes the controller from the Lease-fenced API client writing as field manager ``manager``, the hub
-    it publishes and an Event recorder of ``manager``; it goes to ``process.state`` for the leader work. With
-    ``--config-endpoint`` set, ``configure`` takes each effective configuration enclave-config publishes (the
-    readiness gate ``snapshot:ServiceConfiguration`` waits for the first). Then the hub is served as ``service``
-    (``register`` adds its servicer) and the controller runs, each of ``gates`` (names in :data:`GATE_EVENTS`)
-    opening in order as its event is set.
+    The body builds ``settings`` from the parsed flags (:func:`enclave_core.runtime.options.settings_from`: each
+    field the flag of its name, so ``parse_args`` leaves a value it computes on ``args`` under its field's name),
+    then ``controller(kube, settings, hub, events)`` (a :class:`~enclave_core.runtime.controller.ControllerBase`)
+    from the Lease-fenced API client writing as field manager ``manager``, the hub it publishes and an Event
+    recorder of ``manager``; the controller goes to ``process.state`` for the leader work. With
+    ``--config-endpoint`` set, the controller waits for enclave-config's configuration (``wait_for_configuration``:
+    a controller whose loop gates on it publishes and writes nothing before) and takes each one published
+    (``set_configuration``; the readiness gate ``snapshot:ServiceConfiguration`` waits for the first). Then the
+    hub is served as ``service`` (``register`` adds its servicer) and the controller runs, each of ``gates``
+    (names in :data:`GATE_EVENTS`) opening in order as its event is set.
     """
-    args = process.args
-    assert process.api is not None
-    kube = process.kube(manager)
-    hub = SnapshotHub(args.identity)
-    controller = build(kube, hub, EventRecorder(kube, manager))
-    process.state["controller"] = controller
-    process.started.set()
-    endpoint = getattr(args, "config_endpoint", "")
-    if endpoint and configure is not None:
 
-        def accept(snapshot: Snapshot) -> None:
-            configure(controller, EffectiveConfiguration.model_validate_json(snapshot.payload))
+    async def body(process: Component) -> None:
+        args = process.args
+        assert process.api is not None
+        kube = process.kube(manager)
+        hub = SnapshotHub(args.identity)
+        built = controller(kube, settings_from(settings, args), hub, EventRecorder(kube, manager))
+        process.state["controller"] = built
+        process.started.set()
+        endpoint = getattr(args, "config_endpoint", "")
+        if endpoint:
+            built.wait_for_configuration()
 
-        subscribe(process, endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept)
-    events = {name: getattr(controller, GATE_EVENTS[name]) for name in gates}
-    await run_controller(process, kube, hub, register, service, controller, events)
+            def accept(snapshot: Snapshot) -> None:
+                built.set_configuration(EffectiveConfiguration.model_validate_json(snapshot.payload))
+
+            subscribe(process, endpoint, config_pb2_grpc.ConfigServiceStub, CONFIG_KIND, accept)
+        events = {name: getattr(built, GATE_EVENTS[name]) for name in gates}
+        await run_controller(process, kube, hub, register, service, built, events)
+
+    return body
 
 
 async def run_controller(

@@ -80,6 +80,7 @@ class NativePolicies:
         namespaces: Informer,
         enclave_namespace: str,
         resync_seconds: float,
+        configured: asyncio.Event,
     ) -> None:
         self.kube = kube
         self.events = events
@@ -88,7 +89,8 @@ class NativePolicies:
         self.enclave_namespace = enclave_namespace
         self.engine = "webhook"
         self.ignored_groups: tuple[str, ...] = ()
-        self.configured = asyncio.Event()
+        self.configured = configured
+        """Open once the engine is known (the tenants controller's configuration gate): no pass before."""
         self.policies = Informer(kube, POLICIES_PATH, label_selector=OURS, on_change=self.changed, name="vaps")
         self.bindings = Informer(kube, BINDINGS_PATH, label_selector=OURS, on_change=self.changed, name="vapbindings")
         self._programs: dict[str, tuple[Program, str]] = {}
@@ -120,7 +122,6 @@ class NativePolicies:
     def configure(self, engine: str, ignored_groups: Sequence[str]) -> None:
         self.engine = engine
         self.ignored_groups = tuple(sorted(ignored_groups))
-        self.configured.set()
         self.changed()
 
     async def run(self) -> None:
