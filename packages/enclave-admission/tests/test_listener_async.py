@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import orjson
 from test_listener import connect, post, read_answer
 
+from enclave_admission.connection import Connection
 from enclave_admission.listener import Answer, Listener
+from enclave_testing.waiting import assert_cancel_is_kept
 
 
 def mixed(method: str, path: str, body: bytes, trusted: bool = True) -> Answer | Awaitable[Answer]:
@@ -64,3 +67,32 @@ async def test_stop_waits_for_an_awaited_answer() -> None:
     assert headers["connection"] == "close"
     await stopping
     writer.close()
+
+
+async def test_a_stop_cancelled_as_the_last_connection_ends_stops() -> None:
+    """The graceful stop waits for connections in a request; cancelled in the loop step the last one ends, it
+    must end cancelled: Python 3.11's wait_for returned instead and the stop went on as if not asked to end, and
+    a cancel a step later was taken for the connection sweeper's own and suppressed."""
+
+    listeners: list[Listener] = []
+
+    def attempt() -> tuple[Coroutine[Any, Any, Any], Callable[[], object]]:
+        listener = Listener(mixed)
+        listeners.append(listener)
+        busy: list[Connection] = []
+
+        async def stopping() -> None:
+            await listener.start("127.0.0.1", 0, None)
+            busy.append(Connection(listener, "127.0.0.1"))
+            busy[0].started = 0.0  # a request in progress: the stop waits for it
+            listener.connections.add(busy[0])
+            await listener.stop(grace=30)
+
+        return stopping(), lambda: listener.forget(busy[0])
+
+    try:
+        await assert_cancel_is_kept(attempt)
+    finally:
+        for listener in listeners:  # a cancelled stop leaves its connection sweeper to whoever cancelled it
+            if listener._sweeper is not None:
+                listener._sweeper.cancel()

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from admission_helpers import ADMIN, make_state, namespace, request, tenant, user
 
 from enclave_admission.namespaces import mutation, validation
 from enclave_admission.review import Decision
+from enclave_admission.state import Arrivals
 from enclave_core.api.names import TENANT_LABEL
 from enclave_core.snapshots.tenancy import TenancySnapshot
+from enclave_testing.waiting import assert_cancel_is_kept
 
 CAROL = user("carol", "enclave.dev")
 
@@ -75,3 +78,20 @@ def test_other_decisions_are_answered_at_once() -> None:
     at_once = mutation.answer(request(CAROL, "CREATE", namespace("moon-dev")), state)
     assert isinstance(at_once, Decision)
     assert at_once.reason == "NoTenant"
+
+
+async def test_a_wait_cancelled_as_the_snapshot_arrives_stops() -> None:
+    """A request's wait for a newer snapshot, cancelled (shutdown) in the loop step the snapshot arrives in, must
+    end cancelled: Python 3.11's wait_for returned the decision instead and the handler went on."""
+
+    def attempt() -> tuple[Coroutine[Any, Any, Any], Callable[[], object]]:
+        arrivals = Arrivals()
+        shown: list[str] = []
+
+        def arrive() -> None:
+            shown.append("moon")
+            arrivals.arrived()
+
+        return arrivals.until(lambda: bool(shown), 30.0), arrive
+
+    await assert_cancel_is_kept(attempt)

@@ -297,14 +297,17 @@ class Listener:
             if connection.started is None and connection.queued is None:
                 connection.close("shutdown")
         if self.connections:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation of the stop that meets
+            # the last connection's end in the same loop step.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drained.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await self._drained.wait()
         for connection in list(self.connections):
             connection.abort("shutdown")
         if self._sweeper is not None:
             self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            # Wait for it to end without taking its CancelledError for ours: a stop cancelled meanwhile ends so.
+            await asyncio.wait([self._sweeper])
         self._socket = None
 
     def forget(self, connection: Connection) -> None:

@@ -85,8 +85,11 @@ class Arrivals:
             waiting = self._next
             if waiting is None or waiting.done():
                 waiting = self._next = loop.create_future()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation (the request's handler
+            # cancelled at shutdown) that meets the snapshot's arrival in the same loop step.
             try:
-                await asyncio.wait_for(asyncio.shield(waiting), left)
+                async with asyncio.timeout(left):
+                    await asyncio.shield(waiting)
             except TimeoutError:
                 return settled()
         return True
