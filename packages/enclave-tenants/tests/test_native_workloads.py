@@ -13,7 +13,7 @@ from typing import Any
 
 from enclave_admission.rules.workloads import workload_kind
 from enclave_core.api.rules import AppliedRule
-from enclave_tenants.native import workloads
+from enclave_tenants.native import workload_limits, workloads
 from enclave_tenants.native.celtext import go_regex_problem, lit
 from enclave_tenants.native.compiler import Program, compile_namespace, webhook_needed
 from enclave_tenants.native.objects import policies
@@ -96,7 +96,7 @@ def test_a_rule_past_the_cost_limit_over_the_envelope_stays_on_the_webhook() -> 
     path, why = _paths(program)["Tenant t spec.rules[0]"]
     assert path == "webhook"
     assert "per-expression limit" in why
-    assert f"{workloads.ENVELOPE_ITEMS} containers" in why
+    assert f"{workload_limits.ENVELOPE_ITEMS} containers" in why
 
 
 def test_rules_past_the_policy_budget_together_leave_the_later_ones_on_the_webhook() -> None:
@@ -104,9 +104,9 @@ def test_rules_past_the_policy_budget_together_leave_the_later_ones_on_the_webho
     (rule,) = _rules(one)
     assert rule.enforce is not None
     assert rule.enforce.workloads is not None
-    cost = workloads.estimated_cost(rule.enforce.workloads)
-    assert cost <= workloads.PER_CALL_LIMIT
-    fit = workloads.POLICY_BUDGET // cost
+    cost = workload_limits.estimated_cost(rule.enforce.workloads)
+    assert cost <= workload_limits.PER_CALL_LIMIT
+    fit = workload_limits.POLICY_BUDGET // cost
     program = compile_namespace(_rules(*[one] * (fit + 2)), local_check=False)
     paths = [path for path, _ in _paths(program).values()]
     assert paths == ["native"] * fit + ["webhook"] * 2

@@ -25,7 +25,9 @@ capability spellings, escalation defaults: not compiled) and ``disruptionBudgets
 state a policy is not given); a registry or placement pattern Go's regexp would read differently; a rule whose
 expression could pass kube-apiserver's per-expression cost limit over the envelope (:data:`ENVELOPE_ITEMS`
 containers, tolerations or selector keys, references of :data:`ENVELOPE_TEXT` characters), or the rules
-together the policy's budget. A Pod past the envelope may make kube-apiserver stop the evaluation: the policy
+together the policy's budget (:mod:`~enclave_tenants.native.workload_limits`); and, unless the caller turns the
+check off, a rule whose expressions Enclave's own CEL engine cannot bound for Pods of every size (``enclave
+test`` judges native policies with it, and must answer as kube-apiserver would). A Pod past the envelope may make kube-apiserver stop the evaluation: the policy
 (failure policy Fail) then refuses it, where the webhook might admit: a difference that only ever refuses.
 
 Known message differences (decisions are the same): a value the webhook quotes with Python's ``repr`` (an
@@ -35,19 +37,23 @@ nodeSelector keys are judged in map order, so which of several refused keys a de
 
 from __future__ import annotations
 
-import functools
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from enclave_core import cel
 from enclave_core.api.meta import ValueMatcher
 from enclave_core.api.rules import PlacementPolicy, ResourceBounds, Toleration, WorkloadsPolicy
-from enclave_core.cel.limits import MAX_STRING_INPUT
 from enclave_core.quantity import Quantity
 from enclave_tenants.native import celtext
+from enclave_tenants.native.workload_limits import (
+    ENVELOPE_ITEMS,
+    ENVELOPE_TEXT,
+    PER_CALL_LIMIT,
+    POLICY_BUDGET,
+    estimated_cost,
+    locally_unbounded,
+)
 
 JSON = dict[str, Any]
 Path = Literal["native", "webhook"]
@@ -71,15 +77,6 @@ RESOURCES: Final = frozenset(
     {f"{resource}.{group}" if group else resource for group, resource, _, _ in KINDS} | {"pods/ephemeralcontainers"}
 )
 """Policy resources (``resource[.group]``): the kinds, and the subresource ``kubectl debug`` writes."""
-
-PER_CALL_LIMIT: Final = 1_000_000
-"""kube-apiserver's runtime cost limit of one CEL expression (``celconfig.PerCallLimit``)."""
-POLICY_BUDGET: Final = 10_000_000
-"""kube-apiserver's runtime cost budget of one policy evaluation (``celconfig.RuntimeCELCostBudget``)."""
-ENVELOPE_ITEMS: Final = 100
-"""The largest Pod a native rule must fit: this many containers (all lists), tolerations, nodeSelector keys."""
-ENVELOPE_TEXT: Final = 512
-"""... and image references (and class names) of this many characters."""
 
 _DEFAULT_TOLERATIONS: Final = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
@@ -416,52 +413,7 @@ def _placement(rule: Rule, policy: WorkloadsPolicy) -> str:
     return _lists(parts) if parts else "[]"
 
 
-# -- cost and what stays on the webhook -------------------------------------------------------------------------
-
-
-def _text_cost(length: int) -> int:
-    return math.ceil(0.1 * length)
-
-
-def _match_cost(values: Sequence[ValueMatcher]) -> int:
-    """One value against matchers: each exact value compared, each pattern an RE2 match (cel-go charges the
-    value's length by the pattern's, a tenth by a quarter)."""
-    cost = 0
-    for matcher in values:
-        cost += len(matcher.exact or ()) * (1 + _text_cost(ENVELOPE_TEXT))
-        if matcher.exp:
-            cost += 1 + _text_cost(ENVELOPE_TEXT) * math.ceil(0.25 * (len(matcher.exp) + 8))
-    return cost
-
-
-def estimated_cost(policy: WorkloadsPolicy) -> int:
-    """An upper estimate of a rule's runtime cost on a Pod of the envelope (every item of every list refused,
-    its message built), in kube-apiserver's units."""
-    per_container = 0
-    text = _text_cost(ENVELOPE_TEXT)
-    if policy.registries:
-        per_container += 80 + 12 * text  # normalising, defaulting, comparing with the old container, the message
-        for entry in policy.registries:
-            per_container += 1 + (text + 4) * math.ceil(0.25 * (len(entry.url) + 8)) + 4
-    if policy.resources:
-        names = 0
-        for limit in (policy.resources.requests, policy.resources.limits):
-            if limit is not None:
-                names += len(limit.required or ()) + 3 * (len(limit.min or {}) + len(limit.max or {}))
-        per_container += 40 + 30 * names
-    cost = ENVELOPE_ITEMS * per_container
-    if policy.qos_classes:
-        cost += 2 * ENVELOPE_ITEMS * 80  # the class of the new and of the old spec
-    placement = policy.placement or PlacementPolicy()
-    schedulers = [*(placement.schedulers or []), *(policy.schedulers or [])]
-    for values in (schedulers, placement.priority_classes or [], placement.runtime_classes or []):
-        if values:
-            cost += 20 + 2 * text + _match_cost(values)
-    if placement.node_selector_keys:
-        cost += ENVELOPE_ITEMS * (20 + 2 * text + len(placement.node_selector_keys) * (1 + text))
-    if placement.tolerations:
-        cost += ENVELOPE_ITEMS * (60 + 4 * text + len(placement.tolerations) * (10 + 4 * text))
-    return cost
+# -- what stays on the webhook ----------------------------------------------------------------------------------
 
 
 def anchored(pattern: str) -> str:
@@ -537,69 +489,7 @@ def _parts(policy: WorkloadsPolicy) -> list[tuple[str, Callable[[Rule, Workloads
     return found
 
 
-LOCAL_INPUT: Final = MAX_STRING_INPUT
-"""The input size (elements or characters of one list or string of a Pod) up to which Enclave's CEL engine
-must bound a rule's expression: past it the engine measures each evaluation and may refuse a Pod that
-kube-apiserver would judge."""
-
-_ENV: Final = cel.Environment.of(
-    "native-workloads", object=cel.VarType.DYN, oldObject=cel.VarType.DYN, request=cel.VarType.DYN
-)
-_READ: Final = re.compile(r"(?<![A-Za-z0-9_.])variables\.([A-Za-z_][A-Za-z0-9_]*)")
-
-
-@functools.lru_cache(maxsize=1024)
-def _local_problem(text: str) -> str:
-    """Why Enclave's own CEL engine (what ``enclave test`` judges the policies with) refuses ``text``, a
-    validation with the variables it reads bound around it, or ''."""
-    try:
-        facts = cel.default().compile(text, _ENV).compiled.facts
-    except cel.CelCompileError as err:
-        return "; ".join(str(issue.message) if hasattr(issue, "message") else str(issue) for issue in err.issues)
-    bound = facts.cost if facts is not None else None
-    if bound is not None and bound.max_input < LOCAL_INPUT:
-        # past that input size the engine measures each evaluation and refuses it over budget: a Pod with one
-        # long string (an annotation, a digest) would be refused by enclave test and admitted by kube-apiserver
-        return f"its cost grows with the Pod past the engine's budget (bounded for inputs up to {bound.max_input})"
-    return ""
-
-
-def _bound(expression: str, variables: Sequence[JSON]) -> str:
-    """``expression`` with the variables it reads (transitively) bound around it in declaration order, as the
-    local engine evaluates a policy's expression (a literal that spells ``variables.`` is read as a read too:
-    that only makes this check stricter)."""
-    texts = {str(v["name"]): _READ.sub(r"v_\1", str(v["expression"])) for v in variables}
-    needed: set[str] = set()
-    pending = _READ.findall(expression)
-    while pending:
-        name = pending.pop()
-        if name not in needed and name in texts:
-            needed.add(name)
-            pending += re.findall(r"\bv_([A-Za-z_][A-Za-z0-9_]*)", texts[name])
-    body = _READ.sub(r"v_\1", expression)
-    for name in reversed([str(v["name"]) for v in variables if v["name"] in needed]):
-        body = f"cel.bind(v_{name}, {texts[name]}, {body})"
-    return body
-
-
 _SHARED: Final = shared_variables(True, True, True)
-
-
-def _locally_unbounded(rule: Rule, variables: Sequence[JSON], validations: Sequence[JSON]) -> str:
-    """Why ``enclave test``'s native engine (Enclave's CEL engine, judging the policies as kube-apiserver would)
-    could not evaluate one of the rule's validations, or '': such a rule stays on the webhook, so that both
-    engines of ``enclave test`` answer alike. The engine's limits (length, depth, a cost bound on its input)
-    are stricter than kube-apiserver's."""
-    declared = [*_SHARED, *[{**v, "expression": v["expression"].replace(rule.applies, "true", 1)} for v in variables]]
-    for validation in validations:
-        for key in ("expression", "messageExpression"):
-            problem = _local_problem(_bound(validation[key], declared))
-            if problem:
-                return (
-                    f"its policy expression is past the limits of Enclave's CEL engine ({problem}), which "
-                    "enclave test judges native policies with: kept on the webhook so both engines answer alike"
-                )
-    return ""
 
 
 def compile_rules(rules: Sequence[tuple[Rule, WorkloadsPolicy]], *, local_check: bool = True) -> Area:
@@ -645,7 +535,7 @@ def compile_rules(rules: Sequence[tuple[Rule, WorkloadsPolicy]], *, local_check:
                     ".filter(l, size(l) > 0)[0][0])",
                 }
             )
-        local = _locally_unbounded(rule, variables, validations) if local_check else ""
+        local = locally_unbounded(rule.applies, _SHARED, variables, validations) if local_check else ""
         if local:
             area.placements.append((rule.origin, "webhook", local))
             continue
