@@ -19,6 +19,8 @@ every component in a process of its own, each with what a fresh interpreter hold
 point (what it loads before doing anything) beside what it holds idle. With ``ENCLAVE_MEMORY_BASELINE`` naming
 another checkout (e.g. ``git archive main | tar -x -C /tmp/base``), that checkout's components are measured too,
 in the same run and on the same control plane, so a change to what a component loads shows as before and after.
+The 60 MB is printed, not asserted (it is not met); asserted at full size is that no component of this tree holds
+idle more than ``IDLE_OVER_IMPORT`` times its RSS after import.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ MB = 1024 * 1024
 ALONE_TARGET_MB = 60.0
 """Issue 33: a single component alone, idle at 4 tenants. Printed against, not asserted: it is not met (see
 docs/benchmarks.md for by how much and why)."""
+IDLE_OVER_IMPORT = 1.75
+"""Budget of ``test_each_component_alone``: no component holds idle more than this times what its imports load
+(a same-run ratio that the host's speed does not move; enclave-config is the most, 1.47-1.50 measured, with the
+CEL engine it loads to check match conditions; the others 1.1-1.2)."""
 BASELINE = os.environ.get("ENCLAVE_MEMORY_BASELINE", "")
 """A checkout of another revision whose components ``test_each_component_alone`` measures too (same run)."""
 LAG_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -291,3 +297,8 @@ def test_each_component_alone(
             f"| {label} | {process.label} | {imported:.0f} | {modules} | {process.steady:.0f} | {process.anonymous:.0f} "
             f"| {process.proportional:.0f} | {process.peak:.0f} | {process.steady - ALONE_TARGET_MB:+.0f} |"
         )
+    mine = [(process, imported) for label, process, imported, _ in rows if label == "this tree"]
+    worst, imported = max(mine, key=lambda row: row[0].steady / row[1])
+    enforce(
+        Budget(f"steady RSS / RSS after import, {worst.label} (the most)", worst.steady / imported, IDLE_OVER_IMPORT)
+    )
