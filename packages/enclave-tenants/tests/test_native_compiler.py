@@ -94,12 +94,18 @@ def test_rules_that_cannot_be_native_stay_on_the_webhook_and_say_why() -> None:
     program = compile_namespace(
         _rules(
             _deny_label(conditions=[{"expression": "now > timestamp('2020-01-01T00:00:00Z')"}]),
-            {"enforce": {"action": "deny", "network": {"policies": {"egress": {"cidrs": ["10.0.0.0/8"]}}}}},
+            {
+                "enforce": {
+                    "action": "deny",
+                    "conditions": [{"expression": "now > timestamp('2020-01-01T00:00:00Z')"}],
+                    "network": {"policies": {"egress": {"cidrs": ["10.0.0.0/8"]}}},
+                }
+            },
             {"enforce": {"action": "deny", "workloads": {"security": {"privileged": True}}}},
             {"mutate": [{"metadata": {"kinds": ["ConfigMap"], "labels": {"a": "b"}}}]},
             {"quota": [{"name": "q", "hard": {"pods": "1"}}]},
             {"enforce": {"storage": {"volumes": [{"selector": {}}]}}},
-            {"enforce": {"ingress": {"hostnames": [{"exact": ["a.example"]}]}}},
+            {"enforce": {"ingress": {"hostnames": [{"exp": r"\pL+\.example"}]}}},
         )
     )
     placed = _placed(program)
@@ -111,8 +117,9 @@ def test_rules_that_cannot_be_native_stay_on_the_webhook_and_say_why() -> None:
     assert "security features" in placed[("Tenant t spec.rules[2]", "workloads")][1]
     assert placed[("Tenant t spec.rules[3]", "mutate")][0] == "webhook"
     assert "ledgers" in placed[("Tenant t spec.rules[4]", "quota")][1]
-    assert "PersistentVolume labels" in placed[("Tenant t spec.rules[5]", "storage")][1]
+    assert "labels of the PersistentVolume" in placed[("Tenant t spec.rules[5]", "storage")][1]
     assert placed[("Tenant t spec.rules[6]", "ingress")][0] == "webhook"
+    assert "uses the escape '\\p'" in placed[("Tenant t spec.rules[6]", "ingress")][1]
     assert program.empty
 
 

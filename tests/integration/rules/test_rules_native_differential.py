@@ -9,6 +9,7 @@ there. Each request is sent, as the same user and as a server-side dry run, to b
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from enclave_core.api.rules import AppliedRule
 from enclave_tenants.native.compiler import compile_namespace
 from enclave_tenants.native.objects import policies
 from enclave_testing.names import unique
+from enclave_testing.policies import create_bound_to
 from enclave_testing.waiting import poll
 
 from . import test_workloads_catalogue as catalogue
@@ -36,11 +38,13 @@ PROBE = "enclave-native-probe"
 @dataclass
 class Request:
     kind: str
-    """configmaps or services."""
+    """The resource (plural): configmaps, services, or one of ``group``."""
     body: dict[str, Any]
     old: dict[str, Any] | None = None
     """For an UPDATE: the object created first (as the cluster administrator) and then patched to ``body``."""
     user: str = "owner"
+    group: str = ""
+    """The resource's API group (version v1), '' for the core group."""
 
 
 @dataclass
@@ -230,6 +234,223 @@ CASES = [
     ),
 ]
 
+NET, GATEWAY, ROUTE = "networking.k8s.io", "gateway.networking.k8s.io", "route.openshift.io"
+APPS = {"exp": r"[a-z0-9-]+\.apps\.example"}
+_KINDS = {
+    "ingresses": "Ingress",
+    "networkpolicies": "NetworkPolicy",
+    "gateways": "Gateway",
+    "listenersets": "ListenerSet",
+    "httproutes": "HTTPRoute",
+    "grpcroutes": "GRPCRoute",
+    "tlsroutes": "TLSRoute",
+    "routes": "Route",
+}
+_BACKEND = {"service": {"name": "web", "port": {"number": 80}}}
+
+
+def _ingress(*hosts: str | None, tls: list[list[str]] | None = None) -> Request:
+    rules = []
+    for host in hosts:
+        rule: dict[str, Any] = {"http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": _BACKEND}]}}
+        if host is not None:
+            rule["host"] = host
+        rules.append(rule)
+    spec: dict[str, Any] = {"rules": rules} if rules else {"defaultBackend": _BACKEND}
+    if tls is not None:
+        spec["tls"] = [{"hosts": hosts} if hosts else {"secretName": "cert"} for hosts in tls]
+    return Request("ingresses", {"metadata": {}, "spec": spec}, group=NET)
+
+
+def _listeners(plural: str, *hostnames: str | None) -> Request:
+    listeners = [
+        {"name": f"l{i}", "port": 80, "protocol": "HTTP", **({"hostname": host} if host else {})}
+        for i, host in enumerate(hostnames)
+    ]
+    target = {"gatewayClassName": "example"} if plural == "gateways" else {"parentRef": {"name": "shared"}}
+    return Request(plural, {"metadata": {}, "spec": {**target, "listeners": listeners}}, group=GATEWAY)
+
+
+def _gateway_route(plural: str, *hostnames: str) -> Request:
+    spec: dict[str, Any] = {"parentRefs": [{"name": "shared"}]}
+    if hostnames:
+        spec["hostnames"] = list(hostnames)
+    if plural == "tlsroutes":
+        spec["rules"] = [{"backendRefs": [{"name": "web", "port": 443}]}]
+    return Request(plural, {"metadata": {}, "spec": spec}, group=GATEWAY)
+
+
+def _route(host: str | None) -> Request:
+    spec: dict[str, Any] = {"to": {"kind": "Service", "name": "web"}, **({"host": host} if host else {})}
+    return Request("routes", {"metadata": {}, "spec": spec}, group=ROUTE)
+
+
+def _netpol(direction: str, *rules: dict[str, Any]) -> Request:
+    spec = {"podSelector": {}, "policyTypes": [direction.capitalize()], direction: list(rules)}
+    return Request("networkpolicies", {"metadata": {}, "spec": spec}, group=NET)
+
+
+def _to(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"to": list(blocks)}
+
+
+def _block(cidr: str, *excepts: str) -> dict[str, Any]:
+    return {"ipBlock": {"cidr": cidr, **({"except": list(excepts)} if excepts else {})}}
+
+
+def _network(action: str, direction: str, *cidrs: str) -> dict[str, Any]:
+    return {"enforce": {"action": action, "network": {"policies": {direction: {"cidrs": list(cidrs)}}}}}
+
+
+def _all_but_last_address(network: str) -> list[str]:
+    """Blocks covering ``network`` but for its last address: its left half, the right half's left half, ...
+    down to a single address (so coverage is short by one address in 2^(128 - prefix))."""
+    block = ipaddress.ip_network(network)
+    found = []
+    while block.prefixlen < block.max_prefixlen:
+        left, right = block.subnets()
+        found.append(str(left))
+        block = right
+    return found
+
+
+_SHORT = _all_but_last_address("2001:db8:8000::/33")
+
+CASES += [
+    Case(
+        "ingress-allow-hostnames-every-kind",
+        [{"enforce": {"action": "allow", "ingress": {"hostnames": [APPS]}}}],
+        [
+            _ingress("web.apps.example"),
+            _ingress("x.org"),
+            _ingress(None),
+            _ingress(),
+            _ingress("web.apps.example", tls=[["web.apps.example", "evil.example"], []]),
+            _listeners("gateways", "web.apps.example", "web.other.example"),
+            _listeners("gateways", None),
+            _listeners("listenersets", "shop.apps.example"),
+            _listeners("listenersets", "x.org"),
+            _gateway_route("httproutes", "web.apps.example"),
+            _gateway_route("httproutes", "web.apps.example", "evil.example"),
+            _gateway_route("httproutes"),
+            _gateway_route("grpcroutes"),
+            _gateway_route("tlsroutes", "web.apps.example", "evil.example"),
+            _route("web.apps.example"),
+            _route("x.org"),
+            _route(None),
+            Request(
+                "httproutes",
+                {"metadata": {}, "spec": {"hostnames": ["web.apps.example", "new.other.example"]}},
+                old=_gateway_route("httproutes", "web.apps.example").body,
+                group=GATEWAY,
+            ),
+            Request(
+                "httproutes",
+                {"metadata": {"labels": {"a": "b"}}},
+                old=_gateway_route("httproutes", "old.other.example").body,
+                group=GATEWAY,
+            ),
+        ],
+    ),
+    Case(
+        "ingress-deny-and-audit",
+        [
+            {"enforce": {"action": "deny", "ingress": {"hostnames": [{"exp": r".*\.internal\.example"}]}}},
+            {"enforce": {"action": "audit", "ingress": {"types": ["HTTPRoute", "Route"]}}},
+        ],
+        [
+            _listeners("gateways", "db.internal.example"),
+            _gateway_route("grpcroutes"),
+            _gateway_route("grpcroutes", "grpc.public.example"),
+            _gateway_route("httproutes", "shop.public.example"),
+            _route(None),
+            _ingress("a.internal.example", tls=[["b.internal.example"]]),
+        ],
+    ),
+    Case(
+        "ingress-types-and-last-match",
+        [
+            {"enforce": {"action": "deny", "ingress": {"types": ["Gateway", "Route"]}}},
+            {"enforce": {"action": "allow", "ingress": {"types": ["Route"], "hostnames": [{"exact": ["ok.example"]}]}}},
+        ],
+        [
+            _route("ok.example"),
+            _route("no.example"),
+            _route(None),
+            _listeners("gateways", "ok.example"),
+            _gateway_route("httproutes"),
+            _ingress(None),
+        ],
+    ),
+]
+
+NETWORK_CASES = [
+    Case(
+        "network-allow-egress",
+        [_network("allow", "egress", "10.0.0.0/8", "fd00::/8")],
+        [
+            _netpol("egress", _to(_block("10.1.0.0/16"))),
+            _netpol("egress", {}),
+            _netpol("egress", _to(_block("2001:db8::/32"))),
+            _netpol("egress", _to({"podSelector": {}})),
+            _netpol("egress", _to(_block("fd00:1::/32"), {"podSelector": {}}, _block("11.0.0.0/8"))),
+        ],
+    ),
+    Case(
+        "network-excepts-exactly",
+        [_network("allow", "egress", "10.0.0.0/8"), _network("deny", "egress", "10.9.0.0/16")],
+        [
+            # 0.0.0.0/0 minus everything but 10.0.0.0/8: inside the allow, and overlapping the deny
+            _netpol(
+                "egress",
+                _to(_block("0.0.0.0/0", "0.0.0.0/5", "8.0.0.0/7", "11.0.0.0/8", "12.0.0.0/6", "16.0.0.0/4")),
+            ),
+            _netpol("egress", _to(_block("10.8.0.0/15", "10.9.0.0/16"))),
+            _netpol("egress", _to(_block("10.9.0.0/16", "10.9.0.0/17"))),
+            _netpol("egress", _to(_block("10.9.0.0/16", "10.9.0.0/17", "10.9.128.0/17"))),
+            _netpol("egress", _to(_block("8.0.0.0/6", "8.0.0.0/7", "11.0.0.0/8"))),
+            _netpol("egress", _to(_block("8.0.0.0/6", "8.0.0.0/7", "11.0.0.0/8", "10.9.0.0/16"))),
+        ],
+    ),
+    Case(
+        "network-ingress-deny-and-egress-audit",
+        [_network("deny", "ingress", "192.168.0.0/16"), _network("audit", "egress", "0.0.0.0/0")],
+        [
+            _netpol("ingress", {"from": [_block("192.168.0.0/16", "192.168.0.0/17", "192.168.128.0/17")]}),
+            _netpol("ingress", {"from": [_block("192.0.0.0/8", "192.168.0.0/16")]}),
+            _netpol("ingress", {"from": [_block("192.0.0.0/8", "192.168.0.0/17")]}),
+            _netpol("ingress", {}),
+            _netpol("egress", _to(_block("1.2.3.0/24"))),
+        ],
+    ),
+    Case(
+        "network-ipv6-short-by-one-address",
+        [_network("allow", "egress", "2001:db8::/33")],
+        [
+            _netpol("egress", _to(_block("2001:db8::/32", *_SHORT))),
+            _netpol("egress", _to(_block("2001:db8::/32", *_SHORT, "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff/128"))),
+        ],
+    ),
+    Case(
+        "network-update-judges-new-grants",
+        [_network("allow", "egress", "10.0.0.0/8")],
+        [
+            Request(
+                "networkpolicies",
+                {"metadata": {}, "spec": {"egress": [{}, _to(_block("10.1.0.0/16"))]}},
+                old=_netpol("egress", {}).body,
+                group=NET,
+            ),
+            Request(
+                "networkpolicies",
+                {"metadata": {}, "spec": {"egress": [{}, _to(_block("11.0.0.0/8"))]}},
+                old=_netpol("egress", {}).body,
+                group=NET,
+            ),
+        ],
+    ),
+]
+
 
 def _outcome(call: Any) -> tuple[bool, str]:
     """(admitted, the denial's own text after kube-apiserver's prefix)."""
@@ -263,32 +484,31 @@ def native_namespaces(stack: Stack) -> Iterator[list[str]]:
 
 
 def _enforce_natively(
-    stack: Stack, tenant: str, rules: list[dict[str, Any]], namespace: str, user: str, local_check: bool = True
+    stack: Stack,
+    tenant: str,
+    rules: list[dict[str, Any]],
+    namespace: str,
+    user: str,
+    local_check: bool = True,
+    network: bool = False,
 ) -> list[dict[str, Any]]:
     """The compiled policies, bound to ``namespace`` alone, with a probe refusal; returns them once they enforce.
     ``local_check=False`` compiles workload rules natively even where enclave test's engine could not bound
-    them (the expressions are proven here, on kube-apiserver)."""
-    program = compile_namespace([AppliedRule.model_validate(rule) for rule in rules], local_check=local_check)
+    them (the expressions are proven here, on kube-apiserver); ``network`` compiles NetworkPolicy grants."""
+    program = compile_namespace(
+        [AppliedRule.model_validate(rule) for rule in rules], local_check=local_check, network_grants=network
+    )
     # a probe the deciding policy refuses first, so the test knows when kube-apiserver enforces it
     program.validations.insert(
         0,
         {"expression": f"!has(object.metadata.labels) || !({PROBE!r} in object.metadata.labels)", "message": PROBE},
     )
+    program.resources.add("configmaps")  # the probe's; every validation also asks for the resource it judges
     registrations = client.AdmissionregistrationV1Api(stack.kube)
     made = policies(tenant, program, [namespace], enclave_namespace=stack.namespace, ignored_groups=[])
-    for obj in made:
-        obj["metadata"]["name"] += "-" + namespace
-        # the test's own, not enclave-tenants': its native-policies loop prunes every labelled policy it did not
-        # compile (the engine is webhook here)
-        obj["metadata"]["labels"] = {"test.enclave.dev/native": "true"}
-        if obj["kind"] == "ValidatingAdmissionPolicy":
-            registrations.create_validating_admission_policy(obj)
-        else:
-            obj["spec"]["policyName"] += "-" + namespace
-            obj["spec"]["matchResources"]["namespaceSelector"] = {
-                "matchLabels": {"kubernetes.io/metadata.name": namespace}
-            }
-            registrations.create_validating_admission_policy_binding(obj)
+    # the test's own, not enclave-tenants': its native-policies loop prunes every labelled policy it did not
+    # compile (the engine is webhook here)
+    create_bound_to(stack.kube, made, namespace, "test.enclave.dev/native")
     for policy in registrations.list_validating_admission_policy(label_selector="test.enclave.dev/native").items:
         checking = (policy.status.type_checking if policy.status else None) or None
         warnings = (checking.expression_warnings if checking else None) or []
@@ -296,12 +516,6 @@ def _enforce_natively(
     core = stack.core(user)
     probe: dict[str, Any] = {"metadata": {"generateName": "probe-", "labels": {PROBE: "x"}}}
     create = core.create_namespaced_config_map
-    if program.resources == {"services"}:
-        probe["spec"] = {"ports": [{"port": 80}]}
-        create = core.create_namespaced_service
-    elif "*" not in program.resources and "pods" in program.resources:
-        probe["spec"] = {"containers": [{"name": "c", "image": "probe"}]}
-        create = core.create_namespaced_pod
 
     def refused() -> bool:
         admitted, message = _outcome(lambda: create(namespace, probe, dry_run="All", _request_timeout=10))
@@ -314,7 +528,8 @@ def _enforce_natively(
 def _locally(made: list[dict[str, Any]], request: Request, user: str, namespace: str, name: str) -> tuple[bool, str]:
     """The policies judged by ``enclave test``'s native engine (:func:`enclave_cli.native.judge_policy`): admitted,
     and the first denial of a Deny binding, as kube-apiserver reports it."""
-    asked = cli_request(request.kind, request.body, request.old, user, name, namespace)
+    kind = _KINDS.get(request.kind, "")
+    asked = cli_request(request.kind, request.body, request.old, user, name, namespace, group=request.group, kind=kind)
     sent = asked.review(asked.obj)["request"]
     by_name = {obj["metadata"]["name"]: obj for obj in made if obj["kind"] == "ValidatingAdmissionPolicy"}
     labels = {"kubernetes.io/metadata.name": namespace}
@@ -327,9 +542,11 @@ def _locally(made: list[dict[str, Any]], request: Request, user: str, namespace:
 
 
 def _send(stack: Stack, user: str, namespace: str, request: Request, name: str) -> tuple[bool, str]:
-    api = stack.core(user)
     body = json.loads(json.dumps(request.body))
     body["metadata"]["name"] = name
+    if request.group:
+        return _send_grouped(stack, user, namespace, request, body)
+    api = stack.core(user)
     kind = "config_map" if request.kind == "configmaps" else "service"
     create = getattr(api, f"create_namespaced_{kind}")
     if request.old is None:
@@ -342,8 +559,59 @@ def _send(stack: Stack, user: str, namespace: str, request: Request, name: str) 
     return _outcome(lambda: patch(name, namespace, body, dry_run="All"))
 
 
+def _send_grouped(stack: Stack, user: str, namespace: str, request: Request, body: dict[str, Any]) -> tuple[bool, str]:
+    """A request for a resource of an API group (v1), through the generic object paths."""
+    api = stack.api(client.CustomObjectsApi, user)
+    where = (request.group, "v1", namespace, request.kind)
+    typed = {"apiVersion": f"{request.group}/v1", "kind": _KINDS[request.kind]}
+    body.update(typed)
+    if request.old is None:
+        return _outcome(lambda: api.create_namespaced_custom_object(*where, body, dry_run="All"))
+    old = {**json.loads(json.dumps(request.old)), **typed}
+    old["metadata"]["name"] = body["metadata"]["name"]
+    client.CustomObjectsApi(stack.kube).create_namespaced_custom_object(*where, old)
+    return _outcome(lambda: api.patch_namespaced_custom_object(*where, old["metadata"]["name"], body, dry_run="All"))
+
+
+@pytest.fixture(scope="module")
+def ingress_kinds(stack: Stack, gateway_api_crds: list[str], openshift_route_crd: list[str]) -> Iterator[str]:
+    """The Gateway API and Route kinds served, and a ClusterRole to write them (``admin`` does not cover them)."""
+    rbac = client.RbacAuthorizationV1Api(stack.kube)
+    name = f"{stack.config_name}-differential-ingress"
+    rules = [
+        {
+            "apiGroups": [GATEWAY],
+            "resources": ["gateways", "listenersets", "httproutes", "grpcroutes", "tlsroutes"],
+            "verbs": ["create", "update", "patch", "get"],
+        },
+        {"apiGroups": [ROUTE], "resources": ["routes"], "verbs": ["create", "update", "patch", "get"]},
+    ]
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})
+    try:
+        yield name
+    finally:
+        rbac.delete_cluster_role(name)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_webhook_and_native_policies_decide_alike(stack: Stack, native_namespaces: list[str], case: Case) -> None:
+def test_webhook_and_native_policies_decide_alike(
+    stack: Stack, native_namespaces: list[str], ingress_kinds: str, case: Case
+) -> None:
+    _decide_alike(stack, native_namespaces, ingress_kinds, case)
+
+
+@pytest.mark.parametrize("case", NETWORK_CASES, ids=[case.name for case in NETWORK_CASES])
+def test_webhook_and_network_grants_compiled_exactly_decide_alike(
+    stack: Stack, native_namespaces: list[str], ingress_kinds: str, case: Case
+) -> None:
+    """NetworkPolicy grants compiled when asked (``network_grants``; off by default: the cost of large
+    NetworkPolicies, and enclave test's engine cannot evaluate them) decide as the webhook does."""
+    _decide_alike(stack, native_namespaces, ingress_kinds, case, network=True)
+
+
+def _decide_alike(
+    stack: Stack, native_namespaces: list[str], ingress_kinds: str, case: Case, network: bool = False
+) -> None:
     owner, other = unique("nat"), unique("oth")
     rules = json.loads(json.dumps(case.rules).replace('"OTHER"', json.dumps(other)))
     tenant = stack.tenant(owner, rules)
@@ -354,17 +622,19 @@ def test_webhook_and_native_policies_decide_alike(stack: Stack, native_namespace
     native_namespaces.append(native)
     rbac = client.RbacAuthorizationV1Api(stack.kube)
     for namespace in (judged, native):
-        rbac.create_namespaced_role_binding(
-            namespace,
-            {
-                "metadata": {"name": "differential-users"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
-                "subjects": [
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user} for user in (owner, other)
-                ],
-            },
-        )
-    made = _enforce_natively(stack, tenant, status["rules"], native, owner)
+        for binding, role in (("differential-users", "admin"), ("differential-ingress", ingress_kinds)):
+            rbac.create_namespaced_role_binding(
+                namespace,
+                {
+                    "metadata": {"name": binding},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": [
+                        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                        for user in (owner, other)
+                    ],
+                },
+            )
+    made = _enforce_natively(stack, tenant, status["rules"], native, owner, network=network)
     users = {"owner": owner, "other": other}
     for number, request in enumerate(case.requests):
         name = f"r{number}"
@@ -373,8 +643,11 @@ def test_webhook_and_native_policies_decide_alike(stack: Stack, native_namespace
         policy = _send(stack, user, native, request, name)
         where = f"{case.name} request {number}: {request.body}"
         assert webhook[0] == policy[0], f"{where}: webhook {webhook}, native {policy}"
-        if not server_assigned(request.kind, request.body):
-            # enclave test's native engine judges the same policies as kube-apiserver did (an error in its words)
+        if not request.group and not server_assigned(request.kind, request.body):
+            # enclave test's native engine judges the same policies as kube-apiserver did (an error in its words);
+            # not yet the kinds of API groups: for the ingress kinds its message falls back to "failed expression"
+            # here (test_rules_native_cli finds its answers alike), and the network grants compiled on request pass
+            # its parser's nesting depth of 32 and its cost check at 32-element inputs
             local = _locally(made, request, user, native, name)
             errored = " resulted in error: "
             if errored in policy[1]:

@@ -8,14 +8,17 @@ rule model, the compiler knows how a namespace's rules fold into one policy.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from enclave_core import cel
 from enclave_core.api.meta import ValueMatcher
 from enclave_core.api.rules import AppliedRule, KindScope
 from enclave_core.patterns import PatternError, compile_pattern
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
+from enclave_tenants.native import dialect
 
 
 def lit(text: str) -> str:
@@ -50,7 +53,8 @@ def describe(values: Sequence[ValueMatcher]) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def go_regex_problem(pattern: str) -> str:
-    """Why kube-apiserver's RE2 (Go's regexp) would not take a pattern the webhook's RE2 does, or ''."""
+    """Why kube-apiserver's Go regexp might not read a pattern as the webhook's RE2 does (it does not compile, or
+    is outside :mod:`~enclave_tenants.native.dialect`), or ''."""
     try:
         compile_pattern(pattern)
     except PatternError as err:
@@ -62,7 +66,7 @@ def go_regex_problem(pattern: str) -> str:
     except PatternError:
         # \Q without \E quotes to the end: the group the policy wraps the pattern in would not close
         return f"regular expression {pattern!r} does not stay within a group (an unterminated \\Q quote)"
-    return ""
+    return dialect.problem(pattern)
 
 
 def matchers(var: str, values: Sequence[ValueMatcher]) -> str:
@@ -77,6 +81,20 @@ def matchers(var: str, values: Sequence[ValueMatcher]) -> str:
             parts.append(f"{'!' if matcher.negate else ''}{var}.matches({anchored})")
         alternatives.append("(" + (" || ".join(parts) or "false") + ")")
     return "(" + (" || ".join(alternatives) or "false") + ")"
+
+
+def networks(cidrs: Iterable[str]) -> list[str]:
+    """The fewest networks covering the same addresses as ``cidrs`` (disjoint, no two siblings, so a value is
+    covered by their union exactly when one network contains it); entries that do not parse are skipped, as
+    the webhook skips them."""
+    parsed: dict[int, list[Any]] = {4: [], 6: []}
+    for text in cidrs:
+        try:
+            network = ipaddress.ip_network(text.strip(), strict=False)
+        except ValueError:
+            continue
+        parsed[network.version].append(network)
+    return [str(n) for version in (4, 6) for n in ipaddress.collapse_addresses(parsed[version])]
 
 
 def terms(values: Sequence[ValueMatcher] | None) -> int:

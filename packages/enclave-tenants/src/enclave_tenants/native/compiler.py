@@ -12,9 +12,9 @@ speaks about the item, ``V`` the verdict: ``''`` when the item passes, else the 
 validation asks it to be ``''`` and uses it as its ``messageExpression``.
 
 **What stays on the webhook**, and why, is reported per rule and area (:class:`Placement`): a rule whose
-conditions read ``now`` (a policy has no clock variable) or that is broken; ingress, network, storage and
-workload areas (not compiled yet, or state such as PersistentVolume labels and PodDisruptionBudgets); mutations
-(the mutating webhook); quotas (ledgers). Items interact across rules, so an item is native only when *every*
+conditions read ``now`` (a policy has no clock variable) or that is broken; storage (PersistentVolume labels)
+and workload areas (not compiled yet, or state such as PodDisruptionBudgets); mutations (the mutating webhook);
+quotas (ledgers). Ingress and network rules compile in modules of their own (:meth:`_Compiler.areas`). Items interact across rules, so an item is native only when *every*
 rule that speaks about it is: a label key one webhook-only rule governs stays on the webhook for all of them,
 as does a key with a ``managed`` value (the mutating webhook sets it and only the same code may refuse others),
 and an item whose expression would pass the policy's budget (:data:`MAX_TERMS`). Audit rules never decide;
@@ -29,14 +29,14 @@ with kube-apiserver's error text rather than the webhook's.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from enclave_core.api.rules import AppliedRule, CidrList, KindScope, MetadataValue
-from enclave_tenants.native import celtext, workloads
+from enclave_tenants.native import celtext, ingress, network, workloads
+from enclave_tenants.native.area import Rule as AreaRule
 
 JSON = dict[str, Any]
 Path = Literal["native", "webhook"]
@@ -49,11 +49,15 @@ below it means a policy never fails on a large object."""
 GROUP_VERSION: Final = "admissionregistration.k8s.io/v1"
 
 _SERVICES: Final = "request.resource.group == '' && request.resource.resource == 'services'"
+NETWORK_ON_WEBHOOK: Final = (
+    "NetworkPolicy grants are judged by the webhook: the exact test of a CIDR minus its except blocks "
+    "(enclave_tenants.native.network) costs quadratically in the blocks, past the CEL cost a policy may spend on "
+    "a large NetworkPolicy and past what enclave test's engine evaluates, so it is not switched on"
+)
 _AREAS_ON_WEBHOOK: Final = {
-    "ingress": "ingress hostnames are judged by the webhook (not compiled to a policy yet)",
-    "network": "NetworkPolicy address grants (a CIDR minus its except blocks, covered by a union) are judged by "
-    "the webhook",
-    "storage": "storage rules read PersistentVolume labels, state a policy is not given",
+    "storage": "storage rules judge the labels of the PersistentVolume a claim names, which kube-apiserver does "
+    "not give a policy (it sees the claim only); every claim still goes to the webhook (volumeclaims.enclave.dev "
+    "in a native namespace), so this keeps no namespace on the resources hooks",
 }
 
 
@@ -384,6 +388,32 @@ class _Compiler:
         for index, asked in area.asked.items():
             self.asked.setdefault(index, []).append(asked)
 
+    # -- areas compiled in modules of their own
+
+    def areas(self, network_grants: bool) -> None:
+        """Ingress and network (:mod:`~enclave_tenants.native.ingress`, :mod:`~enclave_tenants.native.network`),
+        each an :class:`~enclave_tenants.native.area.Area`; network only when asked, else on the webhook."""
+        rules = [
+            (rule, None if c is None else AreaRule(c.index, c.origin, c.action, c.variable)) for rule, c in self.rules
+        ]
+        compiled = [("ingress", ingress.compile_area), ("network", network.compile_area)]
+        if not network_grants:
+            compiled.pop()
+            self.program.placements += [
+                Placement(c.origin, "network", "webhook", NETWORK_ON_WEBHOOK)
+                for rule, c in self.rules
+                if c is not None and network.governs(rule)
+            ]
+        for name, compile_area in compiled:
+            found = compile_area(rules)
+            self.program.placements += [Placement(origin, name, path, why) for origin, path, why in found.placements]
+            self.program.variables += found.variables
+            self.program.validations += found.validations
+            self.program.audit_validations += found.audit_validations
+            self.program.resources |= found.resources
+            for index, asked in found.asked.items():
+                self.asked.setdefault(index, []).append(asked)
+
     # -- checks
 
     def conditions_evaluate(self) -> None:
@@ -439,25 +469,16 @@ def _areas(rule: AppliedRule) -> list[str]:
     enforce = rule.enforce
     found = [
         area
-        for area in ("metadata", "services", "workloads", *_AREAS_ON_WEBHOOK)
+        for area in ("metadata", "services", "workloads", "ingress", "network", *_AREAS_ON_WEBHOOK)
         if enforce is not None and getattr(enforce, area) is not None
     ]
     return found + (["mutate"] if rule.mutate else []) + (["quota"] if rule.quota else [])
 
 
 def _networks(cidrs: CidrList | None) -> list[str] | None:
-    """The rule's CIDRs as the fewest networks covering the same addresses (so a value is covered by their union
-    exactly when one network contains it); None when the rule has no such constraint."""
-    if cidrs is None:
-        return None
-    parsed: dict[int, list[Any]] = {4: [], 6: []}
-    for text in cidrs.cidrs or ():
-        try:
-            network = ipaddress.ip_network(text.strip(), strict=False)
-        except ValueError:
-            continue
-        parsed[network.version].append(network)
-    return [str(n) for version in (4, 6) for n in ipaddress.collapse_addresses(parsed[version])]
+    """The rule's CIDRs as the fewest networks covering the same addresses (:func:`celtext.networks`); None when
+    the rule has no such constraint."""
+    return None if cidrs is None else celtext.networks(cidrs.cidrs or ())
 
 
 _AS_CIDR: Final = "(isCIDR(v) ? cidr(v).masked() : cidr(v + (ip(v).family() == 4 ? '/32' : '/128')))"
@@ -530,9 +551,11 @@ def _service_link(what: str, rule: _Rule, services: Any, path: str) -> tuple[str
 
 # -- the webhook round trip -----------------------------------------------------------------------------------
 
-ELSEWHERE: Final = frozenset({"quota", "metadata of Namespace objects"})
+ELSEWHERE: Final = frozenset({"quota", "metadata of Namespace objects", "storage"})
 """Areas whose webhook path is not the ``resources`` hooks: quotas are the global quota hooks' ledgers, Namespace
-objects the namespaces hook's. Their placement never keeps a namespace on the ``resources`` hooks."""
+objects the namespaces hook's, PersistentVolumeClaims (all storage rules judge) go to ``/resources`` through
+``volumeclaims.enclave.dev`` in a native namespace. Their placement never keeps a namespace on the
+``resources`` hooks."""
 
 
 def webhook_needed(rules: Sequence[AppliedRule], program: Program) -> str:
@@ -563,17 +586,22 @@ def webhook_needed(rules: Sequence[AppliedRule], program: Program) -> str:
 # -- entry points ---------------------------------------------------------------------------------------------
 
 
-def compile_namespace(rules: Sequence[AppliedRule], *, local_check: bool = True) -> Program:
+def compile_namespace(
+    rules: Sequence[AppliedRule], *, local_check: bool = True, network_grants: bool = False
+) -> Program:
     """A namespace's rules (in order, as RuleStatus ``status.rules`` holds them) to one policy program.
 
     ``local_check``: keep on the webhook a workload rule whose policy expressions Enclave's own CEL engine (what
     ``enclave test`` judges native policies with) cannot bound, so both of its engines answer alike; only the
-    differential test, which proves the expressions on kube-apiserver, turns it off."""
+    differential test, which proves the expressions on kube-apiserver, turns it off. ``network_grants`` compiles
+    NetworkPolicy grants too (:mod:`~enclave_tenants.native.network`, exact, proven against the webhook by the
+    differential test); off by default (:data:`NETWORK_ON_WEBHOOK` says why)."""
     program = Program()
     compiler = _Compiler(rules, program)
     compiler.metadata()
     compiler.services()
     compiler.workloads(local_check)
+    compiler.areas(network_grants)
     compiler.conditions_evaluate()
     compiler.other_areas()
     return program
