@@ -5,8 +5,8 @@ The webhook matches ``exp`` with RE2 (C++, :mod:`enclave_core.patterns`); a poli
 rules, and each engine carries its own Unicode tables (``\\p{...}``); an unclosed ``\\Q`` would swallow the
 ``)\\z`` the compiler wraps the pattern in. Rather than list the differences, this module accepts a pattern only
 when it is made of constructs whose syntax and meaning are the same in both (literals, escaped punctuation,
-the Perl classes ``\\d \\s \\w`` and their negations, ``\\b \\B \\A \\z``, ``.``, ``^``, ``$``, bracket classes of
-literals, ranges and POSIX names, groups ``(...)``/``(?:...)`` and flag groups of ``i m s U``, alternation and
+the Perl classes ``\\d \\s \\w`` and their negations, ``\\b \\B \\A \\z``, closed ``\\Q...\\E`` quotes,
+``.``, ``^``, ``$``, bracket classes of literals, ranges and POSIX names, groups ``(...)``/``(?:...)`` and flag groups of ``i m s U``, alternation and
 the quantifiers ``* + ? {n} {n,} {n,m}``, each optionally lazy). Anything else keeps its rule on the webhook
 with the construct named. A pattern is at most 1024 characters (the API's limit), so one pass is cheap.
 """
@@ -117,6 +117,13 @@ class _Scan:
         if char in _ASSERTIONS:
             self.at += 2
             return False
+        if char == "Q":
+            end = self.text.find("\\E", self.at + 2)
+            if end < 0:
+                raise _RefusedError("has an unterminated '\\Q' (it would quote the anchors the policy adds)")
+            quoted = end > self.at + 2
+            self.at = end + 2
+            return quoted
         self._escape_atom(char)
         return True
 
