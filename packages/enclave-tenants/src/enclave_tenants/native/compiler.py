@@ -12,10 +12,11 @@ speaks about the item, ``V`` the verdict: ``''`` when the item passes, else the 
 validation asks it to be ``''`` and uses it as its ``messageExpression``.
 
 **What stays on the webhook**, and why, is reported per rule and area (:class:`Placement`): a rule whose
-conditions read ``now`` (a policy has no clock variable) or that is broken; storage (PersistentVolume labels)
-and workload areas (not compiled yet, or state such as PodDisruptionBudgets); mutations (the mutating webhook);
-quotas (ledgers). Ingress and network rules compile in modules of their own (:meth:`_Compiler.areas`). Items interact across rules, so an item is native only when *every*
-rule that speaks about it is: a label key one webhook-only rule governs stays on the webhook for all of them,
+conditions read ``now`` (a policy has no clock variable) or that is broken; storage (PersistentVolume labels),
+NetworkPolicy grants unless asked for (:data:`NETWORK_ON_WEBHOOK`) and the workload parts
+:mod:`~enclave_tenants.native.workloads` keeps there; mutations (the mutating webhook); quotas (ledgers).
+Ingress, network and workloads compile in modules of their own (:meth:`_Compiler.areas`). Items interact across
+rules, so an item is native only when *every* rule that speaks about it is: a label key one webhook-only rule governs stays on the webhook for all of them,
 as does a key with a ``managed`` value (the mutating webhook sets it and only the same code may refuse others),
 and an item whose expression would pass the policy's budget (:data:`MAX_TERMS`). Audit rules never decide;
 they go to a second policy bound with ``Warn`` and ``Audit`` (a warning to the client, an annotation in the

@@ -6,9 +6,10 @@ rules, and each engine carries its own Unicode tables (``\\p{...}``); an unclose
 ``)\\z`` the compiler wraps the pattern in. Rather than list the differences, this module accepts a pattern only
 when it is made of constructs whose syntax and meaning are the same in both (literals, escaped punctuation,
 the Perl classes ``\\d \\s \\w`` and their negations, ``\\b \\B \\A \\z``, closed ``\\Q...\\E`` quotes,
-``.``, ``^``, ``$``, bracket classes of literals, ranges and POSIX names, groups ``(...)``/``(?:...)`` and flag groups of ``i m s U``, alternation and
-the quantifiers ``* + ? {n} {n,} {n,m}``, each optionally lazy). Anything else keeps its rule on the webhook
-with the construct named. A pattern is at most 1024 characters (the API's limit), so one pass is cheap.
+``.``, ``^``, ``$``, bracket classes of literals, ranges and POSIX names, groups ``(...)``/``(?:...)`` and
+flag groups of ``i m s U``, alternation and the quantifiers ``* + ? {n} {n,} {n,m}``, each optionally lazy).
+Anything else keeps its rule on the webhook with the construct named. A pattern is at most 1024 characters (the
+API's limit), so one pass is cheap.
 """
 
 from __future__ import annotations
