@@ -192,6 +192,8 @@ def test_the_worst_case_expression_is_refused_by_the_budget_not_run() -> None:
     assert len(refused) == 1
     assert "resulted in error" in refused[0]
     assert "budget" in refused[0]
+    verdict = judge_policy(_policy([{"expression": nested, "message": "m"}]), _binding(), _request(data), {})
+    assert "budget" in verdict.undecided  # an estimate, not kube-apiserver's count: not known to fail there
 
 
 def test_a_policys_validations_share_kube_apiservers_budget() -> None:
@@ -202,6 +204,26 @@ def test_a_policys_validations_share_kube_apiservers_budget() -> None:
     assert _refusals(_policy([pairs] * 80), _request(data)) == []
     assert _refusals(_policy([pairs] * 120), _request(data)) == [OUT_OF_BUDGET]
     assert _refusals(_policy([pairs] * 120, failurePolicy="Ignore"), _request(data)) == []
+
+
+def test_a_policy_the_local_engine_cannot_evaluate_lets_the_webhook_stand_in() -> None:
+    """No guessed answer: the policy's verdict is undecided, the ``resources`` hook is called although the
+    namespace would carry the native-rules label, and the outcome says so."""
+    world = testing.load_world([POLICIES])
+    compiled = compile_world(world)
+    case = next(c for c in testing.collect_cases(world) if c.name == "a tenant rule denies a label value on any kind")
+    native = compiled.native("native")
+    heavy = "object.metadata.labels.all(a, object.metadata.labels.all(b, object.metadata.labels.all(c, true)))"
+    for obj in native.namespaces[case.request.namespace].objects:
+        if obj["kind"] == "ValidatingAdmissionPolicy":
+            obj["spec"]["validations"] = [{"expression": heavy, "message": "never"}, *obj["spec"]["validations"]]
+    assert case.request.obj is not None
+    case.request.obj["metadata"]["labels"].update({f"k{i}": "v" for i in range(2000)})
+    outcome = testing.decide(case.request, case.usage, compiled, "native")
+    assert outcome.result == "denied"
+    assert outcome.denial is not None
+    assert outcome.denial.path == "/resources"
+    assert "the webhook's answer stands in" in outcome.notes[0]
 
 
 # -- the two engines ------------------------------------------------------------------------------------------

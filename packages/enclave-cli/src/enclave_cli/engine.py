@@ -182,6 +182,8 @@ class Outcome:
     """Hooks whose rules do not match the request (for explain)."""
     not_reached: list[str] = field(default_factory=list)
     """Hooks that match but come after a denial (kube-apiserver stops at the first)."""
+    notes: list[str] = field(default_factory=list)
+    """What the offline run could not do as the cluster would (a policy the local engine could not evaluate)."""
     passed_over: list[str] = field(default_factory=list)
     """Hooks whose namespaceSelector leaves the namespace out for its native-rules label."""
     engine: str = "webhook"
@@ -334,6 +336,13 @@ def evaluate(
             step = _policies(native, request.review(obj, dry_run=True), namespace_labels or {})
             if step is not None:
                 outcome.steps.append(step)
+            undecided = [verdict.undecided for verdict in step.verdicts if verdict.undecided] if step else []
+            if undecided:
+                # the policies' answer is not known offline: the webhook, which judges every rule, stands in
+                labelled = False
+                outcome.notes.append(
+                    f"the policies could not be evaluated offline ({undecided[0]}); the webhook's answer stands in"
+                )
         if not hook.matches(request.group, request.full_resource, request.operation, request.namespaced):
             outcome.skipped.append(hook.name)
             continue
@@ -365,6 +374,11 @@ def _policies(native: NativeRules | None, review: JSON, labels: dict[str, str]) 
     if not matched:
         return None
     tenant = native.namespaces[str(review["request"].get("namespace"))].tenant
+    if any(verdict.undecided for verdict in matched):
+        names = ", ".join(verdict.policy for verdict in matched)
+        return Step(
+            f"{NATIVE} {names}", NATIVE, Decision(True, "NotEvaluatedOffline", tenant=tenant), verdicts=verdicts
+        )
     audits = tuple(message for verdict in matched for message in verdict.warnings)
     denying = next((verdict for verdict in matched if verdict.denies), None)
     if denying is not None:

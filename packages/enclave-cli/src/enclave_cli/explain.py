@@ -113,6 +113,8 @@ def explain(request: Request, outcome: Outcome, state: State, style: Style, rule
         lines.append("  none: no Enclave webhook's rules match this request")
     if outcome.skipped:
         lines.append(style.dim("  not called (rules do not match): " + ", ".join(outcome.skipped)))
+    for note in outcome.notes:
+        lines.append(style.yellow(f"  note: {note}"))
     if outcome.passed_over:
         lines.append(
             style.dim(

@@ -27,7 +27,10 @@ Every expression runs under the engine's guards: the per-evaluation cost budget 
 limit, :data:`enclave_core.cel.limits.COST_BUDGET`) measured on the input, RE2 for ``matches``, and the size
 limits; a policy's validations and messages share kube-apiserver's per-policy budget (:data:`POLICY_BUDGET`),
 charged the engine's estimate of each evaluation on its input before it runs, and exhausting it is an error of
-the failure policy's, as in kube-apiserver. An expression the local engine refuses to compile is reported as such (never guessed): the policy's
+the failure policy's, as in kube-apiserver. The budgets are charged the engine's *estimate* of the work (an upper
+bound: cel-expr-python counts nothing as it runs), and the engine's parser and tree depth are shallower than
+kube-apiserver's, so an expression past one of these is not known to fail there: the verdict is
+:attr:`PolicyVerdict.undecided`, never a guessed refusal or admission. An expression the local engine refuses to compile is reported as such (never guessed): the policy's
 failure policy decides, and the case says why.
 """
 
@@ -41,7 +44,8 @@ from enclave_core import cel
 from enclave_core.api.names import NAMESPACE_NAME_LABEL, TENANT_LABEL
 from enclave_core.api.rules import AppliedRule
 from enclave_core.cel import cost
-from enclave_core.cel.limits import COST_BUDGET
+from enclave_core.cel.engine import CompiledExpression
+from enclave_core.cel.limits import COST_BUDGET, MAX_EXPRESSION_LENGTH
 from enclave_core.selectors import matches
 from enclave_core.snapshots.rules import RulesSnapshot
 from enclave_tenants.native.compiler import Program, compile_namespace, webhook_needed
@@ -98,6 +102,10 @@ class PolicyVerdict:
     why: str = ""
     """Why it did not match, or what errored."""
     denials: list[Refusal] = field(default_factory=list)
+    undecided: str = ""
+    """Why the local engine could not evaluate an expression kube-apiserver would (its parser or tree depth, or
+    its cost *estimate* past a budget kube-apiserver counts on the actual work): then this policy's answer is
+    not known offline, and :mod:`enclave_cli.engine` lets the webhook stand in."""
 
     @property
     def denies(self) -> bool:
@@ -298,17 +306,49 @@ class _Budget:
         them) and this one; a local compile refusal is an error result that says so."""
         text = with_variables(expression, declared) if declared else expression
         try:
-            program = cel.default().compile(text, POLICY_ENV)
+            program = compiled(text)
         except cel.CelCompileError as err:
             issues = "; ".join(str(issue) for issue in err.issues)
             return cel.Failed(cel.EvalError(cel.ErrorKind.LIMIT, f"not evaluated offline: {issues}", expression))
-        facts = program.compiled.facts
+        facts = program.facts
         spent = cost.on_input(facts.cost, variables) if facts is not None and facts.cost is not None else 0.0
         if spent <= COST_BUDGET:  # past it, the per-call limit refuses first (the engine's error)
             self.left -= spent
             if self.left < 0:
                 return cel.Failed(cel.EvalError(cel.ErrorKind.LIMIT, OUT_OF_BUDGET, expression))
         return program.evaluate(variables)
+
+
+_COMPILED: dict[str, CompiledExpression] = {}
+MAX_LOCAL_LENGTH: Final = MAX_EXPRESSION_LENGTH
+MAX_LOCAL_COMPREHENSIONS: Final = 12
+"""Characters and comprehensions (``all``, ``exists``, ``map``, ``filter``, ``transformList``...) of an expression,
+its variables bound in, that the local engine compiles: its static cost estimate grows far faster than the
+expression past them (minutes for one NetworkPolicy program, whose chains nest twenty and more), so a larger one
+is undecided offline and the webhook stands in."""
+_COMPREHENSION: Final = re.compile(r"\.(?:all|exists|exists_one|map|filter|transformList|transformMap)\(")
+
+
+def compiled(text: str) -> CompiledExpression:
+    """A policy expression compiled by the engine (cached). Not through the facade's static guards: those refuse
+    what a *tenant* may write (nesting, an estimate over the budget for small inputs, length), and kube-apiserver
+    takes the compiled policies' larger expressions; what bounds the work here is what bounds it there, the cost
+    of the evaluation, which the engine measures on each input before running it (an input that would take an
+    expression over the per-call budget fails closed, never runs)."""
+    loops = len(_COMPREHENSION.findall(text))
+    why = ""
+    if len(text) > MAX_LOCAL_LENGTH:
+        why = f"{len(text)} characters with its variables, past the {MAX_LOCAL_LENGTH} the local engine takes"
+    elif loops > MAX_LOCAL_COMPREHENSIONS:
+        why = f"{loops} comprehensions with its variables, past the {MAX_LOCAL_COMPREHENSIONS} the local engine takes"
+    if why:
+        raise cel.CelCompileError(text, [cel.CelIssue(text, why)])
+    found = _COMPILED.get(text)
+    if found is None:
+        if len(_COMPILED) > 4096:
+            _COMPILED.clear()
+        found = _COMPILED[text] = cel.default().engine.compile(text, POLICY_ENV)
+    return found
 
 
 def _evaluate(expression: str, variables: JSON, declared: list[JSON] | None = None) -> cel.EvalResult[Any]:
@@ -356,6 +396,8 @@ def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: d
             verdict.matched, verdict.why = False, f"matchCondition {condition['name']!r} is false"
             return verdict
         if isinstance(result, cel.Failed):
+            if result.error.kind is cel.ErrorKind.LIMIT:
+                verdict.undecided = verdict.undecided or _error_text(expression, result.error)
             errored = errored or _error_text(expression, result.error)
         elif result.value is not True:
             errored = errored or f"expression '{expression}' did not evaluate to a bool"
@@ -371,10 +413,12 @@ def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: d
     for validation in spec.get("validations") or []:
         expression = str(validation["expression"])
         result = budget.evaluate(expression, variables, declared)
-        if isinstance(result, cel.Failed) and result.error.message == OUT_OF_BUDGET:
-            if fail:
-                verdict.denials.append(Refusal(OUT_OF_BUDGET, "Invalid", error=True))
-            break
+        if isinstance(result, cel.Failed) and result.error.kind is cel.ErrorKind.LIMIT:
+            verdict.undecided = verdict.undecided or _error_text(expression, result.error)
+            if result.error.message == OUT_OF_BUDGET:
+                if fail:
+                    verdict.denials.append(Refusal(OUT_OF_BUDGET, "Invalid", error=True))
+                break
         if isinstance(result, cel.Failed):
             if fail:
                 verdict.denials.append(Refusal(_error_text(expression, result.error), "Invalid", error=True))
@@ -393,6 +437,29 @@ def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: d
 
 
 _NAMESPACES: Final = frozenset({"optional", "ip", "math", "strings", "base64", "sets", "lists"})
+_MACROS: Final = frozenset(
+    {"all", "exists", "exists_one", "map", "filter", "transformList", "transformMap", "has", "cel.bind"}
+)
+_CALL: Final = re.compile(r"(?:\b([A-Za-z_]\w*)\.)?([A-Za-z_]\w*)\s*\(")
+
+
+def _calls(text: str) -> set[str]:
+    """The functions ``text`` calls, outside its string literals (macros are the language's own)."""
+    bare, at = [], 0
+    while at < len(text):
+        if text[at] in "'\"":
+            end = _literal_end(text, at)
+            bare.append(" " * (end - at))
+            at = end
+        else:
+            bare.append(text[at])
+            at += 1
+    found = set()
+    for prefix, name in _CALL.findall("".join(bare)):
+        qualified = f"{prefix}.{name}"
+        if qualified not in _MACROS and name not in _MACROS:
+            found.add(qualified if prefix in _NAMESPACES else name)
+    return found
 
 
 def functions_used(policy: JSON) -> set[str]:
@@ -409,7 +476,11 @@ def functions_used(policy: JSON) -> set[str]:
         ]
     found: set[str] = set()
     for text in texts:
-        facts = cel.default().compile(text, POLICY_ENV).compiled.facts
+        try:
+            facts = compiled(text).facts
+        except cel.CelCompileError:  # past the local parser's depth: read the calls off the text instead
+            found |= _calls(text)
+            continue
         for name in facts.functions if facts is not None else ():
             prefix, dot, _ = name.partition(".")
             if name[0] not in "_!@" and (not dot or prefix in _NAMESPACES):

@@ -68,6 +68,7 @@ class Result:
             "patch": outcome.patch if outcome else [],
             "audits": outcome.audits if outcome else [],
             "problems": self.problems,
+            "notes": outcome.notes if outcome else [],
         }
 
 
@@ -188,6 +189,7 @@ def render_table(results: list[Result], style: Style) -> str:
             detail = "; ".join(f"{op['op']} {op['path']}" for op in outcome.patch)
         rows.append([mark, result.case.name, result.got, result.decided, detail])
         rows += [["", style.red(f"  {problem}"), "", "", ""] for problem in result.problems]
+        rows += [["", style.yellow(f"  note: {note}"), "", "", ""] for note in (outcome.notes if outcome else [])]
     passed = sum(result.passed for result in results)
     engines = ", ".join(dict.fromkeys(result.engine for result in results))
     summary = f"{passed} passed, {len(results) - passed} failed (rules engine: {engines})"
