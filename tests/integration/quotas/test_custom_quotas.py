@@ -262,8 +262,28 @@ def test_global_quota_events_go_to_the_configured_events_namespace(enclave: Quot
     configurations = (GROUP, VERSION, "serviceconfigurations", enclave.config_name)
     enclave.custom.patch_cluster_custom_object(*configurations, {"spec": {"events": {"namespace": elsewhere}}})
     name = unique("gq-events")
+    source = {"kind": "Gadget", "apiVersion": f"{elsewhere}.quota-test.dev", "op": "count"}
+
+    def configuration_arrived() -> bool:
+        """A probe quota's Event lands in the new namespace: enclave-quotas holds the patched configuration (it
+        travels through enclave-config's stream; a quota judged before it arrives reports where Events went
+        until then, once, and CI saw that race)."""
+        probe = unique("gq-probe")
+        enclave.create_quota(None, probe, {"limit": 1, "sources": [source]})
+        try:
+            found = poll(
+                lambda: (
+                    ("new" if enclave.events(elsewhere, probe, "SourceNotFound") else "")
+                    or ("old" if enclave.events(enclave.namespace, probe, "SourceNotFound") else "")
+                ),
+                what="the probe quota's SourceNotFound event",
+            )
+            return bool(found == "new")
+        finally:
+            enclave.delete_quota(None, probe)
+
     try:
-        source = {"kind": "Gadget", "apiVersion": f"{elsewhere}.quota-test.dev", "op": "count"}
+        poll(configuration_arrived, timeout=90, interval=0.5, what="enclave-quotas taking the events namespace")
         enclave.create_quota(None, name, {"limit": 1, "sources": [source]})
         enclave.wait_status(None, name, lambda s: ready_reason(s) == "SourceNotFound")
         poll(lambda: enclave.events(elsewhere, name, "SourceNotFound"), what=f"SourceNotFound event in {elsewhere}")
