@@ -376,7 +376,7 @@ class _Compiler:
     def workloads(self, local_check: bool) -> None:
         """``enforce.workloads``: :mod:`enclave_tenants.native.workloads` (each rule alone: no chain)."""
         found = [
-            (workloads.Rule(compiled.index, compiled.origin, compiled.action, compiled.variable), policy)
+            (AreaRule(compiled.index, compiled.origin, compiled.action, compiled.variable), policy)
             for rule, compiled in self.rules
             if compiled is not None and rule.enforce and (policy := rule.enforce.workloads) is not None
         ]

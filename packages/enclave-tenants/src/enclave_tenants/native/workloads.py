@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from enclave_core.api.meta import ValueMatcher
 from enclave_core.api.rules import PlacementPolicy, ResourceBounds, Toleration, WorkloadsPolicy
 from enclave_core.quantity import Quantity
 from enclave_tenants.native import celtext
+from enclave_tenants.native.area import Area, Rule
 from enclave_tenants.native.workload_limits import (
     ENVELOPE_ITEMS,
     ENVELOPE_TEXT,
@@ -56,7 +56,6 @@ from enclave_tenants.native.workload_limits import (
 )
 
 JSON = dict[str, Any]
-Path = Literal["native", "webhook"]
 
 LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
 
@@ -79,31 +78,6 @@ RESOURCES: Final = frozenset(
 """Policy resources (``resource[.group]``): the kinds, and the subresource ``kubectl debug`` writes."""
 
 _DEFAULT_TOLERATIONS: Final = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-
-
-@dataclass
-class Area:
-    """What the namespace's workload rules compile to, for the compiler to add to its program."""
-
-    placements: list[tuple[str, Path, str]] = field(default_factory=list)
-    """(origin, ``native``/``webhook``, why) per rule with ``enforce.workloads``."""
-    variables: list[JSON] = field(default_factory=list)
-    validations: list[JSON] = field(default_factory=list)
-    audit_validations: list[JSON] = field(default_factory=list)
-    resources: set[str] = field(default_factory=set)
-    asked: dict[int, str] = field(default_factory=dict)
-    """Rule index -> CEL true when the webhook asks whether the rule applies (the request is of a kind it
-    targets): a conditional rule whose conditions error refuses exactly then."""
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One rule as the compiler has it: position, origin text, action and the variable saying it applies."""
-
-    index: int
-    origin: str
-    action: str
-    applies: str
 
 
 # -- the request's Pod spec, read once per request (shared variables) ------------------------------------------
@@ -527,7 +501,7 @@ def compile_rules(rules: Sequence[tuple[Rule, WorkloadsPolicy]], *, local_check:
             for lists, names in reversed(by_lists.items()):
                 found = f"(variables.w_kind in {celtext.list_literal(sorted(names))} ? {part(rule, policy, lists)} : {found})"
             name = f"w{rule.index}{suffix}"
-            variables.append({"name": name, "expression": f"{rule.applies} && {asked} ? {found} : []"})
+            variables.append({"name": name, "expression": f"{rule.variable} && {asked} ? {found} : []"})
             validations.append(
                 {
                     "expression": f"variables.{name}.all(l, l.all(m, size(m) == 0))",
@@ -535,7 +509,7 @@ def compile_rules(rules: Sequence[tuple[Rule, WorkloadsPolicy]], *, local_check:
                     ".filter(l, size(l) > 0)[0][0])",
                 }
             )
-        local = locally_unbounded(rule.applies, _SHARED, variables, validations) if local_check else ""
+        local = locally_unbounded(rule.variable, _SHARED, variables, validations) if local_check else ""
         if local:
             area.placements.append((rule.origin, "webhook", local))
             continue
