@@ -2,8 +2,10 @@
 
 Each minor runs in its own pytest process with ``ENCLAVE_KUBERNETES_VERSION`` set (so one control plane per
 minor, built on first use like any other), oldest first. Arguments after ``--`` go to every pytest run, e.g.
-``tox -e compat -- -x -k chart``; ``--minors 1.36,1.37`` picks some. The exit status is non-zero when any
-minor failed.
+``tox -e compat -- -x -k chart``; ``--minors 1.36,1.37`` picks some. Paths among them (``tox -e compat --
+tests/integration/rules``, or a test's node id) replace the default selection, ``tests/integration`` and
+``tests/security``: added to it, pytest would run the whole suite and the named part once more. The exit status is
+non-zero when any minor failed.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import subprocess
 import sys
 import time
 
-from enclave_testing.binaries import CONTROL_PLANE, ensure, supported_kubernetes_minors
+from enclave_testing.binaries import BINARIES, CONTROL_PLANE, ensure, pinned_version, supported_kubernetes_minors
 from enclave_testing.paths import repo_root
+
+DEFAULT_SELECTION = ("tests/integration", "tests/security")
 
 _SUMMARY = re.compile(r"^=* ?(\d+ (?:passed|failed|error|skipped|deselected).*?) in [\d.]+s", re.MULTILINE)
 
@@ -27,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
     minors = [m.strip().lstrip("v") for m in args.minors.split(",") if m.strip()] or supported_kubernetes_minors()
+    selection = [] if any(_is_path(arg) for arg in args.pytest_args) else list(DEFAULT_SELECTION)
     results: list[tuple[str, int, str, float]] = []
     for minor in minors:
         print(f"[compat] Kubernetes {minor}: building or reusing the control plane", file=sys.stderr, flush=True)
@@ -37,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                 sys.executable,
                 "-m",
                 "pytest",
-                "tests/integration",
-                "tests/security",
+                *selection,
                 "-p",
                 "no:cacheprovider",
                 *args.pytest_args,
@@ -56,8 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     print("\nKubernetes | result | pytest summary | wall time")
     print("--- | --- | --- | ---")
     for minor, code, summary, elapsed in results:
-        print(f"{minor} | {'pass' if code == 0 else 'FAIL'} | {summary} | {elapsed:.0f}s")
+        pinned = f"{pinned_version(BINARIES['kube-apiserver'], minor)}, etcd {pinned_version(BINARIES['etcd'], minor)}"
+        print(f"{minor} ({pinned}) | {'pass' if code == 0 else 'FAIL'} | {summary} | {elapsed:.0f}s")
     return 0 if all(code == 0 for _, code, _, _ in results) else 1
+
+
+def _is_path(arg: str) -> bool:
+    """Whether a pytest argument names tests (a file, a folder, a node id) rather than an option or its value."""
+    if arg.startswith("-"):
+        return False
+    return (repo_root() / arg.split("::", 1)[0]).exists()
 
 
 if __name__ == "__main__":
