@@ -246,6 +246,21 @@ def test_the_policy_cases_pass_under_every_engine() -> None:
         assert {result.engine for result in results} == {engine}
 
 
+def test_a_condition_that_errors_is_refused_naming_the_rule_under_both_engines() -> None:
+    """The trace example's last case (a rule whose condition reads a missing annotation): the policies refuse with
+    an error that names the rule in the webhook's words, as kube-apiserver reports it (``no such key: ...``,
+    cel-go's text), so the case's ``expect.message``, written for the webhook, holds under every engine."""
+    for engine in ("webhook", "native", "both"):
+        results = testing.run([TRACE], engine=engine)
+        assert all(result.passed for result in results), [(r.case.name, r.problems) for r in results if not r.passed]
+    world = testing.load_world([TRACE])
+    case = next(c for c in testing.collect_cases(world) if c.name == "a condition that errors refuses")
+    native = testing.decide(case.request, case.usage, compile_world(world), "native")
+    words = "Tenant tr spec.rules[4] could not be evaluated: a condition that errors rejects the request unless"
+    assert native.message.startswith("expression '{'': false}[")
+    assert f"' resulted in error: no such key: {words} another condition is false" in native.message
+
+
 def test_the_native_outcome_comes_from_the_policies() -> None:
     world = testing.load_world([POLICIES])
     compiled = compile_world(world)

@@ -210,9 +210,14 @@ def test_same_rules_same_signature_and_different_rules_differ() -> None:
 
 
 def test_conditional_rules_refuse_when_their_conditions_error() -> None:
+    """The check comes first (kube-apiserver reports the first failed validation) and fails with an error of the
+    webhook's words, raised only when the rule's variable errors (``E || !(asked) || A || !A``)."""
     program = compile_namespace(_rules(_deny_label(conditions=[{"expression": "object.data.k == 'x'"}])))
-    (check,) = [v for v in program.validations if "could not be evaluated" in v.get("message", "")]
-    assert "(variables.a0 ? true : true)" in check["expression"]
+    check = program.validations[0]
+    words = "Tenant t spec.rules[0] could not be evaluated: a condition that errors rejects the request unless"
+    assert words in check["message"]
+    assert check["expression"].startswith("{'': false}[" + json.dumps(check["message"]) + "] || !(")
+    assert check["expression"].endswith(" || variables.a0 || !variables.a0")
     (applies,) = [v for v in program.variables if v["name"] == "a0"]
     assert applies["expression"] == "true && (object.data.k == 'x')"
 

@@ -231,8 +231,18 @@ def _variables_of(request: JSON, namespace_labels: dict[str, str]) -> JSON:
     }
 
 
+_MISSING_KEY: Final = re.compile(r'NOT_FOUND: Key not found in map : "([^"\\]*)"')
+"""cel-expr-python's words for a string key a map lacks (a key with a quote or backslash is escaped: left as is)."""
+
+
 def _error_text(expression: str, error: cel.EvalError) -> str:
-    return f"expression '{expression}' resulted in error: {error.message}"
+    """kube-apiserver's words for an expression that errored. A missing map key is said as cel-go says it
+    (``no such key: <key>``), so that the error a compiled policy raises on purpose (a rule whose condition
+    errored, :func:`enclave_tenants.native.celtext.raise_text`) reads here exactly as kube-apiserver reports it;
+    other errors keep the engine's own text."""
+    missing = _MISSING_KEY.fullmatch(error.message) if error.kind is cel.ErrorKind.NO_SUCH_KEY else None
+    text = f"no such key: {missing.group(1)}" if missing else error.message
+    return f"expression '{expression}' resulted in error: {text}"
 
 
 _QUOTES: Final = ('"""', "'''", '"', "'")

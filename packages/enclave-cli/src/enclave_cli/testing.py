@@ -25,6 +25,10 @@ from enclave_cli.world import DEFAULT_NAMESPACE, Compiled, World, compile_world
 CONDITION_ERRORED = "could not be evaluated"
 """What the webhook says of a rule whose condition errored (:mod:`enclave_admission.rules.engine`)."""
 
+_POLICY_CONDITION_ERROR = re.compile(r" resulted in error: no such key: (.+?) could not be evaluated: ")
+"""What kube-apiserver says when a compiled policy refuses for a rule whose condition errored (the rule's origin
+in the error the policy raises, :meth:`enclave_tenants.native.compiler._Compiler.conditions_evaluate`)."""
+
 
 @dataclass
 class Result:
@@ -133,8 +137,8 @@ def _said(outcome: Outcome) -> str:
 def differences(webhook: Outcome, native: Outcome) -> list[str]:
     """Where the two engines answer differently: the result, the denial (the same refusals: kube-apiserver
     reports a policy's first, the webhook lists up to five) and the audit findings. A refusal because a rule's
-    condition errored is the same answer in kube-apiserver's words (no CEL expression can catch an error to
-    give the webhook's message), docs/rules.md "Native policies"."""
+    condition errored is the same answer when both name the same rule: kube-apiserver reports an error in its
+    own form, never a validation's message (docs/rules.md "Native policies", "Known differences")."""
     if webhook.result != native.result:
         return [f"the engines differ: webhook {_said(webhook)}, native {_said(native)}"]
     found = []
@@ -151,6 +155,9 @@ def _same_refusals(webhook: Outcome, native: Outcome) -> bool:
     if ours is None or theirs is None or ours.path != RESOURCES or theirs.path != NATIVE:
         return False
     refusals = [refusal for verdict in theirs.verdicts if verdict.denies for refusal in verdict.denials]
+    if refusals and refusals[0].error:
+        named = _POLICY_CONDITION_ERROR.search(refusals[0].message)
+        return named is not None and f"{named.group(1)} {CONDITION_ERRORED} (" in ours.decision.message
     if any(refusal.error for refusal in refusals):
         return CONDITION_ERRORED in ours.decision.message
     message = ours.decision.message

@@ -169,6 +169,12 @@ def chain(links: Sequence[tuple[str, str]]) -> str:
     return expression
 
 
+def raise_text(text: str) -> str:
+    """A CEL bool expression that always fails with the error ``no such key: <text>`` (kube-apiserver's cel-go
+    and the CEL engine of ``enclave test`` alike): how a policy chooses the text of the error it fails with."""
+    return "{'': false}[" + lit(text) + "]"
+
+
 def quoted(var: str) -> str:
     """The webhook's ``{value!r}`` of a plain string value."""
     return f'"\'" + {var} + "\'"'

@@ -24,7 +24,8 @@ API audit log) and failure policy ``Ignore``.
 
 Known differences from the webhook, both only for inputs that already fail closed there: a ``Custom`` audience
 that errors makes the webhook apply the rule, the policy fail (and so refuse); a condition that errors refuses
-with kube-apiserver's error text rather than the webhook's.
+in kube-apiserver's form for an error, ``expression '...' resulted in error: no such key: <origin> could not be
+evaluated: ...`` (:meth:`_Compiler.conditions_evaluate`), without the webhook's list of the failed conditions.
 """
 
 from __future__ import annotations
@@ -419,21 +420,32 @@ class _Compiler:
 
     def conditions_evaluate(self) -> None:
         """A rule whose conditions error refuses the request whenever an area asks about it (the webhook's
-        rule): the error propagates through this validation (failure policy Fail)."""
+        rule), and kube-apiserver's refusal then names the rule in the webhook's words.
+
+        A validation that errors is refused as ``expression '<expression>' resulted in error: <error>``, never
+        with its message, and no CEL expression can turn an error into ``false`` (``&&``, ``||`` absorb one only
+        where the result does not depend on it). What the policy can choose is *which* error: ``||`` returns the
+        first error among its terms when none is true, so ``E || !(asked) || A || !A``, with ``E`` an error of
+        our own text (:func:`~enclave_tenants.native.celtext.raise_text`), is true while ``A`` (the rule
+        applies) is a bool and fails with ``E`` when it errors. These checks come first among the validations,
+        so they are what kube-apiserver reports (its first denial), not a chain that read the same variable."""
+        checks = []
         for _, compiled in self.rules:
             if compiled is None or not compiled.conditional or compiled.index not in self.asked:
                 continue
             if compiled.action == "audit":
                 continue  # an audit rule's error is reported, never a refusal
             asked = " || ".join(dict.fromkeys(self.asked[compiled.index]))
-            self.program.validations.append(
+            message = condition_error_message(compiled.origin)
+            raised, applies = celtext.raise_text(message), compiled.variable
+            checks.append(
                 {
-                    "expression": f"!({asked}) || ({compiled.variable} ? true : true)",
-                    "message": f"{compiled.origin} could not be evaluated: a condition that errors rejects the "
-                    "request unless another condition is false",
+                    "expression": f"{raised} || !({asked}) || {applies} || !{applies}",
+                    "message": message,
                     "reason": "Forbidden",
                 }
             )
+        self.program.validations[:0] = checks
 
     def other_areas(self) -> None:
         for rule, compiled in self.rules:
@@ -582,6 +594,12 @@ def webhook_needed(rules: Sequence[AppliedRule], program: Program) -> str:
         if placement.path == "webhook" and placement.area not in ELSEWHERE:
             return f"{placement.origin} {placement.area} stays on the webhook"
     return ""
+
+
+def condition_error_message(origin: str) -> str:
+    """What a policy says of a rule whose condition errored: the webhook's words (``enclave_admission.rules.
+    engine``) without the failed conditions and their errors, which no policy expression can read."""
+    return f"{origin} could not be evaluated: a condition that errors rejects the request unless another condition is false"
 
 
 # -- entry points ---------------------------------------------------------------------------------------------
