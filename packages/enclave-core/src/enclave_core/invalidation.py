@@ -89,6 +89,15 @@ def due_after(period_seconds: float, draw: float) -> float:
     return period_seconds * (1.0 - SPREAD * min(max(draw, 0.0), 1.0))
 
 
+def expire(deadline: Deadline) -> None:
+    """Make ``deadline`` due now, on the loop it waits on: the block :func:`expiring` runs over it ends as if its
+    period had run out. A host's shared informer (``enclave_core.kube.shared``) relists so when the period of
+    one of the components reading it runs out, its own being the host's."""
+    deadline.since = float("-inf")
+    for moved in list(_here.moved):
+        moved()
+
+
 def invalidated(cache: str) -> None:
     """Count an invalidation of ``cache`` and note its time (the metrics an operator reads)."""
     INVALIDATIONS.labels(cache).inc()

@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from enclave_core import GROUP_VERSION
 from enclave_core.api import names
 from enclave_core.api.names import TENANT_LABEL
+from enclave_core.kube import projections, shared
 from enclave_core.kube.events import EventRecorder, EventType
-from enclave_core.kube.informer import Informer, keep_managed_fields
+from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_kind
 from enclave_core.ledger import LedgerClient
 from enclave_core.runtime.controller import ControllerBase
@@ -85,18 +86,24 @@ class GlobalQuotasController(Settling, ControllerBase[Settings]):
         self._settles: dict[str, int] = {}
         """Namespace -> reservations settled there so far: a settle is a reason to count a suspect again."""
         change = self._changed
-        # None of these reads managedFields: at 10,000 namespaces they were most of each cached object.
-        trim = keep_managed_fields()
+        # Namespaces, Tenants and RuleStatuses as every controller caches them (one copy in a host):
+        # enclave_core.kube.projections.
         self.quotas = Informer(kube, QUOTAS_PATH, on_change=change, name="globalresourcequotas")
-        self.namespaces = Informer(kube, "/api/v1/namespaces", on_change=change, name="namespaces", transform=trim)
+        self.namespaces = shared.informer(
+            kube, "/api/v1/namespaces", on_change=change, name="namespaces", transform=projections.namespace
+        )
         self.resource_quotas = Informer(
             kube, "/api/v1/resourcequotas", label_selector=MANAGED, on_change=change, name="resourcequotas"
         )
         self.ledgers = Informer(
             kube, self._ledgers_path, label_selector=MANAGED, on_change=change, name="quantityledgers"
         )
-        self.tenants = Informer(kube, TENANTS_PATH, on_change=change, name="tenants", transform=trim)
-        self.rule_statuses = Informer(kube, RULE_STATUSES_PATH, on_change=change, name="rulestatuses", transform=trim)
+        self.tenants = shared.informer(
+            kube, TENANTS_PATH, on_change=change, name="tenants", transform=projections.tenant
+        )
+        self.rule_statuses = shared.informer(
+            kube, RULE_STATUSES_PATH, on_change=change, name="rulestatuses", transform=projections.rule_status
+        )
         """Namespaces' own rules: their ``spec[].quota`` entries are quotas as a tenant rule's are."""
         self.loops = ControllerLoop(
             "globalquotas",

@@ -25,8 +25,9 @@ from prometheus_client import Counter, Gauge
 
 from enclave_core import GROUP_VERSION
 from enclave_core.api import names
+from enclave_core.kube import projections, shared
 from enclave_core.kube.events import EventRecorder, EventType
-from enclave_core.kube.informer import Informer, keep_managed_fields
+from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path, with_kind
 from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.loops import DONE, ControllerLoop, LoopMetrics, Result
@@ -69,9 +70,9 @@ class PoolsController(ControllerBase[Settings]):
         self._events: asyncio.Queue[tuple[JSON, EventType, str, str]] = asyncio.Queue(maxsize=1000)
         self.pools = Informer(kube, POOLS_PATH, on_change=self._changed, name="resourcepools")
         self.claims = Informer(kube, CLAIMS_PATH, on_change=self._changed, name="resourcepoolclaims")
-        # managedFields dropped: nothing here reads them, and at 10,000 namespaces they were most of the cache
-        self.namespaces = Informer(
-            kube, "/api/v1/namespaces", on_change=self._changed, name="namespaces", transform=keep_managed_fields()
+        # As every controller caches them (one copy in a host): enclave_core.kube.projections.
+        self.namespaces = shared.informer(
+            kube, "/api/v1/namespaces", on_change=self._changed, name="namespaces", transform=projections.namespace
         )
         self.quotas = Informer(
             kube,

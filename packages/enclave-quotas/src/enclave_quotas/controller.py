@@ -28,8 +28,9 @@ from prometheus_client import Counter, Gauge
 from enclave_core import GROUP_VERSION
 from enclave_core.api import names
 from enclave_core.api.ledger import Reservation
+from enclave_core.kube import projections, shared
 from enclave_core.kube.events import EventRecorder
-from enclave_core.kube.informer import Informer, keep_managed_fields
+from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.ledger import LedgerClient, LedgerMissingError, fold, new_ledger
 from enclave_core.quantity import Quantity
@@ -106,9 +107,9 @@ class QuotasController(ControllerBase[Settings]):
         self.quotas = {
             kind: Informer(kube, path, on_change=change, name=kind.lower()) for kind, path in QUOTA_PATHS.items()
         }
-        # managedFields dropped: nothing here reads them, and at 10,000 namespaces they were most of the cache
-        self.namespaces = Informer(
-            kube, "/api/v1/namespaces", on_change=change, name="namespaces", transform=keep_managed_fields()
+        # As every controller caches them (one copy in a host): enclave_core.kube.projections.
+        self.namespaces = shared.informer(
+            kube, "/api/v1/namespaces", on_change=change, name="namespaces", transform=projections.namespace
         )
         self.ledger_cache = self.ledgers.informer(names.QUOTAS_MANAGER, on_change=change)
         self.crds = Informer(

@@ -34,9 +34,10 @@ from enclave_core.api.replication import (
     TenantResourceSpec,
 )
 from enclave_core.durations import parse_duration
+from enclave_core.kube import projections, shared
 from enclave_core.kube.connection import Connection
 from enclave_core.kube.events import EventRecorder, EventType
-from enclave_core.kube.informer import Informer, keep_managed_fields
+from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, with_kind
 from enclave_core.runtime.controller import ControllerBase
 from enclave_core.runtime.keyed import KeyedQueue
@@ -107,12 +108,13 @@ class ReplicationController(Identities, Applier, ControllerBase[Settings]):
         self.controller_user = ""
         self.globals = Informer(kube, GLOBAL_PATH, on_change=self._global_changed, name="globaltenantresources")
         self.locals = Informer(kube, TENANT_PATH, on_change=self._local_changed, name="tenantresources")
-        # Tenants and namespaces without managedFields (the managed objects keep theirs: adoption reads them);
-        # at 10,000 namespaces they were most of the cache.
-        trim = keep_managed_fields()
-        self.tenants = Informer(kube, TENANTS_PATH, on_change=self._everything_changed, name="tenants", transform=trim)
-        self.namespaces = Informer(
-            kube, NAMESPACES_PATH, on_change=self._namespace_changed, name="namespaces", transform=trim
+        # Tenants and namespaces as every controller caches them (one copy in a host; the managed objects keep
+        # their managedFields: adoption reads them): enclave_core.kube.projections.
+        self.tenants = shared.informer(
+            kube, TENANTS_PATH, on_change=self._everything_changed, name="tenants", transform=projections.tenant
+        )
+        self.namespaces = shared.informer(
+            kube, NAMESPACES_PATH, on_change=self._namespace_changed, name="namespaces", transform=projections.namespace
         )
         self.managed: dict[str, Informer] = {}
         """Managed objects per collection path (label-selected), started when a kind is first replicated."""

@@ -16,7 +16,7 @@ import logging
 import sys
 
 from enclave_core import GROUP_VERSION
-from enclave_core.api.names import TENANTS_MANAGER
+from enclave_core.kube import projections
 from enclave_core.kube.informer import Informer, share
 from enclave_core.kube.rest import JSON
 from enclave_core.runtime.loops import ControllerLoop
@@ -154,28 +154,8 @@ class Caches:
         self._replan()
 
 
-def _namespace_trim(obj: JSON) -> JSON:
-    """Namespaces as the controller reads them: metadata with what our own apply entries own, and the phase
-    (their ``spec.finalizers`` and status conditions are never read; 10,000 of them are cached). What a
-    tenant's namespaces have in common (labels but the name, the owner reference, our fields) is held once."""
-    meta = obj.get("metadata") or {}
-    entries = [
-        {key: entry[key] for key in _ENTRY_FIELDS if key in entry}
-        for entry in meta.get("managedFields") or []
-        if entry.get("manager") == TENANTS_MANAGER
-    ]
-    kept = {key: value for key, value in meta.items() if key != "managedFields"}
-    if entries:
-        kept["managedFields"] = entries
-    phase = (obj.get("status") or {}).get("phase")
-    trimmed: JSON = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": kept}
-    trimmed["status"] = {"phase": phase} if phase else {}
-    shared: JSON = share(trimmed)
-    return shared
-
-
-_ENTRY_FIELDS = ("manager", "operation", "subresource", "fieldsV1")
-"""What :mod:`enclave_core.kube.managedfields` reads of a managedFields entry (not its time or format)."""
+_namespace_trim = projections.namespace
+"""Namespaces as every controller caches them (one projection for all: a host shares the cache)."""
 
 
 def _binding_trim(obj: JSON) -> JSON:
@@ -195,13 +175,8 @@ def _binding_trim(obj: JSON) -> JSON:
 _BINDING_METADATA = ("name", "namespace", "resourceVersion", "labels", "deletionTimestamp")
 
 
-def _rule_status_trim(obj: JSON) -> JSON:
-    """RuleStatuses without managedFields or creation time; the rest (spec, status, generation, uid for Events)
-    is read. Their conditions and rules repeat across a tenant's namespaces and are held once."""
-    meta = obj.get("metadata") or {}
-    kept = {key: value for key, value in meta.items() if key not in ("managedFields", "creationTimestamp")}
-    shared: JSON = share({**obj, "metadata": kept})
-    return shared
+_rule_status_trim = projections.rule_status
+"""RuleStatuses as every controller caches them (enclave-globalquotas reads them too)."""
 
 
 def _volume_trim(obj: JSON) -> JSON:

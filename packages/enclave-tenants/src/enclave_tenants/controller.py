@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from enclave_core.api import names
 from enclave_core.api.names import PROMOTED_LABEL
 from enclave_core.api.tenancy import Tenant
+from enclave_core.kube import projections, shared
 from enclave_core.kube.events import EventRecorder
 from enclave_core.kube.informer import Informer, keep_managed_fields
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
@@ -117,9 +118,12 @@ class TenantsController(Reporting, NamespaceQuota, ControllerBase[Settings]):
         # Only namespaces' own apply entries are read (what this controller applied, to release it); every
         # other cached kind needs no managedFields at all. At 10,000 namespaces they were most of the caches.
         trim = keep_managed_fields()
-        self.tenants = Informer(kube, TENANTS_PATH, on_change=self._tenant_changed, name="tenants", transform=trim)
+        # Tenants, namespaces and RuleStatuses as every controller caches them (one copy in a host).
+        self.tenants = shared.informer(
+            kube, TENANTS_PATH, on_change=self._tenant_changed, name="tenants", transform=projections.tenant
+        )
         self.owners = Informer(kube, OWNERS_PATH, on_change=self._owner_changed, name="tenantowners", transform=trim)
-        self.namespaces = Informer(
+        self.namespaces = shared.informer(
             kube, "/api/v1/namespaces", on_change=self._namespace_changed, name="namespaces", transform=_namespace_trim
         )
         self.ledgers = LedgerClient(kube, settings.namespace)
@@ -140,7 +144,7 @@ class TenantsController(Reporting, NamespaceQuota, ControllerBase[Settings]):
             name="serviceaccounts",
             transform=trim,
         )
-        self.rule_statuses = Informer(
+        self.rule_statuses = shared.informer(
             kube,
             RULE_STATUSES_PATH,
             on_change=self._rule_status_changed,

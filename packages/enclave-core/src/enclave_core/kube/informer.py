@@ -129,13 +129,18 @@ class Informer:
     @failing.setter
     def failing(self, value: bool) -> None:
         blind = not watching()
-        self._failing = value
+        changed, self._failing = value != self._failing, value
+        if changed:
+            self._failing_changed()
         if blind and watching():
             for callback in list(_here.resumed):
                 try:
                     callback()
                 except Exception:
                     log.exception("a watching-resumed callback failed", extra={"informer": self.name})
+
+    def _failing_changed(self) -> None:
+        """Called on every change of :attr:`failing` (a host's shared informer tells its readers)."""
 
     def get(self, key: str) -> JSON | None:
         return self.items.get(key)

@@ -8,6 +8,8 @@ port, its probes and readiness gates on their port) on an event loop and thread 
 - a component whose loop is blocked (a long computation, a blocking call) holds back only its own tasks; the
   others keep their loops and take the interpreter in turns with it (the GIL switches every 5 ms), which
   ``enclave_event_loop_lag_seconds{component}`` shows (docs/benchmarks.md has the measurement);
+- the informers that several of them keep (namespaces, Tenants, RuleStatuses) are one per host, on a thread
+  and loop of their own, each component reading them as its own cache (:mod:`enclave_core.kube.shared`);
 - a component that crashes ends the host (exit 1) as it would end its own process, so the kubelet restarts
   the pod and every Lease it held passes to a standby replica.
 
@@ -43,6 +45,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, cast
 
+from enclave_core.kube import shared
+from enclave_core.kube.connection import connect
+from enclave_core.kube.shared import SharedInformers
 from enclave_core.runtime import component
 from enclave_core.runtime.logs import setup_logging
 from enclave_core.runtime.options import HostPort, add_env_option, add_interpreter_flags
@@ -294,14 +299,35 @@ async def host(plan: Plan, hosted: list[Hosted], stop: asyncio.Event | None = No
     return 1 if crashed else 0
 
 
+def shared_informers(
+    parsed: dict[str, argparse.Namespace], loop_factory: Callable[[], asyncio.AbstractEventLoop] | None
+) -> SharedInformers | None:
+    """The hosted components' shared caches (:mod:`enclave_core.kube.shared`), when they all reach kube-apiserver
+    as the same identity (one ``--kubeconfig``, or all in-cluster): a cache listed as one component must not
+    be read by another that may not list it. Several components are needed for sharing to save anything."""
+    kubeconfigs = {str(getattr(args, "kubeconfig", "") or "") for args in parsed.values()}
+    if len(parsed) < 2 or len(kubeconfigs) != 1:
+        return None
+    (kubeconfig,) = kubeconfigs
+    return SharedInformers(lambda: connect(kubeconfig), loop_factory)
+
+
 def main(argv: list[str] | None = None) -> int:
     plan = parse_args(argv)
     _log_setup(plan.args)
     parsed = component_args(plan)
     factory = component.loop_factory(plan.args)
     hosted = [Hosted(name, load(name), parsed[name], factory) for name in plan.args.components]
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(host(plan, hosted))
+    hub = shared_informers(parsed, factory)
+    if hub is not None:
+        shared.install(hub.start())
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(host(plan, hosted))
+    finally:
+        if hub is not None:
+            shared.install(None)
+            hub.stop()
 
 
 if __name__ == "__main__":
