@@ -211,15 +211,15 @@ def test_same_rules_same_signature_and_different_rules_differ() -> None:
 
 def test_conditional_rules_refuse_when_their_conditions_error() -> None:
     """The check comes first (kube-apiserver reports the first failed validation) and fails with an error of the
-    webhook's words, raised only when the rule's variable errors (``E || !(asked) || A || !A``)."""
+    webhook's words, raised only when the rule's variable errors (``!(asked) || E || A || !A``)."""
     program = compile_namespace(_rules(_deny_label(conditions=[{"expression": "object.data.k == 'x'"}])))
     check = program.validations[0]
     words = "Tenant t spec.rules[0] could not be evaluated: a condition that errors rejects the request unless"
     assert words in check["message"]
-    assert check["expression"].startswith("{'': false}[" + json.dumps(check["message"]) + "] || !(")
+    assert check["expression"].startswith("!(variables.k0) || {'': false}[" + json.dumps(check["message"]) + "] || ")
     assert check["expression"].endswith(" || variables.a0 || !variables.a0")
     (applies,) = [v for v in program.variables if v["name"] == "a0"]
-    assert applies["expression"] == "true && (object.data.k == 'x')"
+    assert applies["expression"] == "(object.data.k == 'x')"
 
 
 def test_audiences_compile_to_user_group_and_custom_terms() -> None:
@@ -311,3 +311,87 @@ def test_a_binding_covers_a_namespace_whatever_else_it_names() -> None:
     assert not binding_covers(live, binding, "t-b")
     expressions[0]["values"] = ["other"]
     assert not binding_covers(live, binding, "t-a")
+
+
+# -- what a request costs: kube-apiserver evaluates every messageExpression again, for every request it admits --
+
+
+def _labelled(operation: str, labels: dict[str, str], old: dict[str, str] | None = None) -> dict[str, Any]:
+    def configmap(labels: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": labels}, "data": {}}
+
+    return {
+        "uid": "u",
+        "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+        "name": "c",
+        "namespace": "t-a",
+        "operation": operation,
+        "userInfo": {"username": "alice", "groups": []},
+        "object": configmap(labels),
+        "oldObject": None if old is None else configmap(old),
+    }
+
+
+def _judged(rules: list[AppliedRule], request: dict[str, Any]) -> list[str]:
+    from enclave_cli.native import judge_policy
+
+    policy, binding = policies("t", compile_namespace(rules), ["t-a"], enclave_namespace="e", ignored_groups=[])[:2]
+    labels = {"enclave.dev/tenant": "t", "kubernetes.io/metadata.name": "t-a"}
+    verdict = judge_policy(policy, binding, request, labels)
+    assert verdict.matched, verdict
+    assert not verdict.undecided, verdict
+    return [refusal.message for refusal in verdict.denials]
+
+
+def test_an_absent_key_is_decided_before_any_rule_is_read_unless_a_rule_requires_it() -> None:
+    allow = {
+        "enforce": {
+            "action": "allow",
+            "metadata": [{"kinds": ["ConfigMap"], "labels": {"app": {"values": [{"exp": "[a-z]+"}]}}}],
+        }
+    }
+    required = {
+        "enforce": {"action": "allow", "metadata": [{"kinds": ["ConfigMap"], "labels": {"app": {"required": True}}}]}
+    }
+    (plain,) = [v["expression"] for v in compile_namespace(_rules(_deny_label(), allow)).variables if v["name"] == "m0"]
+    assert plain.startswith("!variables.m0v.hasValue() || ")
+    (must,) = [v["expression"] for v in compile_namespace(_rules(required)).variables if v["name"] == "m0"]
+    assert not must.startswith("!variables.m0v.hasValue()")
+    cases: list[tuple[list[AppliedRule], dict[str, Any], str]] = [
+        (_rules(_deny_label(), allow), _labelled("CREATE", {}), ""),
+        (_rules(_deny_label(), allow), _labelled("CREATE", {"env": "prod"}), "spec.rules[0] denies"),
+        (_rules(_deny_label(), allow), _labelled("CREATE", {"app": "Web"}), "spec.rules[1] allows"),
+        (_rules(_deny_label(), allow), _labelled("UPDATE", {"app": "Web"}, {"app": "Web"}), ""),
+        (_rules(_deny_label(), allow), _labelled("UPDATE", {"app": "Web"}, {}), "spec.rules[1] allows"),
+        (_rules(required), _labelled("CREATE", {}), "spec.rules[0] requires"),
+        (_rules(required), _labelled("UPDATE", {}, {}), ""),
+        (_rules(required), _labelled("UPDATE", {}, {"app": "web"}), "spec.rules[0] requires"),
+    ]
+    for rules, request, refused in cases:
+        denials = _judged(rules, request)
+        assert (refused in "; ".join(denials)) if refused else not denials, (request, denials)
+
+
+def test_a_condition_that_errors_refuses_though_no_chain_reads_it() -> None:
+    """The absent key no longer reads the rule's variable: the shared check still does, and refuses."""
+    erroring = _deny_label(conditions=[{"expression": "object.data.missing == 'x'"}])
+    (denial,) = _judged(_rules(erroring), _labelled("CREATE", {}))
+    assert "resulted in error" in denial
+    assert "variables.a0" in denial
+
+
+def test_kind_scopes_are_variables_read_by_every_link_and_check() -> None:
+    program = compile_namespace(
+        _rules(
+            _deny_label(conditions=[{"expression": "object.data.k == 'x'"}]),
+            _deny_label("team", conditions=[{"expression": "object.data.k == 'y'"}]),
+        )
+    )
+    scopes = [v for v in program.variables if v["name"].startswith("k")]
+    assert [v["expression"] for v in scopes] == [
+        '(request.kind.kind in ["ConfigMap"] && ((request.kind.group == \'\' && request.kind.version in ["v1"])))'
+    ]
+    assert sum("variables.k0 && variables.a" in v["expression"] for v in program.variables) == 2
+    checks = [v for v in program.validations if "could not be evaluated" in v.get("message", "")]
+    assert [check["expression"].startswith("!(variables.k0) || ") for check in checks] == [True, True]

@@ -111,8 +111,15 @@ def kind_scope(scope: KindScope) -> str:
     if scope.any_group:
         return kind
     api_version = "(request.kind.group == '' ? request.kind.version : request.kind.group + '/' + request.kind.version)"
-    group = f"(request.kind.group in {list_literal(sorted(scope.groups))} || {api_version} in {list_literal(sorted(scope.versions))})"
-    return f"({kind} && {group})"
+    terms = [f"request.kind.group in {list_literal(sorted(scope.groups))}"] if scope.groups else []
+    # a core version (no '/') is the whole apiVersion only in the core group: no string is built for it
+    core = sorted(version for version in scope.versions if "/" not in version)
+    grouped = sorted(version for version in scope.versions if "/" in version)
+    if core:
+        terms.append(f"(request.kind.group == '' && request.kind.version in {list_literal(core)})")
+    if grouped:
+        terms.append(f"{api_version} in {list_literal(grouped)}")
+    return f"({kind} && ({' || '.join(terms) or 'false'}))"
 
 
 # -- applicability --------------------------------------------------------------------------------------------
@@ -157,8 +164,8 @@ def applies(rule: AppliedRule) -> tuple[str, str]:
                 f"enforce.conditions[{position}] reads `now`, which a ValidatingAdmissionPolicy has no variable for",
             )
         conditions.append(f"({condition.expression})")
-    who = "(" + " || ".join(terms) + ")" if terms else "true"
-    return " && ".join([who, *conditions]), ""
+    who = ["(" + " || ".join(terms) + ")"] if terms else []
+    return " && ".join([*who, *conditions]) or "true", ""
 
 
 def chain(links: Sequence[tuple[str, str]]) -> str:

@@ -112,6 +112,9 @@ class _Compiler:
         self.program = program
         self.rules: list[tuple[AppliedRule, _Rule | None]] = []
         self.asked: dict[int, list[str]] = {}
+        self.scopes: dict[str, str] = {}
+        """A kind scope's CEL -> the variable holding it (``k<n>``): evaluated once per request however many
+        links and checks read it."""
         for index, rule in enumerate(rules):
             origin = celtext.origin_text(rule)
             applies, why = celtext.applies(rule)
@@ -153,7 +156,7 @@ class _Compiler:
                     continue
                 if compiled.action == "audit":
                     self._metadata_audit(number, compiled, scope, part, key, path, value)
-                self.asked.setdefault(compiled.index, []).append(celtext.kind_scope(scope))
+                self.asked.setdefault(compiled.index, []).append(self._scope(scope))
                 self.program.resources.add("*")
                 outcome.setdefault(origin, []).append(("native", f"{path} in one chain with the namespace's rules"))
                 if _covers_namespaces(scope):
@@ -194,6 +197,18 @@ class _Compiler:
                 return f"{path}: {problems[0]}"
         return ""
 
+    def _scope(self, scope: KindScope) -> str:
+        """``variables.k<n>``, true when the request's kind is in ``scope`` (declared on first use, before the
+        variables that read it, as kube-apiserver requires)."""
+        text = celtext.kind_scope(scope)
+        if text == "true":
+            return text
+        name = self.scopes.get(text)
+        if name is None:
+            name = self.scopes[text] = f"k{len(self.scopes)}"
+            self.program.variables.append({"name": name, "expression": text})
+        return f"variables.{name}"
+
     @staticmethod
     def _present(part: str, key: str) -> tuple[str, str]:
         new = f"object.metadata.?{part}[?{celtext.lit(key)}]"
@@ -203,19 +218,22 @@ class _Compiler:
     def _metadata_key(
         self, number: int, part: str, key: str, path: str, pairs: Sequence[tuple[_Rule, KindScope, MetadataValue]]
     ) -> None:
+        """The item's chain, written so the common request costs little: kube-apiserver evaluates every
+        ``messageExpression`` (here the item's variable) again, in a context of its own, for every request it
+        admits, so whatever the variable does is done twice. Where no rule requires the key, an absent key
+        decides ``''`` before anything else is read; each link tests its kind scope (one shared variable) before
+        the rule's conditions. CEL's ``&&`` is commutative (false wins over an error), so the order changes the
+        cost only, never the answer; a condition that errors still refuses through :meth:`conditions_evaluate`."""
         new, old = self._present(part, key)
         name = f"m{number}"
         self.program.variables.append({"name": f"{name}v", "expression": new})
         self.program.variables.append({"name": f"{name}o", "expression": old})
         value, previous = f"variables.{name}v", f"variables.{name}o"
-        changed = (
-            f"request.operation != 'UPDATE' || {value}.hasValue() != {previous}.hasValue() || "
-            f"({value}.hasValue() && {value}.value() != {previous}.value())"
-        )
+        absent_matters = any(rule.action == "allow" and entry.required for rule, _, entry in pairs)
         got = f"{value}.value()"
         links = []
         for rule, scope, entry in pairs:
-            applies = f"{rule.variable} && {celtext.kind_scope(scope)}"
+            applies = " && ".join(t for t in (self._scope(scope), rule.variable) if t != "true")
             if rule.action == "allow":
                 refused = (
                     celtext.lit(f"{rule.origin} allows {path} only {celtext.describe(entry.values or [])}; got ")
@@ -223,10 +241,14 @@ class _Compiler:
                     + celtext.quoted(got)
                 )
                 present = f"({celtext.matchers(got, entry.values)} ? '' : {refused})" if entry.values else "''"
-                absent = celtext.lit(f"{rule.origin} requires {path}") if entry.required else "''"
-                links.append((applies, f"{value}.hasValue() ? {present} : {absent}"))
+                if absent_matters:
+                    absent = celtext.lit(f"{rule.origin} requires {path}") if entry.required else "''"
+                    present = f"{value}.hasValue() ? {present} : {absent}"
+                links.append((applies, present))
             else:
                 hit = celtext.matchers(got, entry.values) if entry.values else "true"
+                if absent_matters:
+                    hit = f"({value}.hasValue() ? {hit} : false)"
                 matched = f" (matches {celtext.describe(entry.values)})" if entry.values else ""
                 message = (
                     celtext.lit(f"{rule.origin} denies {path}=")
@@ -234,8 +256,18 @@ class _Compiler:
                     + celtext.quoted(got)
                     + (f" + {celtext.lit(matched)}" if matched else "")
                 )
-                links.append((f"{applies} && ({value}.hasValue() ? {hit} : false)", message))
-        self.program.variables.append({"name": name, "expression": f"!({changed}) ? '' : {celtext.chain(links)}"})
+                links.append((applies if hit == "true" else f"{applies} && {hit}", message))
+        if absent_matters:
+            changed = (
+                f"request.operation != 'UPDATE' || {value}.hasValue() != {previous}.hasValue() || "
+                f"({value}.hasValue() && {value}.value() != {previous}.value())"
+            )
+            expression = f"!({changed}) ? '' : {celtext.chain(links)}"
+        else:
+            # present here: changed unless an UPDATE keeps the old value
+            changed = f"request.operation != 'UPDATE' || !{previous}.hasValue() || {got} != {previous}.value()"
+            expression = f"!{value}.hasValue() || !({changed}) ? '' : {celtext.chain(links)}"
+        self.program.variables.append({"name": name, "expression": expression})
         self._validate(name, self.program.validations)
 
     def _metadata_audit(
@@ -257,7 +289,7 @@ class _Compiler:
         )
         self.program.audit_validations.append(
             {
-                "expression": f"!({rule.variable} && {celtext.kind_scope(scope)} && ({new}).hasValue() && ({changed}) && {hit})",
+                "expression": f"!({self._scope(scope)} && {rule.variable} && ({new}).hasValue() && ({changed}) && {hit})",
                 "messageExpression": message,
             }
         )
@@ -425,10 +457,12 @@ class _Compiler:
         A validation that errors is refused as ``expression '<expression>' resulted in error: <error>``, never
         with its message, and no CEL expression can turn an error into ``false`` (``&&``, ``||`` absorb one only
         where the result does not depend on it). What the policy can choose is *which* error: ``||`` returns the
-        first error among its terms when none is true, so ``E || !(asked) || A || !A``, with ``E`` an error of
+        first error among its terms when none is true, so ``!(asked) || E || A || !A``, with ``E`` an error of
         our own text (:func:`~enclave_tenants.native.celtext.raise_text`), is true while ``A`` (the rule
-        applies) is a bool and fails with ``E`` when it errors. These checks come first among the validations,
-        so they are what kube-apiserver reports (its first denial), not a chain that read the same variable."""
+        applies) is a bool and fails with ``E`` when it errors. ``!(asked)`` goes first: a request of a kind the
+        rule is not asked about is decided before ``E`` is built (an error value, on every request it reaches).
+        These checks come first among the validations, so they are what kube-apiserver reports (its first
+        denial), not a chain that read the same variable."""
         checks = []
         for _, compiled in self.rules:
             if compiled is None or not compiled.conditional or compiled.index not in self.asked:
@@ -440,7 +474,7 @@ class _Compiler:
             raised, applies = celtext.raise_text(message), compiled.variable
             checks.append(
                 {
-                    "expression": f"{raised} || !({asked}) || {applies} || !{applies}",
+                    "expression": f"!({asked}) || {raised} || {applies} || !{applies}",
                     "message": message,
                     "reason": "Forbidden",
                 }
