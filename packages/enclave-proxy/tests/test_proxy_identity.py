@@ -8,9 +8,9 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from enclave_proxy.identity import (
     Identity,
     ImpersonationRefusedError,
+    asks_impersonation,
     bearer_token,
     from_certificate,
-    impersonating,
     impersonation_headers,
     requested_identity,
 )
@@ -47,10 +47,11 @@ def test_impersonation_carries_every_group_and_extra() -> None:
 
 
 def test_callers_impersonation_headers_are_found_whatever_their_case() -> None:
-    assert impersonating(["Accept", "impersonate-user", "IMPERSONATE-GROUP"]) == [
-        "IMPERSONATE-GROUP",
-        "impersonate-user",
-    ]
+    assert asks_impersonation([(b"Accept", b"*/*"), (b"IMPERSONATE-GROUP", b"g")])
+    assert asks_impersonation([(b"impersonate-user", b"u")])
+    assert asks_impersonation([(b"Impersonate-Extra-Scopes", b"x")])
+    assert not asks_impersonation([(b"Accept", b"*/*"), (b"Impersonat", b"x"), (b"X-Impersonate-User", b"u")])
+    assert not asks_impersonation([])
 
 
 def test_requested_identity_is_built_as_kube_apiserver_builds_it() -> None:

@@ -18,7 +18,8 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -56,6 +57,12 @@ PIPE_BUFFER = 1024 * 1024
 
 DROPPED = frozenset(name.encode() for name in HOP_BY_HOP | {"authorization", "expect"})
 """Request headers never sent on (``Expect``: the proxy has read the body already)."""
+CREDENTIALS_SECONDS = 1.0
+"""How long the proxy's own credential headers are reused before they are asked for again (a token file is re-read
+every minute and an exec credential renewed before it expires; asking per request cost coroutines and dicts)."""
+MAX_NAMES = 1_000
+"""Header names of kube-apiserver's answers decoded once and remembered (it sends a handful; a bound all the same)."""
+_NAMES: dict[bytes, str] = {}
 MAX_IDENTITIES = 10_000
 """Encoded identities remembered at most; past that the cache starts over."""
 
@@ -76,22 +83,34 @@ def _status(code: int, reason: str, message: str) -> web.Response:
     return web.Response(status=code, body=orjson.dumps(body), content_type="application/json")
 
 
+def _end_to_end(exchange: Exchange) -> list[tuple[str, str]]:
+    """kube-apiserver's answer headers without the hop-by-hop ones, as ``str`` pairs."""
+    kept = []
+    for raw_name, raw_value in exchange.headers:
+        name = _NAMES.get(raw_name)
+        if name is None:
+            name = raw_name.decode("latin-1")
+            if len(_NAMES) < MAX_NAMES:
+                _NAMES[raw_name] = name
+        if name.lower() not in HOP_BY_HOP:
+            kept.append((name, raw_value.decode("utf-8", "replace")))
+    return kept
+
+
 async def _answer(request: web.BaseRequest, exchange: Exchange) -> web.StreamResponse:
     """kube-apiserver's answer to the client: the status and end-to-end headers, then the body: in one write
-    when it is all here (most answers), else each piece as it comes (a watch, a large list)."""
-    reason = exchange.reason.decode("latin-1")
-    response = web.StreamResponse(status=exchange.status, reason=reason or None)
-    for raw_name, raw_value in exchange.headers:
-        name = raw_name.decode("latin-1")
-        if name.lower() not in HOP_BY_HOP:
-            response.headers.add(name, raw_value.decode("utf-8", "replace"))
+    when it is all here (most answers: an aiohttp ``Response`` sends its head and body as one TLS record and one
+    ``send``, where a prepared ``StreamResponse`` sends its head at once and the body after it), else each piece as
+    it comes (a watch, a large list)."""
+    reason = exchange.reason.decode("latin-1") or None
+    headers = CIMultiDict(_end_to_end(exchange))
     bodiless = exchange.status in (204, 304) or request.method == "HEAD"
+    if exchange.complete and not bodiless:
+        return web.Response(status=exchange.status, reason=reason, body=exchange.body_now(), headers=headers)
+    response = web.StreamResponse(status=exchange.status, reason=reason, headers=headers)
     if exchange.complete:
-        body = exchange.body_now()
-        if not bodiless:
-            response.content_length = len(body)
         await response.prepare(request)
-        await response.write_eof(body)
+        await response.write_eof(exchange.body_now())
         return response
     length = exchange.header(b"content-length")
     if length is not None and length.isdigit() and not bodiless:
@@ -123,8 +142,9 @@ class Upstream:
     """kube-apiserver as the proxy reaches it: the address, TLS and credentials of ``api`` (its kubeconfig or
     in-cluster account), and a :class:`~enclave_proxy.pool.Pool` of kept-open connections to it."""
 
-    def __init__(self, api: Connection, *, connections: int) -> None:
+    def __init__(self, api: Connection, *, connections: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.api = api
+        self.clock = clock
         self.connections = connections
         parts = urlsplit(api.host)
         self.scheme = parts.scheme
@@ -137,13 +157,19 @@ class Upstream:
         self._host_line = f"Host: {parts.netloc}\r\n".encode()
         self._credentials: tuple[tuple[str, str], ...] = ()
         self._credential_lines = b""
+        self._credentials_until = 0.0
         self._identities: dict[Identity, bytes] = {}
 
     async def close(self) -> None:
         self.pool.close()
 
     async def _credential_block(self) -> bytes:
-        """The proxy's own credential headers, encoded again only when they change (a re-read token file)."""
+        """The proxy's own credential headers, asked for at most every :data:`CREDENTIALS_SECONDS` and encoded
+        again only when they change (a re-read token file)."""
+        moment = self.clock()
+        if moment < self._credentials_until:
+            return self._credential_lines
+        self._credentials_until = moment + CREDENTIALS_SECONDS
         now = tuple((await self.api.headers()).items())
         if now != self._credentials:
             self._credential_lines = _lines(now)

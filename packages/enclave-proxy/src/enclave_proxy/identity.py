@@ -171,9 +171,10 @@ def impersonation_headers(identity: Identity) -> CIMultiDict[str]:
     return headers
 
 
-def impersonating(names: Iterable[str]) -> list[str]:
-    """The caller's own ``Impersonate-*`` headers (honoured only as :class:`ImpersonationReviewer` allows)."""
-    return sorted({name for name in names if name.lower().startswith("impersonate-")})
+def asks_impersonation(raw_headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether the caller sent any ``Impersonate-*`` header: the check every request pays, on the raw header
+    names, before the few that do are read in full (:func:`requested_identity`)."""
+    return any(name[:12].lower() == b"impersonate-" for name, _ in raw_headers)
 
 
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

@@ -137,19 +137,13 @@ class Exchange(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def _wait(self) -> None:
+    async def changed(self) -> None:
+        """Until llhttp's callbacks or the connection's end change something the handler waits for."""
         self._waiter = asyncio.get_running_loop().create_future()
         try:
             await self._waiter
         finally:
             self._waiter = None
-
-    async def head(self) -> None:
-        """Wait for the answer's status line and headers; raises when the connection failed before them."""
-        while not self.head_seen:
-            if self.error is not None:
-                raise self.error
-            await self._wait()
 
     def body_now(self) -> bytes:
         """The whole body, once :attr:`complete`."""
@@ -165,7 +159,7 @@ class Exchange(asyncio.Protocol):
                 return b""
             if self.error is not None:
                 raise self.error
-            await self._wait()
+            await self.changed()
         chunk = self.chunks.popleft()
         self.queued -= len(chunk)
         if self._paused and self.queued <= BUFFER // 2 and self.transport is not None:
@@ -238,12 +232,15 @@ class Pool:
                 assert exchange.transport is not None
                 exchange.head_only = method == "HEAD"
                 exchange.transport.write(message)
-                try:
-                    await exchange.head()
+                # the answer's status line and headers (inline: one coroutine less per request)
+                while not exchange.head_seen and exchange.error is None:
+                    await exchange.changed()
+                if exchange.head_seen:
                     return exchange
-                except UpstreamUnavailableError:
-                    if not (reused and not exchange.received and method in RETRIED):
-                        raise
+                error = exchange.error
+                assert error is not None
+                if not (reused and not exchange.received and method in RETRIED):
+                    raise error
                 exchange.close()
                 exchange, reused = None, False
         except BaseException:

@@ -40,9 +40,9 @@ from enclave_proxy.identity import (
     ImpersonationRefusedError,
     ImpersonationReviewer,
     TokenReviewer,
+    asks_impersonation,
     bearer_token,
     from_certificate,
-    impersonating,
     impersonation_headers,
     requested_identity,
 )
@@ -170,7 +170,7 @@ class ProxyServer:
     async def _route(self, request: web.BaseRequest) -> tuple[str, web.StreamResponse]:
         try:
             identity = await self.authenticate(request)
-            if identity is not None and impersonating(request.headers.keys()):
+            if identity is not None and asks_impersonation(request.raw_headers):
                 wanted = requested_identity(request.headers)
                 if wanted is not None:
                     identity = await self.impersonation.allowed(identity, wanted)
