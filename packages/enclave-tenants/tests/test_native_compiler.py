@@ -20,6 +20,7 @@ from enclave_tenants.native.compiler import (
     webhook_needed,
 )
 from enclave_tenants.native.controller import binding_covers
+from enclave_tenants.native.mutations import NOT_SERVED
 from enclave_tenants.native.objects import policies, skip_unjudged
 
 
@@ -106,7 +107,8 @@ def test_rules_that_cannot_be_native_stay_on_the_webhook_and_say_why() -> None:
             {"quota": [{"name": "q", "hard": {"pods": "1"}}]},
             {"enforce": {"storage": {"volumes": [{"selector": {}}]}}},
             {"enforce": {"ingress": {"hostnames": [{"exp": r"\pL+\.example"}]}}},
-        )
+        ),
+        mutations=False,
     )
     placed = _placed(program)
     assert placed[("Tenant t spec.rules[0]", "metadata")] == (
@@ -115,7 +117,7 @@ def test_rules_that_cannot_be_native_stay_on_the_webhook_and_say_why() -> None:
     )
     assert placed[("Tenant t spec.rules[1]", "network")][0] == "webhook"
     assert "security features" in placed[("Tenant t spec.rules[2]", "workloads")][1]
-    assert placed[("Tenant t spec.rules[3]", "mutate")][0] == "webhook"
+    assert placed[("Tenant t spec.rules[3]", "mutate")] == ("webhook", NOT_SERVED)
     assert "ledgers" in placed[("Tenant t spec.rules[4]", "quota")][1]
     assert "labels of the PersistentVolume" in placed[("Tenant t spec.rules[5]", "storage")][1]
     assert placed[("Tenant t spec.rules[6]", "ingress")][0] == "webhook"
@@ -289,9 +291,9 @@ def test_anything_the_policies_cannot_do_keeps_the_webhook() -> None:
     now: dict[str, Any] = {"conditions": [{"name": "c", "expression": "now > timestamp('2000-01-01T00:00:00Z')"}]}
     cases = {
         "does not compile to a policy": _deny_label(**now),
-        "mutates": {"mutate": [{"metadata": {"kinds": ["Pod"], "labels": {"a": "b"}}}]},
-        "managed or default": {
-            "enforce": {"action": "allow", "metadata": [{"kinds": ["Pod"], "labels": {"a": {"default": "b"}}}]}
+        "mutate[].workloads stays on the webhook": {"mutate": [{"workloads": {"nodeSelector": {"a": "b"}}}]},
+        "metadata stays on the webhook": {  # a managed value: only the webhook refuses another
+            "enforce": {"action": "allow", "metadata": [{"kinds": ["Pod"], "labels": {"a": {"managed": "b"}}}]}
         },
         "workloads stays on the webhook": {
             "enforce": {"action": "deny", "workloads": {"security": {"privileged": True}}}
@@ -299,6 +301,9 @@ def test_anything_the_policies_cannot_do_keeps_the_webhook() -> None:
     }
     for why, rule in cases.items():
         assert why in _needed(_deny_label(), rule), why
+    metadata_mutation = {"mutate": [{"metadata": {"kinds": ["Pod"], "labels": {"a": "b"}}}]}
+    rules = _rules(_deny_label(), metadata_mutation)
+    assert "mutate stays on the webhook" in webhook_needed(rules, compile_namespace(rules, mutations=False))
 
 
 def test_a_binding_covers_a_namespace_whatever_else_it_names() -> None:

@@ -20,12 +20,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from enclave_cli.native import judge_policy
+from enclave_cli.native import apply_json_patch, judge_mutating, judge_policy
 from enclave_core.api.rules import AppliedRule
 from enclave_tenants.native.compiler import compile_namespace
 from enclave_tenants.native.objects import policies
 from enclave_testing.names import unique
-from enclave_testing.policies import create_bound_to
+from enclave_testing.policies import create_bound_to, delete_labelled
 from enclave_testing.waiting import poll
 
 from . import test_workloads_catalogue as catalogue
@@ -39,6 +39,8 @@ CONDITION_ERROR = re.compile(
 
 PROBE = "enclave-native-probe"
 """A label the test adds a refusal for to each policy: refused once kube-apiserver enforces the policy."""
+PROBE_MUTATION = "enclave-native-probe-mutation"
+"""A label the test has the mutating policy set to ``set``: so once kube-apiserver applies the policy."""
 
 
 @dataclass
@@ -485,6 +487,7 @@ def native_namespaces(stack: Stack) -> Iterator[list[str]]:
         label_selector="test.enclave.dev/native"
     ).items:
         registrations.delete_validating_admission_policy_binding(binding.metadata.name)
+    delete_labelled(stack.kube, "test.enclave.dev/native")
     for name in made:
         core.delete_namespace(name)
 
@@ -510,6 +513,16 @@ def _enforce_natively(
         {"expression": f"!has(object.metadata.labels) || !({PROBE!r} in object.metadata.labels)", "message": PROBE},
     )
     program.resources.add("configmaps")  # the probe's; every validation also asks for the resource it judges
+    if program.mutations:  # and one the mutating policy sets, so the test knows when it is in force
+        program.mutations.append(
+            {
+                "patchType": "JSONPatch",
+                "jsonPatch": {
+                    "expression": f"has(object.metadata.labels) && {PROBE_MUTATION!r} in object.metadata.labels ? "
+                    f"[JSONPatch{{op: 'add', path: '/metadata/labels/{PROBE_MUTATION}', value: 'set'}}] : []"
+                },
+            }
+        )
     registrations = client.AdmissionregistrationV1Api(stack.kube)
     made = policies(tenant, program, [namespace], enclave_namespace=stack.namespace, ignored_groups=[])
     # the test's own, not enclave-tenants': its native-policies loop prunes every labelled policy it did not
@@ -528,6 +541,15 @@ def _enforce_natively(
         return not admitted and PROBE in message
 
     poll(refused, timeout=30, what="the compiled policies enforced")
+    if program.mutations:
+
+        def mutated() -> bool:
+            found = create(
+                namespace, {"metadata": {"generateName": "probe-", "labels": {PROBE_MUTATION: "x"}}}, dry_run="All"
+            )
+            return (found.metadata.labels or {}).get(PROBE_MUTATION) == "set"
+
+        poll(mutated, timeout=30, what="the compiled mutating policy in force")
     return made
 
 
@@ -964,3 +986,162 @@ def test_webhook_and_native_policies_decide_workloads_alike(
     assert not (request_.refused and policy[0]), f"{where}: admitted"
     if not webhook[0]:
         assert policy[1] in webhook[1], f"{where}: native reason {policy[1]!r} not among the webhook's {webhook[1]!r}"
+
+
+# -- mutations: the object stored after the MutatingAdmissionPolicy equals the one after the mutating webhook -------
+
+
+def _mutate(*entries: dict[str, Any], audience: str = "") -> dict[str, Any]:
+    rule: dict[str, Any] = {"mutate": [{"metadata": {"kinds": ["ConfigMap"], **entry}} for entry in entries]}
+    if audience:
+        rule["audience"] = [{"kind": "User", "name": audience}]
+    return rule
+
+
+def _managed(**labels: Any) -> dict[str, Any]:
+    return {"enforce": {"action": "allow", "metadata": [{"kinds": ["ConfigMap"], "labels": labels}]}}
+
+
+def _update(old: Request, labels: dict[str, Any]) -> Request:
+    return Request("configmaps", {"metadata": {"labels": labels}}, old=old.body)
+
+
+MUTATION_CASES = [
+    Case(  # test_rules_enforcement's managed and default values
+        "managed-and-default",
+        [_managed(**{"cost-center": {"managed": "cc-42"}, "owner": {"default": "platform"}})],
+        [
+            _cm(),
+            _cm({"owner": "me", "cost-center": "x"}),
+            _update(_cm({"owner": "me"}), {"cost-center": "y"}),
+            _update(_cm(), {"other": "z"}),
+        ],
+    ),
+    Case(
+        "mutate-entries-in-order",
+        [
+            _mutate({"labels": {"team": "a", "tier": "web"}, "annotations": {"example.com/note": "n"}}),
+            _mutate({"labels": {"team": "b"}, "overwrite": True}, audience="OTHER"),
+            {"mutate": [{"metadata": {"kinds": ["*"], "apiGroups": ["*"], "labels": {"site": "s1", "team": "c"}}}]},
+        ],
+        [
+            _cm(),
+            _cm({"team": "mine"}),
+            Request("configmaps", _cm({"team": "mine"}).body, user="other"),
+            Request("configmaps", _cm().body, user="other"),
+            _svc(),
+            _update(_cm({"team": "x"}), {"tier": "y"}),
+            _update(_cm(), {"tier": None}),
+        ],
+    ),
+    Case(
+        "managed-after-mutations-default-last",
+        [
+            _mutate({"labels": {"env": "dev", "owner": "m"}, "overwrite": True}, audience="OTHER"),
+            _managed(env={"managed": "prod"}, owner={"default": "d"}, zone={"default": "z1"}),
+            _managed(zone={"default": "z2"}),
+        ],
+        [
+            _cm(),
+            _cm({"env": "x", "zone": "mine"}),
+            Request("configmaps", _cm().body, user="other"),
+            _update(_cm({"env": "prod"}), {"env": "qa"}),
+        ],
+    ),
+]
+
+
+def _stored(stack: Stack, user: str, namespace: str, request: Request, name: str) -> tuple[bool, str, Any]:
+    """(admitted, the denial, the labels and annotations of the object as kube-apiserver would store it)."""
+    body = json.loads(json.dumps(request.body))
+    body["metadata"]["name"] = name
+    kind = "config_map" if request.kind == "configmaps" else "service"
+    api = stack.core(user)
+    found: list[Any] = []
+    if request.old is not None:
+        old = json.loads(json.dumps(request.old))
+        old["metadata"]["name"] = name
+        getattr(client.CoreV1Api(stack.kube), f"create_namespaced_{kind}")(namespace, old)
+
+    def call() -> None:
+        if request.old is None:
+            found.append(getattr(api, f"create_namespaced_{kind}")(namespace, body, dry_run="All"))
+        else:
+            found.append(getattr(api, f"patch_namespaced_{kind}")(name, namespace, body, dry_run="All"))
+
+    admitted, message = _outcome(call)
+    meta = found[0].metadata if found else None
+    return admitted, message, (meta.labels, meta.annotations) if meta else None
+
+
+def _mutated_locally(
+    made: list[dict[str, Any]], request: Request, user: str, namespace: str, name: str
+) -> tuple[Any, Any]:
+    """The labels and annotations after the mutating policy as ``enclave test``'s native engine applies it
+    (:func:`enclave_cli.native.judge_mutating`), before kube-apiserver's own defaulting."""
+    asked = cli_request(request.kind, request.body, request.old, user, name, namespace)
+    sent = asked.review(asked.obj)["request"]
+    by_name = {obj["metadata"]["name"]: obj for obj in made if obj["kind"] == "MutatingAdmissionPolicy"}
+    obj = sent["object"]
+    for binding in made:
+        if binding["kind"] == "MutatingAdmissionPolicyBinding":
+            policy = by_name[binding["spec"]["policyName"]]
+            verdict = judge_mutating(policy, binding, sent, {"kubernetes.io/metadata.name": namespace})
+            assert not verdict.denials, verdict
+            assert not verdict.undecided, verdict
+            obj = apply_json_patch(obj, verdict.patch)
+    labels = {k: v for k, v in (obj["metadata"].get("labels") or {}).items() if k != PROBE_MUTATION}
+    return labels or None, obj["metadata"].get("annotations") or None
+
+
+@pytest.mark.parametrize("case", MUTATION_CASES, ids=[case.name for case in MUTATION_CASES])
+def test_webhook_and_mutating_policy_store_the_same_object(
+    stack: Stack, native_namespaces: list[str], case: Case
+) -> None:
+    """Every metadata mutation case (``mutate[].metadata``, managed and default values): the labels and
+    annotations kube-apiserver would store after the mutating webhook (namespace A) and after the compiled
+    MutatingAdmissionPolicy then the ValidatingAdmissionPolicies (namespace B) are the same, as is what
+    ``enclave test``'s native engine makes of it. (Workload mutations stay on the webhook: test_workloads_catalogue.)"""
+    owner, other = unique("mut"), unique("oth")
+    rules = json.loads(json.dumps(case.rules).replace('"OTHER"', json.dumps(other)))
+    tenant = stack.tenant(owner, rules)
+    judged = stack.namespace_of(tenant, owner)
+    status = stack.wait_rules(judged, len(rules))
+    program = compile_namespace([AppliedRule.model_validate(rule) for rule in status["rules"]])
+    assert program.mutations, program.placements
+    assert all(p.path == "native" for p in program.placements if p.area.startswith(("mutate", "managed"))), (
+        program.placements
+    )
+    native = unique("native")
+    client.CoreV1Api(stack.kube).create_namespace({"metadata": {"name": native}})
+    native_namespaces.append(native)
+    rbac = client.RbacAuthorizationV1Api(stack.kube)
+    for namespace in (judged, native):
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": "differential-users"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user} for user in (owner, other)
+                ],
+            },
+        )
+    made = _enforce_natively(stack, tenant, status["rules"], native, owner)
+    # the rules reach admission asynchronously: the webhook sets the first request's values once it has them
+    first = case.requests[0]
+    poll(
+        lambda: _stored(stack, owner, judged, first, unique("w"))[2] == _stored(stack, owner, native, first, "n")[2],
+        timeout=30,
+        what="the mutating webhook in force",
+    )
+    users = {"owner": owner, "other": other}
+    for number, request in enumerate(case.requests):
+        name, user = f"r{number}", users[request.user]
+        webhook = _stored(stack, user, judged, request, name)
+        policy = _stored(stack, user, native, request, name)
+        where = f"{case.name} request {number}: {request.body}"
+        assert webhook == policy, f"{where}: webhook {webhook}, native {policy}"
+        assert webhook[0], f"{where}: refused {webhook}"
+        if request.kind == "configmaps":
+            assert _mutated_locally(made, request, user, native, name) == policy[2], where

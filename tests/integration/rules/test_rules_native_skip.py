@@ -1,5 +1,6 @@
-"""``spec.rules.engine: native`` saves the webhook round trip: a namespace whose rules are all policies carries
-``enclave.dev/native-rules`` and the ``resources`` hooks are not called for it; a namespace with a rule left on
+"""``spec.rules.engine: native`` saves the webhook round trip: a namespace whose rules are all policies (its
+label mutations and default values a MutatingAdmissionPolicy) carries ``enclave.dev/native-rules`` and the
+``resources`` hooks are not called for it; a namespace with a rule left on
 the webhook is still judged there. Counted by admission's own request counter, on the real control plane.
 """
 
@@ -26,6 +27,11 @@ NATIVE = {
         "metadata": [{"kinds": ["Pod"], "labels": {"env": {"values": [{"exact": ["prod"]}]}}}],
     }
 }
+MUTATING = {
+    "mutate": [{"metadata": {"kinds": ["Pod"], "labels": {"team": "native"}}}],
+    "enforce": {"action": "allow", "metadata": [{"kinds": ["Pod"], "labels": {"owner": {"default": "platform"}}}]},
+}
+"""A mutation and a default value: the MutatingAdmissionPolicy sets them (Kubernetes 1.36 and later)."""
 ON_WEBHOOK = {
     "enforce": {
         "action": "deny",
@@ -75,11 +81,11 @@ def policy_refusal(call: Any) -> str:
 def test_a_native_tenants_pod_create_skips_the_webhook_and_a_webhook_tenants_does_not(stack: Stack) -> None:
     admission = next(running for running in stack.processes if running.spec.name == "admission")
     native_owner, webhook_owner = unique("nso"), unique("wso")
-    native_tenant = stack.tenant(native_owner, [NATIVE])
+    native_tenant = stack.tenant(native_owner, [NATIVE, MUTATING])
     webhook_tenant = stack.tenant(webhook_owner, [NATIVE, ON_WEBHOOK])
     native_ns = stack.namespace_of(native_tenant, native_owner)
     webhook_ns = stack.namespace_of(webhook_tenant, webhook_owner)
-    stack.wait_rules(native_ns, 1)
+    stack.wait_rules(native_ns, 2)
     stack.wait_rules(webhook_ns, 2)
     set_engine(stack, "native")
     try:
@@ -94,8 +100,9 @@ def test_a_native_tenants_pod_create_skips_the_webhook_and_a_webhook_tenants_doe
         before = webhook_calls(admission)
         message = policy_refusal(lambda: native_core.create_namespaced_pod(native_ns, pod(env="prod")))
         assert f"Tenant {native_tenant} spec.rules[0] denies metadata.labels['env']='prod'" in message
-        native_core.create_namespaced_pod(native_ns, pod(env="dev"))
-        assert webhook_calls(admission) == before  # neither decision reached admission
+        created = native_core.create_namespaced_pod(native_ns, pod(env="dev"))
+        assert created.metadata.labels == {"env": "dev", "team": "native", "owner": "platform"}  # the mutating policy
+        assert webhook_calls(admission) == before  # no decision nor mutation reached admission
 
         eventually_refused(
             lambda: webhook_core.create_namespaced_pod(webhook_ns, pod(team="x")),

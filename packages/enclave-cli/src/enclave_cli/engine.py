@@ -17,7 +17,6 @@ shared and custom quotas are compiled, see :mod:`enclave_cli.areas`).
 from __future__ import annotations
 
 import asyncio
-import copy
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from enclave_admission.defaults import url_client, webhooks
 from enclave_admission.review import REVIEW_API_VERSION, AdmissionRequest, Decision
 from enclave_admission.routes import QUOTAS, ROUTES
 from enclave_admission.state import State, Subject
-from enclave_cli.native import NativeRules, PolicyVerdict
+from enclave_cli.native import NativeRules, PolicyVerdict, apply_json_patch
 from enclave_core.api import KINDS_BY_NAME
 from enclave_core.api.configuration import WebhookRule
 from enclave_core.api.names import NATIVE_RULES_LABEL
@@ -238,37 +237,10 @@ class UnsupportedRouteError(Exception):
     """A hook whose decision needs a snapshot the offline world does not compile."""
 
 
-def _unescape(part: str) -> str:
-    return part.replace("~1", "/").replace("~0", "~")
-
-
 def apply_patch(obj: JSON, patch: tuple[JSON, ...]) -> JSON:
     """RFC 6902 ``add``/``replace``/``remove`` on objects and arrays: the operations admission emits."""
-    result = copy.deepcopy(obj)
-    for op in patch:
-        parts = [_unescape(p) for p in str(op["path"]).split("/")[1:]]
-        parent: Any = result
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent.setdefault(part, {})
-        last = parts[-1]
-        if op["op"] in ("add", "replace"):
-            if isinstance(parent, list):
-                if last == "-":
-                    parent.append(copy.deepcopy(op["value"]))
-                elif op["op"] == "add":
-                    parent.insert(int(last), copy.deepcopy(op["value"]))
-                else:
-                    parent[int(last)] = copy.deepcopy(op["value"])
-            else:
-                parent[last] = copy.deepcopy(op["value"])
-        elif op["op"] == "remove":
-            if isinstance(parent, list):
-                del parent[int(last)]
-            else:
-                parent.pop(last, None)
-        else:
-            raise ValueError(f"unsupported JSON patch operation {op['op']!r}")
-    return result
+    found: JSON = apply_json_patch(obj, list(patch))
+    return found
 
 
 Decide = Callable[[Hook, JSON], Decision]
@@ -330,6 +302,18 @@ def evaluate(
     labelled = native is not None and native.labelled(request.namespace)
     obj = request.obj
     judged = native is None
+    mutated = _mutating_policies(native, request.review(obj, dry_run=True), namespace_labels or {})
+    if mutated is not None:
+        # kube-apiserver's MutatingAdmissionPolicy plugin runs before the mutating webhooks
+        outcome.steps.append(mutated)
+        undecided = [verdict.undecided for verdict in mutated.verdicts if verdict.undecided]
+        if undecided:
+            labelled = False
+            outcome.notes.append(
+                f"the mutating policies could not be evaluated offline ({undecided[0]}); the webhook stands in"
+            )
+        elif mutated.decision.allowed and mutated.decision.patch and obj is not None:
+            obj = apply_patch(obj, mutated.decision.patch)
     for hook in _scoped(hooks(namespace), state):
         if not hook.mutating and not judged and outcome.denial is None:
             judged = True
@@ -362,6 +346,30 @@ def evaluate(
 
 NATIVE: Final = "ValidatingAdmissionPolicy"
 """The path of the step that stands for the compiled policies."""
+
+
+MUTATING: Final = "MutatingAdmissionPolicy"
+"""The path of the step that stands for the compiled mutating policies."""
+
+
+def _mutating_policies(native: NativeRules | None, review: JSON, labels: dict[str, str]) -> Step | None:
+    """The mutating policies' step: their patches in order, or the first one's failure (policy ``Fail``); None
+    when no policy matches or nothing compiled mutates."""
+    if native is None or review["request"].get("object") is None:
+        return None
+    matched = [verdict for verdict in native.judge_mutations(review, labels) if verdict.matched]
+    if not matched:
+        return None
+    tenant = native.namespaces[str(review["request"].get("namespace"))].tenant
+    names = ", ".join(verdict.policy for verdict in matched)
+    failed = next((verdict for verdict in matched if verdict.denials), None)
+    if failed is not None:
+        first = failed.denials[0]
+        decision = Decision(False, first.reason, first.message, tenant=tenant)
+        return Step(f"{MUTATING} {failed.policy}", MUTATING, decision, True, verdicts=matched)
+    patch = [op for verdict in matched for op in verdict.patch]
+    decision = Decision.mutate("Mutated", patch, tenant=tenant) if patch else Decision.allow("Unchanged", tenant=tenant)
+    return Step(f"{MUTATING} {names}", MUTATING, decision, True, verdicts=matched)
 
 
 def _policies(native: NativeRules | None, review: JSON, labels: dict[str, str]) -> Step | None:

@@ -77,7 +77,8 @@ def _verdicts(verdicts: list[PolicyVerdict], style: Style) -> list[str]:
             lines.append(style.dim(f"       {verdict.policy} ({actions}): not applied: {verdict.why}"))
             continue
         if not verdict.denials:
-            lines.append(f"       {verdict.policy} ({actions}): every validation holds")
+            held = f"{len(verdict.patch)} patch operations" if actions == "Mutate" else "every validation holds"
+            lines.append(f"       {verdict.policy} ({actions}): {held}")
         for refusal in verdict.denials:
             what = "error" if refusal.error else "fails"
             lines.append(f"       {verdict.policy} ({actions}): {what}: {refusal.message}")

@@ -36,6 +36,7 @@ failure policy decides, and the case says why.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -106,6 +107,9 @@ class PolicyVerdict:
     """Why the local engine could not evaluate an expression kube-apiserver would (its parser or tree depth, or
     its cost *estimate* past a budget kube-apiserver counts on the actual work): then this policy's answer is
     not known offline, and :mod:`enclave_cli.engine` lets the webhook stand in."""
+
+    patch: list[JSON] = field(default_factory=list)
+    """For a MutatingAdmissionPolicy: the JSON patch operations its mutations produced."""
 
     @property
     def denies(self) -> bool:
@@ -187,6 +191,20 @@ class NativeRules:
             if policy is not None:
                 verdicts.append(judge_policy(policy, binding, request, labels))
         return verdicts
+
+    def judge_mutations(self, review: JSON, namespace_labels: dict[str, str]) -> list[PolicyVerdict]:
+        """Every MutatingAdmissionPolicy bound in the request's namespace, on the AdmissionReview's request."""
+        request = review["request"]
+        found = self.namespaces.get(str(request.get("namespace") or ""))
+        if found is None:
+            return []
+        labels = {**namespace_labels, TENANT_LABEL: found.tenant, NAMESPACE_NAME_LABEL: found.namespace}
+        by_name = {obj["metadata"]["name"]: obj for obj in found.objects if obj["kind"] == "MutatingAdmissionPolicy"}
+        return [
+            judge_mutating(by_name[binding["spec"]["policyName"]], binding, request, labels)
+            for binding in found.objects
+            if binding["kind"] == "MutatingAdmissionPolicyBinding" and binding["spec"]["policyName"] in by_name
+        ]
 
 
 def _rule_matches(rule: JSON, request: JSON) -> bool:
@@ -382,21 +400,22 @@ def _message(validation: JSON, variables: JSON, declared: list[JSON], budget: _B
     return text
 
 
-def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: dict[str, str]) -> PolicyVerdict:
-    """One ValidatingAdmissionPolicy with one binding on an AdmissionReview ``request``."""
+def _match(
+    policy: JSON, binding: JSON, request: JSON, namespace_labels: dict[str, str], verdict: PolicyVerdict
+) -> JSON | None:
+    """The policy's match (constraints, the binding's namespace selector, matchConditions) on ``request``: the
+    CEL variables when it matches, else None with ``verdict`` saying why (or refusing, for a matchCondition
+    that errors under failure policy Fail). Shared by validating and mutating policies, which match alike."""
     spec, bound = policy.get("spec") or {}, binding.get("spec") or {}
-    verdict = PolicyVerdict(
-        policy["metadata"]["name"], binding["metadata"]["name"], tuple(bound.get("validationActions") or ())
-    )
     fail = (spec.get("failurePolicy") or "Fail") == "Fail"
     rules = (spec.get("matchConstraints") or {}).get("resourceRules") or []
     if not any(_rule_matches(rule, request) for rule in rules):
         verdict.matched, verdict.why = False, "matchConstraints do not match the request"
-        return verdict
+        return None
     selector = (bound.get("matchResources") or {}).get("namespaceSelector")
     if request.get("namespace") and selector is not None and not matches(selector, namespace_labels):
         verdict.matched, verdict.why = False, "the binding's namespaceSelector does not select the namespace"
-        return verdict
+        return None
     variables = _variables_of(request, namespace_labels)
     errored = ""
     for condition in spec.get("matchConditions") or []:
@@ -404,7 +423,7 @@ def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: d
         result = _evaluate(expression, variables)
         if isinstance(result, cel.Ok) and result.value is False:
             verdict.matched, verdict.why = False, f"matchCondition {condition['name']!r} is false"
-            return verdict
+            return None
         if isinstance(result, cel.Failed):
             if result.error.kind is cel.ErrorKind.LIMIT:
                 verdict.undecided = verdict.undecided or _error_text(expression, result.error)
@@ -417,7 +436,27 @@ def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: d
             verdict.denials.append(Refusal(errored, "Invalid", error=True))
         else:
             verdict.matched = False
+        return None
+    return variables
+
+
+def _start(
+    policy: JSON, binding: JSON, request: JSON, namespace_labels: dict[str, str], actions: tuple[str, ...]
+) -> tuple[PolicyVerdict, JSON | None, bool]:
+    """A policy's verdict begun: the verdict, the CEL variables when it matches (:func:`_match`), and whether
+    its failure policy is ``Fail``."""
+    verdict = PolicyVerdict(policy["metadata"]["name"], binding["metadata"]["name"], actions)
+    fail = ((policy.get("spec") or {}).get("failurePolicy") or "Fail") == "Fail"
+    return verdict, _match(policy, binding, request, namespace_labels, verdict), fail
+
+
+def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: dict[str, str]) -> PolicyVerdict:
+    """One ValidatingAdmissionPolicy with one binding on an AdmissionReview ``request``."""
+    actions = tuple((binding.get("spec") or {}).get("validationActions") or ())
+    verdict, variables, fail = _start(policy, binding, request, namespace_labels, actions)
+    if variables is None:
         return verdict
+    spec = policy.get("spec") or {}
     declared = list(spec.get("variables") or [])
     budget = _Budget()
     for validation in spec.get("validations") or []:
@@ -444,6 +483,96 @@ def judge_policy(policy: JSON, binding: JSON, request: JSON, namespace_labels: d
         message = _message(validation, variables, declared, budget)
         verdict.denials.append(Refusal(message, str(validation.get("reason") or "Invalid")))
     return verdict
+
+
+_PATCH_FIELD: Final = re.compile(r"([{,]\s*)(op|path|value)\s*:")
+
+
+def _patch_maps(expression: str) -> str:
+    """A JSONPatch mutation's expression with each ``JSONPatch{op: .., path: .., value: ..}`` read as the map
+    ``{'op': .., 'path': .., 'value': ..}`` (the local engine has no JSONPatch type; the fields are the same)."""
+    out: list[str] = []
+    at = 0
+    while at < len(expression):
+        if expression[at] in "'\"":
+            end = _literal_end(expression, at)
+            out.append(expression[at:end])
+            at = end
+            continue
+        if expression.startswith("JSONPatch{", at):
+            at += len("JSONPatch")  # the brace opens a map instead, its fields quoted below
+            continue
+        found = _PATCH_FIELD.match(expression, at)
+        if found is not None:
+            out.append(f"{found.group(1)}'{found.group(2)}':")
+            at = found.end()
+            continue
+        out.append(expression[at])
+        at += 1
+    return "".join(out)
+
+
+def judge_mutating(policy: JSON, binding: JSON, request: JSON, namespace_labels: dict[str, str]) -> PolicyVerdict:
+    """One MutatingAdmissionPolicy with one binding on an AdmissionReview ``request``: its JSONPatch mutations
+    evaluated in order, each on the object the previous ones left (kube-apiserver's ``mutating`` plugin), under
+    the same guards and per-policy budget as a validating policy. An error is the failure policy's (``Fail``
+    refuses in kube-apiserver's words); an ``ApplyConfiguration`` mutation (Enclave writes none) is undecided."""
+    spec = policy.get("spec") or {}
+    verdict, variables, fail = _start(policy, binding, request, namespace_labels, ("Mutate",))
+    if variables is None:
+        return verdict
+    declared = list(spec.get("variables") or [])
+    budget = _Budget()
+    obj = variables["object"]
+    for mutation in spec.get("mutations") or []:
+        if mutation.get("patchType") != "JSONPatch":
+            verdict.undecided = f"a {mutation.get('patchType')} mutation is not evaluated offline"
+            return verdict
+        expression = str((mutation.get("jsonPatch") or {}).get("expression") or "")
+        result = budget.evaluate(_patch_maps(expression), {**variables, "object": obj}, declared)
+        if isinstance(result, cel.Failed):
+            if result.error.kind is cel.ErrorKind.LIMIT:
+                verdict.undecided = verdict.undecided or _error_text(expression, result.error)
+            if fail:
+                verdict.denials.append(Refusal(_error_text(expression, result.error), "Invalid", error=True))
+            return verdict
+        operations = [dict(op) for op in result.value or ()]
+        verdict.patch += operations
+        obj = apply_json_patch(obj, operations)
+    return verdict
+
+
+def apply_json_patch(obj: Any, patch: list[JSON]) -> Any:
+    """RFC 6902 ``add``/``replace``/``remove`` on objects and arrays: the operations admission and the compiled
+    MutatingAdmissionPolicies emit."""
+    result = copy.deepcopy(obj)
+    for op in patch:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in str(op["path"]).split("/")[1:]]
+        if not parts:
+            result = copy.deepcopy(op.get("value"))
+            continue
+        parent: Any = result
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent.setdefault(part, {})
+        last = parts[-1]
+        if op["op"] in ("add", "replace"):
+            if isinstance(parent, list):
+                if last == "-":
+                    parent.append(copy.deepcopy(op["value"]))
+                elif op["op"] == "add":
+                    parent.insert(int(last), copy.deepcopy(op["value"]))
+                else:
+                    parent[int(last)] = copy.deepcopy(op["value"])
+            else:
+                parent[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            if isinstance(parent, list):
+                del parent[int(last)]
+            else:
+                parent.pop(last, None)
+        else:
+            raise ValueError(f"unsupported JSON patch operation {op['op']!r}")
+    return result
 
 
 _NAMESPACES: Final = frozenset({"optional", "ip", "math", "strings", "base64", "sets", "lists"})

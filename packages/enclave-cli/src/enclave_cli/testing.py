@@ -18,7 +18,7 @@ from enclave_admission.routes import RESOURCES
 from enclave_cli import documents
 from enclave_cli.areas import Usage
 from enclave_cli.cases import Case, parse_cases
-from enclave_cli.engine import NATIVE, Outcome, Request, UnsupportedRouteError, evaluate
+from enclave_cli.engine import MUTATING, NATIVE, Outcome, Request, UnsupportedRouteError, evaluate
 from enclave_cli.output import Style, table
 from enclave_cli.world import DEFAULT_NAMESPACE, Compiled, World, compile_world
 
@@ -52,7 +52,7 @@ class Result:
         step = self.outcome.decided_by if self.outcome is not None else None
         if step is None:
             return "no Enclave webhook"
-        where = step.hook if step.path == NATIVE else step.path
+        where = step.hook if step.path in (NATIVE, MUTATING) else step.path
         return f"{where} {step.decision.reason}".strip()
 
     def as_json(self) -> dict[str, Any]:
@@ -144,6 +144,8 @@ def differences(webhook: Outcome, native: Outcome) -> list[str]:
     found = []
     if webhook.message != native.message and not _same_refusals(webhook, native):
         found.append(f"the engines differ in the message: webhook {webhook.message!r}, native {native.message!r}")
+    if webhook.allowed and webhook.obj != native.obj:
+        found.append(f"the engines differ in the object stored: webhook {webhook.obj}, native {native.obj}")
     if sorted(set(webhook.audits)) != sorted(set(native.audits)):
         found.append(f"the engines differ in the audit findings: webhook {webhook.audits}, native {native.audits}")
     return found

@@ -14,7 +14,9 @@ validation asks it to be ``''`` and uses it as its ``messageExpression``.
 **What stays on the webhook**, and why, is reported per rule and area (:class:`Placement`): a rule whose
 conditions read ``now`` (a policy has no clock variable) or that is broken; storage (PersistentVolume labels),
 NetworkPolicy grants unless asked for (:data:`NETWORK_ON_WEBHOOK`) and the workload parts
-:mod:`~enclave_tenants.native.workloads` keeps there; mutations (the mutating webhook); quotas (ledgers).
+:mod:`~enclave_tenants.native.workloads` keeps there; workload mutations, metadata ones that
+:mod:`~enclave_tenants.native.mutations` cannot fold into the MutatingAdmissionPolicy (or all of them where
+kube-apiserver serves none); quotas (ledgers).
 Ingress, network and workloads compile in modules of their own (:meth:`_Compiler.areas`). Items interact across
 rules, so an item is native only when *every* rule that speaks about it is: a label key one webhook-only rule governs stays on the webhook for all of them,
 as does a key with a ``managed`` value (the mutating webhook sets it and only the same code may refuse others),
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from enclave_core.api.rules import AppliedRule, CidrList, KindScope, MetadataValue
-from enclave_tenants.native import celtext, ingress, network, workloads
+from enclave_tenants.native import celtext, ingress, mutations, network, workloads
 from enclave_tenants.native.area import Rule as AreaRule
 
 JSON = dict[str, Any]
@@ -83,14 +85,20 @@ class Program:
     audit_validations: list[JSON] = field(default_factory=list)
     resources: set[str] = field(default_factory=set)
     """What the policy matches: ``*`` (every resource) or ``resource[/subresource][.group]`` names."""
+    mutation_variables: list[JSON] = field(default_factory=list)
+    mutations: list[JSON] = field(default_factory=list)
+    """The MutatingAdmissionPolicy's body (:mod:`~enclave_tenants.native.mutations`); empty: none."""
 
     @property
     def empty(self) -> bool:
-        return not self.validations and not self.audit_validations
+        return not self.validations and not self.audit_validations and not self.mutations
 
     def signature(self) -> str:
         """Identical programs (namespaces of a tenant with the same rules) share one policy."""
-        body = json.dumps([self.variables, self.validations, self.audit_validations, sorted(self.resources)])
+        body = json.dumps(
+            [self.variables, self.validations, self.audit_validations, sorted(self.resources), self.mutations]
+            + ([self.mutation_variables] if self.mutations else [])
+        )
         return hashlib.sha256(body.encode()).hexdigest()[:10]
 
 
@@ -490,19 +498,49 @@ class _Compiler:
             for area, why in _AREAS_ON_WEBHOOK.items():
                 if enforce is not None and getattr(enforce, area) is not None:
                     self.program.placements.append(Placement(origin, area, "webhook", why))
-            if rule.mutate:
-                self.program.placements.append(
-                    Placement(origin, "mutate", "webhook", "mutations run on the mutating webhook")
-                )
             if rule.quota:
                 self.program.placements.append(
                     Placement(origin, "quota", "webhook", "quotas are ledgers (enclave-globalquotas), never a policy")
                 )
 
+    def mutating(self, rules: Sequence[AppliedRule], served: bool) -> None:
+        """``mutate[].metadata`` and managed/default metadata values: a MutatingAdmissionPolicy where kube-apiserver
+        serves them (:mod:`~enclave_tenants.native.mutations`), else the mutating webhook (said per rule)."""
+        if not served:
+            for rule, compiled in self.rules:
+                if compiled is None:
+                    continue
+                if rule.mutate:
+                    self.program.placements.append(
+                        Placement(compiled.origin, "mutate", "webhook", mutations.NOT_SERVED)
+                    )
+                if _sets_values(rule):
+                    self.program.placements.append(
+                        Placement(compiled.origin, mutations.MANAGED_AREA, "webhook", mutations.NOT_SERVED)
+                    )
+            return
+        found = mutations.compile_mutations(rules)
+        broken = {celtext.origin_text(rule) for rule, compiled in self.rules if compiled is None}
+        self.program.placements += [
+            Placement(origin, area, path, why) for origin, area, path, why in found.placements if origin not in broken
+        ]
+        self.program.mutation_variables = found.variables
+        self.program.mutations = found.mutations
+
     def _validate(self, name: str, target: list[JSON]) -> None:
         target.append(
             {"expression": f"variables.{name} == ''", "messageExpression": f"variables.{name}", "reason": "Forbidden"}
         )
+
+
+def _sets_values(rule: AppliedRule) -> bool:
+    """Whether a rule's metadata entries have a managed or default value (the mutating side sets them)."""
+    return any(
+        value.managed is not None or value.default is not None
+        for entry in (rule.enforce.metadata if rule.enforce else None) or ()
+        for values in (entry.labels, entry.annotations)
+        for value in (values or {}).values()
+    )
 
 
 def _covers_namespaces(scope: KindScope) -> bool:
@@ -610,20 +648,12 @@ def webhook_needed(rules: Sequence[AppliedRule], program: Program) -> str:
     or '' when the policies decide everything those hooks would (the namespace may carry
     :data:`~enclave_core.api.names.NATIVE_RULES_LABEL`).
 
-    Never '' for: a rule that did not compile (admission refuses its audience's requests as broken), a rule
-    area left on the webhook, ``mutate[]`` entries, or a ``managed``/``default`` metadata value (the mutating
-    hook sets them; a policy only validates)."""
+    Never '' for: a rule that did not compile (admission refuses its audience's requests as broken), or a rule
+    area left on the webhook (mutations and managed/default values among them, where no MutatingAdmissionPolicy
+    sets them: :meth:`_Compiler.mutating` says so per rule)."""
     for rule in rules:
-        origin = celtext.origin_text(rule)
         if celtext.applies(rule)[1]:
-            return f"{origin} does not compile to a policy"
-        if rule.mutate:
-            return f"{origin} mutates (the mutating webhook)"
-        for entry in (rule.enforce.metadata if rule.enforce else None) or ():
-            for values in (entry.labels, entry.annotations):
-                for key, value in (values or {}).items():
-                    if value.managed is not None or value.default is not None:
-                        return f"{origin} sets {key!r} (managed or default: the mutating webhook)"
+            return f"{celtext.origin_text(rule)} does not compile to a policy"
     for placement in program.placements:
         if placement.path == "webhook" and placement.area not in ELSEWHERE:
             return f"{placement.origin} {placement.area} stays on the webhook"
@@ -640,7 +670,7 @@ def condition_error_message(origin: str) -> str:
 
 
 def compile_namespace(
-    rules: Sequence[AppliedRule], *, local_check: bool = True, network_grants: bool = False
+    rules: Sequence[AppliedRule], *, local_check: bool = True, network_grants: bool = False, mutations: bool = True
 ) -> Program:
     """A namespace's rules (in order, as RuleStatus ``status.rules`` holds them) to one policy program.
 
@@ -648,7 +678,9 @@ def compile_namespace(
     ``enclave test`` judges native policies with) cannot bound, so both of its engines answer alike; only the
     differential test, which proves the expressions on kube-apiserver, turns it off. ``network_grants`` compiles
     NetworkPolicy grants too (:mod:`~enclave_tenants.native.network`, exact, proven against the webhook by the
-    differential test); off by default (:data:`NETWORK_ON_WEBHOOK` says why)."""
+    differential test); off by default (:data:`NETWORK_ON_WEBHOOK` says why). ``mutations``: kube-apiserver serves
+    MutatingAdmissionPolicies (Kubernetes 1.36 and later), so metadata mutations compile to one; else they stay
+    on the mutating webhook and say why."""
     program = Program()
     compiler = _Compiler(rules, program)
     compiler.metadata()
@@ -657,4 +689,5 @@ def compile_namespace(
     compiler.areas(network_grants)
     compiler.conditions_evaluate()
     compiler.other_areas()
+    compiler.mutating(rules, mutations)
     return program

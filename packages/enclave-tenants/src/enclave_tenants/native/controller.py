@@ -1,9 +1,12 @@
-"""Keeps the ValidatingAdmissionPolicies compiled from tenant rules in step with the RuleStatuses (leader only).
+"""Keeps the admission policies compiled from tenant rules in step with the RuleStatuses (leader only).
 
 Input is what ``kubectl get rulestatus default -o yaml`` shows (``status.rules``, written by the tenants
 controller) and the namespaces' tenant label, both from the tenants controller's own informer caches; output is
-one deciding policy + binding (and an auditing pair when audit rules compile) per tenant and distinct program,
-bound to the tenant's namespaces that share it. Level-based: each pass computes every wanted object and
+one deciding ValidatingAdmissionPolicy + binding (an auditing pair when audit rules compile, a
+MutatingAdmissionPolicy pair when label and annotation mutations do) per tenant and distinct program, bound to the
+tenant's namespaces that share it. Whether kube-apiserver serves MutatingAdmissionPolicies (Kubernetes 1.36 and
+later) is asked once, at start (API discovery); where it does not, mutations stay on the mutating webhook and the
+``NativePolicies`` condition says so. Level-based: each pass computes every wanted object and
 creates, replaces or deletes what differs from the cache of the objects labelled as ours, so a deleted or
 edited policy comes back. With ``spec.rules.engine: webhook`` (the default) the wanted set is empty and every
 policy this controller made is removed.
@@ -57,8 +60,13 @@ SETTLE_SECONDS: Final = 5.0
 """How long a namespace's policies and binding must have covered it before it carries NATIVE_RULES_LABEL.
 kube-apiserver loads policy and binding changes on a refresh of about a second (per replica), so an object
 written a moment ago may not be enforced yet; the webhook keeps judging until then."""
+MUTATING_PATH: Final = f"/apis/{POLICY_GROUP_VERSION}/mutatingadmissionpolicies"
+MUTATING_BINDINGS_PATH: Final = f"/apis/{POLICY_GROUP_VERSION}/mutatingadmissionpolicybindings"
 _POLICY: Final = "ValidatingAdmissionPolicy"
 _BINDING: Final = "ValidatingAdmissionPolicyBinding"
+_MUTATING: Final = "MutatingAdmissionPolicy"
+_MUTATING_BINDING: Final = "MutatingAdmissionPolicyBinding"
+_POLICIES: Final = (_POLICY, _MUTATING)
 
 METRICS = LoopMetrics(
     passes=Counter("enclave_tenants_native_reconciles_total", "Passes of the native policies write loop", ["result"]),
@@ -93,6 +101,12 @@ class NativePolicies:
         """Open once the engine is known (the tenants controller's configuration gate): no pass before."""
         self.policies = Informer(kube, POLICIES_PATH, label_selector=OURS, on_change=self.changed, name="vaps")
         self.bindings = Informer(kube, BINDINGS_PATH, label_selector=OURS, on_change=self.changed, name="vapbindings")
+        self.mutating = Informer(kube, MUTATING_PATH, label_selector=OURS, on_change=self.changed, name="maps")
+        self.mutating_bindings = Informer(
+            kube, MUTATING_BINDINGS_PATH, label_selector=OURS, on_change=self.changed, name="mapbindings"
+        )
+        self.mutations_served = False
+        """kube-apiserver serves MutatingAdmissionPolicies (:meth:`run` asks, before the loops start)."""
         self._programs: dict[str, tuple[Program, str]] = {}
         """``status.rules`` as JSON -> its program and :func:`webhook_needed` (a tenant's namespaces mostly share
         their rules)."""
@@ -124,10 +138,32 @@ class NativePolicies:
         self.ignored_groups = tuple(sorted(ignored_groups))
         self.changed()
 
+    def _kinds(self) -> list[tuple[str, Informer, str]]:
+        """(kind, informer, path) of the objects this loop writes, policies before their bindings."""
+        found = [(_POLICY, self.policies, POLICIES_PATH), (_BINDING, self.bindings, BINDINGS_PATH)]
+        if self.mutations_served:
+            found[1:1] = [(_MUTATING, self.mutating, MUTATING_PATH)]
+            found.append((_MUTATING_BINDING, self.mutating_bindings, MUTATING_BINDINGS_PATH))
+        return found
+
+    async def discover(self) -> None:
+        """Whether kube-apiserver serves MutatingAdmissionPolicies; if so their informers join the loops."""
+        try:
+            listed = await self.kube.get(f"/apis/{POLICY_GROUP_VERSION}")
+        except KubeError as err:
+            log.warning("admission policy API not discovered", extra={"error": str(err)})
+            return
+        served = {str(r.get("name")) for r in listed.get("resources") or () if isinstance(r, dict)}
+        self.mutations_served = {"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"} <= served
+        if self.mutations_served:
+            self.loops.informers += [self.mutating, self.mutating_bindings]
+        log.info("mutating admission policies", extra={"served": self.mutations_served})
+
     async def run(self) -> None:
         """The loops; a failure here (say, kube-apiserver does not serve the policy API) is logged, never the
         end of the tenants controller."""
         try:
+            await self.discover()
             await self.loops.run()
         except asyncio.CancelledError:
             raise
@@ -141,7 +177,7 @@ class NativePolicies:
         found = self._programs.get(key)
         if found is None:
             applied = [AppliedRule.model_validate(rule) for rule in rules]
-            program = compile_namespace(applied)
+            program = compile_namespace(applied, mutations=self.mutations_served)
             found = (program, webhook_needed(applied, program))
             if len(self._programs) > 1000:
                 self._programs = {}
@@ -200,17 +236,12 @@ class NativePolicies:
             if not self._covered(namespace, wanted):
                 await self._label(namespace, False)
         # Policies before their bindings; bindings gone before their policies.
-        for kind, informer, path in (
-            ("ValidatingAdmissionPolicy", self.policies, POLICIES_PATH),
-            ("ValidatingAdmissionPolicyBinding", self.bindings, BINDINGS_PATH),
-        ):
+        kinds = self._kinds()
+        for kind, informer, path in kinds:
             for (wanted_kind, _), obj in wanted.items():
                 if wanted_kind == kind:
                     await self._converge(informer, path, obj)
-        for informer, path, kind in (
-            (self.bindings, BINDINGS_PATH, "ValidatingAdmissionPolicyBinding"),
-            (self.policies, POLICIES_PATH, "ValidatingAdmissionPolicy"),
-        ):
+        for kind, informer, path in reversed(kinds):
             for live in informer.values():
                 name = live["metadata"]["name"]
                 if (kind, name) not in wanted:
@@ -239,14 +270,16 @@ class NativePolicies:
         labels = ((self.namespaces.get(namespace) or {}).get("metadata") or {}).get("labels") or {}
         if labels.get(TENANT_LABEL) != tenant:
             return False
+        informers = {kind: informer for kind, informer, _ in self._kinds()}
         for kind, name in objects:
-            live = (self.policies if kind == _POLICY else self.bindings).get(name)
+            informer = informers.get(kind)
+            live = informer.get(name) if informer is not None else None
             want = wanted.get((kind, name))
             if live is None or want is None:
                 return False
-            if kind == _BINDING and not binding_covers(live, want, namespace):
+            if kind not in _POLICIES and not binding_covers(live, want, namespace):
                 return False
-            if kind == _POLICY and not holds(live, want):
+            if kind in _POLICIES and not holds(live, want):
                 return False
         return True
 
@@ -311,9 +344,7 @@ class NativePolicies:
             return
         on_webhook = [p for p in program.placements if p.path == "webhook"]
         native = [p for p in program.placements if p.path == "native"]
-        names = sorted(
-            name for kind, name in wanted if kind == "ValidatingAdmissionPolicy" and program.signature() in name
-        )
+        names = sorted(f"{kind} {name}" for kind, name in wanted if kind in _POLICIES and program.signature() in name)
         condition: tuple[Literal["True", "False"], str, str]
         if on_webhook:
             detail = "; ".join(f"{p.origin} {p.area}: {p.why}" for p in on_webhook)
