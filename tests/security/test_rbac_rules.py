@@ -166,7 +166,12 @@ ALLOWED: dict[tuple[str, str, str], set[Rule]] = {
         _rule(["policy"], ["poddisruptionbudgets"], READ),
         _rule(
             ["admissionregistration.k8s.io"],
-            ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            [
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+                "mutatingadmissionpolicies",
+                "mutatingadmissionpolicybindings",
+            ],
             [*READ, "create", "update", "delete"],
         ),
         EVENTS,
