@@ -21,6 +21,8 @@ from enclave_testing.names import unique
 from enclave_testing.policies import create_bound_to, delete_labelled
 from enclave_testing.waiting import poll
 
+from .test_native_rules_injection import _rules
+
 LABEL = "test.enclave.dev/native-mutation-injection"
 PROBE = "enclave-mutation-probe"
 HOSTILE = [
@@ -30,21 +32,6 @@ HOSTILE = [
     "\"), JSONPatch{op: 'add', path: '/metadata/finalizers', value: ['evil']}, (\"",
 ]
 """Annotation values a tenant writes hoping to close the CEL string literal and add patch operations of its own."""
-
-
-def _rules(tenant: list[dict[str, Any]], namespace: list[dict[str, Any]]) -> list[AppliedRule]:
-    """The Tenant's rules (the administrator's) then the RuleStatus's (the tenant's), as status.rules holds them."""
-    found = [
-        AppliedRule.model_validate({**body, "origin": {"kind": "Tenant", "name": "acme", "index": i}})
-        for i, body in enumerate(tenant)
-    ]
-    found += [
-        AppliedRule.model_validate(
-            {**body, "origin": {"kind": "RuleStatus", "name": "default", "namespace": "acme-dev", "index": i}}
-        )
-        for i, body in enumerate(namespace)
-    ]
-    return found
 
 
 @pytest.fixture
