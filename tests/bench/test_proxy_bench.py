@@ -80,7 +80,7 @@ CLUSTER_NAMESPACES, TENANT_NAMESPACES, LISTS = sized(10_000, 200), sized(100, 10
 WATCHES, WATCH_TENANTS, NEW_PER_TENANT = sized(1_000, 40), sized(10, 2), sized(3, 1)
 PASS_THROUGH_CPU_RATIO = 1.0
 """The proxy's CPU per forwarded GET over kube-apiserver's per direct GET, same rounds: the proxy costs no more than
-the server it fronts (0.45 measured at full size, 887 against 1,973 us: docs/benchmarks.md)."""
+the server it fronts (0.36 measured at full size, 730 against 2,010 us; 0.45 before 5ef6c90: docs/benchmarks.md)."""
 FILLER_LABEL = "enclave-bench/proxy-filler"
 TABLE = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
