@@ -140,9 +140,12 @@ def test_a_key_one_webhook_rule_governs_stays_on_the_webhook_for_every_rule() ->
     assert placed[("Tenant t spec.rules[2]", "metadata")][0] == "native"  # team: no webhook rule speaks of it
 
 
-def test_managed_keys_stay_on_the_webhook() -> None:
+def test_managed_keys_stay_on_the_webhook_where_no_mutating_policy_sets_them() -> None:
     managed = {"enforce": {"action": "allow", "metadata": [{"kinds": ["*"], "labels": {"env": {"managed": "x"}}}]}}
-    placed = _placed(compile_namespace(_rules(_deny_label(), managed)))
+    assert _placed(compile_namespace(_rules(_deny_label(), managed)))[("Tenant t spec.rules[0]", "metadata")][0] == (
+        "native"
+    )
+    placed = _placed(compile_namespace(_rules(_deny_label(), managed), mutations=False))
     assert placed[("Tenant t spec.rules[0]", "metadata")] == (
         "webhook",
         "metadata.labels['env'] has a managed value: the mutating webhook sets it and refuses any other",
@@ -292,8 +295,12 @@ def test_anything_the_policies_cannot_do_keeps_the_webhook() -> None:
     cases = {
         "does not compile to a policy": _deny_label(**now),
         "mutate[].workloads stays on the webhook": {"mutate": [{"workloads": {"nodeSelector": {"a": "b"}}}]},
-        "metadata stays on the webhook": {  # a managed value: only the webhook refuses another
-            "enforce": {"action": "allow", "metadata": [{"kinds": ["Pod"], "labels": {"a": {"managed": "b"}}}]}
+        "managed and default metadata stays on the webhook": {  # a conditional rule's value: an error skips it
+            "enforce": {
+                "action": "allow",
+                "metadata": [{"kinds": ["Pod"], "labels": {"a": {"managed": "b"}}}],
+                "conditions": [{"expression": "object.metadata.name == 'x'"}],
+            }
         },
         "workloads stays on the webhook": {
             "enforce": {"action": "deny", "workloads": {"security": {"privileged": True}}}

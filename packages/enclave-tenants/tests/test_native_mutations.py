@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from enclave_cli.native import apply_json_patch, judge_mutating
+from enclave_cli.native import apply_json_patch, judge_mutating, judge_policy
 from enclave_core.api.rules import AppliedRule
 from enclave_tenants.native.compiler import compile_namespace, webhook_needed
 from enclave_tenants.native.mutations import MAX_TERMS, WORKLOADS_ON_WEBHOOK, compile_mutations, pointer
@@ -38,6 +38,33 @@ def _placed(rules: list[AppliedRule]) -> dict[tuple[str, str], tuple[str, str]]:
     return {(p.origin, p.area): (p.path, p.why) for p in compile_namespace(rules).placements}
 
 
+def _request(
+    labels: dict[str, str] | None, operation: str, user: str, kind: str, old_labels: Any = "same"
+) -> dict[str, Any]:
+    """An AdmissionReview request for an object of ``kind`` with ``labels``; on UPDATE the old object has the same
+    labels, or ``old_labels``."""
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "x", "namespace": NAMESPACE}}
+    if labels is not None:
+        obj["metadata"]["labels"] = labels
+    old: dict[str, Any] = {**obj, "metadata": {"name": "x", "namespace": NAMESPACE}}
+    if old_labels == "same" and labels is not None:
+        old["metadata"]["labels"] = labels
+    elif old_labels not in ("same", None):
+        old["metadata"]["labels"] = old_labels
+    return {
+        "uid": "u",
+        "operation": operation,
+        "namespace": NAMESPACE,
+        "name": "x",
+        "kind": {"group": "", "version": "v1", "kind": kind},
+        "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+        "subResource": "",
+        "userInfo": {"username": user, "groups": ["enclave.dev"]},
+        "object": obj,
+        "oldObject": old if operation == "UPDATE" else None,
+    }
+
+
 def _mutated(
     rules: list[AppliedRule],
     labels: dict[str, str] | None,
@@ -49,21 +76,8 @@ def _mutated(
     """The labels after the compiled policy, as enclave test's native engine applies it."""
     program = compile_namespace(rules)
     made = policies("t", program, [NAMESPACE], enclave_namespace="enclave", ignored_groups=[])
-    obj: dict[str, Any] = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "x", "namespace": NAMESPACE}}
-    if labels is not None:
-        obj["metadata"]["labels"] = labels
-    request = {
-        "uid": "u",
-        "operation": operation,
-        "namespace": NAMESPACE,
-        "name": "x",
-        "kind": {"group": "", "version": "v1", "kind": kind},
-        "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
-        "subResource": "",
-        "userInfo": {"username": user, "groups": ["enclave.dev"]},
-        "object": obj,
-        "oldObject": obj if operation == "UPDATE" else None,
-    }
+    request = _request(labels, operation, user, kind)
+    obj = request["object"]
     by_name = {o["metadata"]["name"]: o for o in made if o["kind"] == "MutatingAdmissionPolicy"}
     for binding in made:
         if binding["kind"] == "MutatingAdmissionPolicyBinding":
@@ -167,3 +181,38 @@ def test_a_key_past_the_budget_stays_on_the_webhook_quickly() -> None:
     path, why = placed[("Tenant t spec.rules[0]", "mutate")]
     assert path == "webhook"
     assert f"more than {MAX_TERMS} entries" in why
+
+
+def _refusal(rules: list[AppliedRule], labels: dict[str, str] | None, operation: str = "CREATE") -> str:
+    """The validating policy's first refusal of a ConfigMap with ``labels`` (no mutating policy before it)."""
+    made = policies("t", compile_namespace(rules), [NAMESPACE], enclave_namespace="enclave", ignored_groups=[])
+    request = _request(labels, operation, "alice", "ConfigMap", old_labels=None)
+    by_name = {o["metadata"]["name"]: o for o in made if o["kind"] == "ValidatingAdmissionPolicy"}
+    labels_of = {"enclave.dev/tenant": "t", "kubernetes.io/metadata.name": NAMESPACE}
+    for binding in made:
+        if binding["kind"] == "ValidatingAdmissionPolicyBinding":
+            verdict = judge_policy(by_name[binding["spec"]["policyName"]], binding, request, labels_of)
+            if verdict.denies:
+                return verdict.denials[0].message
+    return ""
+
+
+def test_a_managed_key_is_validated_by_the_policy_in_the_webhooks_words() -> None:
+    """What the mutating policy set passes the validating one (kube-apiserver validates after every mutation);
+    any other value is refused as the webhook refuses it, and no other rule judges the key meanwhile."""
+    deny_all = {"enforce": {"action": "deny", "metadata": [{"kinds": ["ConfigMap"], "labels": {"cost": {}}}]}}
+    rules = _rules(deny_all, _values(cost={"managed": "cc-1"}))
+    assert _placed(rules)[("Tenant t spec.rules[1]", "metadata")][0] == "native"
+    assert _refusal(rules, {"cost": "cc-1"}) == ""  # the deny rule does not judge a managed key
+    assert _refusal(rules, {"cost": "x"}) == (
+        "metadata.labels['cost'] is managed by Tenant t spec.rules[1]: it must be 'cc-1', not 'x'"
+    )
+    assert _refusal(rules, None) == (
+        "metadata.labels['cost'] is managed by Tenant t spec.rules[1]: it must be 'cc-1', not absent"
+    )
+    assert _refusal(rules, None, operation="UPDATE") == ""  # unchanged on UPDATE: not judged
+    assert _mutated(rules, {"cost": "x"}) == {"cost": "cc-1"}  # and the mutating policy sets it first
+    audit = {"enforce": {"action": "audit", "metadata": [{"kinds": ["ConfigMap"], "labels": {"cost": {}}}]}}
+    path, why = _placed(_rules(audit, _values(cost={"managed": "cc-1"})))[("Tenant t spec.rules[1]", "metadata")]
+    assert path == "webhook"
+    assert "audit" in why

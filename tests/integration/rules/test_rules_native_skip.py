@@ -29,9 +29,13 @@ NATIVE = {
 }
 MUTATING = {
     "mutate": [{"metadata": {"kinds": ["Pod"], "labels": {"team": "native"}}}],
-    "enforce": {"action": "allow", "metadata": [{"kinds": ["Pod"], "labels": {"owner": {"default": "platform"}}}]},
+    "enforce": {
+        "action": "allow",
+        "metadata": [{"kinds": ["Pod"], "labels": {"owner": {"default": "platform"}, "cost": {"managed": "cc"}}}],
+    },
 }
-"""A mutation and a default value: the MutatingAdmissionPolicy sets them (Kubernetes 1.36 and later)."""
+"""A mutation, a default and a managed value: the MutatingAdmissionPolicy sets them (Kubernetes 1.36 and later),
+the ValidatingAdmissionPolicy refuses any other managed value."""
 ON_WEBHOOK = {
     "enforce": {
         "action": "deny",
@@ -100,8 +104,8 @@ def test_a_native_tenants_pod_create_skips_the_webhook_and_a_webhook_tenants_doe
         before = webhook_calls(admission)
         message = policy_refusal(lambda: native_core.create_namespaced_pod(native_ns, pod(env="prod")))
         assert f"Tenant {native_tenant} spec.rules[0] denies metadata.labels['env']='prod'" in message
-        created = native_core.create_namespaced_pod(native_ns, pod(env="dev"))
-        assert created.metadata.labels == {"env": "dev", "team": "native", "owner": "platform"}  # the mutating policy
+        created = native_core.create_namespaced_pod(native_ns, pod(env="dev", cost="free"))
+        assert created.metadata.labels == {"env": "dev", "team": "native", "owner": "platform", "cost": "cc"}
         assert webhook_calls(admission) == before  # no decision nor mutation reached admission
 
         eventually_refused(

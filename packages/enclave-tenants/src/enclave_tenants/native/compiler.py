@@ -19,7 +19,8 @@ NetworkPolicy grants unless asked for (:data:`NETWORK_ON_WEBHOOK`) and the workl
 kube-apiserver serves none); quotas (ledgers).
 Ingress, network and workloads compile in modules of their own (:meth:`_Compiler.areas`). Items interact across
 rules, so an item is native only when *every* rule that speaks about it is: a label key one webhook-only rule governs stays on the webhook for all of them,
-as does a key with a ``managed`` value (the mutating webhook sets it and only the same code may refuse others),
+as does a key with a ``managed`` value where no MutatingAdmissionPolicy sets it (else the policy refuses any other
+value in the webhook's words, :meth:`_Compiler._managed`) or that an audit rule also judges,
 and an item whose expression would pass the policy's budget (:data:`MAX_TERMS`). Audit rules never decide;
 they go to a second policy bound with ``Warn`` and ``Audit`` (a warning to the client, an annotation in the
 API audit log) and failure policy ``Ignore``.
@@ -139,7 +140,9 @@ class _Compiler:
 
     # -- metadata
 
-    def metadata(self) -> None:
+    def metadata(self, managed_native: bool) -> None:
+        """``enforce.metadata``; ``managed_native``: a MutatingAdmissionPolicy sets managed values (kube-apiserver
+        serves them), so the refusal of any other value compiles too, else such a key stays on the webhook."""
         keys: dict[tuple[str, str], list[tuple[_Rule | None, AppliedRule, KindScope, MetadataValue]]] = {}
         for rule, compiled in self.rules:
             for entry in (rule.enforce.metadata if rule.enforce else None) or ():
@@ -151,7 +154,7 @@ class _Compiler:
         on_namespaces: set[str] = set()
         for number, ((part, key), pairs) in enumerate(keys.items()):
             path = f"metadata.{part}[{key!r}]"
-            why = self._metadata_problem(pairs, path)
+            why = self._metadata_problem(pairs, path, managed_native)
             deciding = [(c, s, v) for c, _, s, v in pairs if c is not None and c.action != "audit"]
             if not why and deciding:
                 self._metadata_key(number, part, key, path, deciding)
@@ -191,14 +194,17 @@ class _Compiler:
 
     @staticmethod
     def _metadata_problem(
-        pairs: Sequence[tuple[_Rule | None, AppliedRule, KindScope, MetadataValue]], path: str
+        pairs: Sequence[tuple[_Rule | None, AppliedRule, KindScope, MetadataValue]], path: str, managed_native: bool
     ) -> str:
+        managed = any(value.managed is not None for *_, value in pairs)
+        if managed and managed_native and any(c is not None and c.action == "audit" for c, *_ in pairs):
+            return f"{path} has a managed value and an audit rule: the webhook audits only where none applies"
         if sum(celtext.terms(value.values) for *_, value in pairs) > MAX_TERMS:
             return f"{path}: its rules fold into more than {MAX_TERMS} terms, past the policy's budget"
         for compiled, rule, _, value in pairs:
             if compiled is None:
                 return f"{path}: {celtext.origin_text(rule)} also governs it and stays on the webhook (the last match decides)"
-            if value.managed is not None:
+            if value.managed is not None and not managed_native:
                 return f"{path} has a managed value: the mutating webhook sets it and refuses any other"
             problems = celtext.matcher_problems(value.values)
             if problems:
@@ -237,7 +243,8 @@ class _Compiler:
         self.program.variables.append({"name": f"{name}v", "expression": new})
         self.program.variables.append({"name": f"{name}o", "expression": old})
         value, previous = f"variables.{name}v", f"variables.{name}o"
-        absent_matters = any(rule.action == "allow" and entry.required for rule, _, entry in pairs)
+        managed = [(rule, scope, entry.managed) for rule, scope, entry in pairs if entry.managed is not None]
+        absent_matters = bool(managed) or any(rule.action == "allow" and entry.required for rule, _, entry in pairs)
         got = f"{value}.value()"
         links = []
         for rule, scope, entry in pairs:
@@ -265,18 +272,42 @@ class _Compiler:
                     + (f" + {celtext.lit(matched)}" if matched else "")
                 )
                 links.append((applies if hit == "true" else f"{applies} && {hit}", message))
+        chained = celtext.chain(links)
+        if managed:
+            chained = self._managed(name, path, value, managed, chained)
         if absent_matters:
             changed = (
                 f"request.operation != 'UPDATE' || {value}.hasValue() != {previous}.hasValue() || "
                 f"({value}.hasValue() && {value}.value() != {previous}.value())"
             )
-            expression = f"!({changed}) ? '' : {celtext.chain(links)}"
+            expression = f"!({changed}) ? '' : {chained}"
         else:
             # present here: changed unless an UPDATE keeps the old value
             changed = f"request.operation != 'UPDATE' || !{previous}.hasValue() || {got} != {previous}.value()"
-            expression = f"!{value}.hasValue() || !({changed}) ? '' : {celtext.chain(links)}"
+            expression = f"!{value}.hasValue() || !({changed}) ? '' : {chained}"
         self.program.variables.append({"name": name, "expression": expression})
         self._validate(name, self.program.validations)
+
+    def _managed(
+        self, name: str, path: str, value: str, managed: Sequence[tuple[_Rule, KindScope, str]], otherwise: str
+    ) -> str:
+        """A key with managed values: where one applies (the last), the value must be it, and nothing else is
+        judged (the webhook's ``metadata.judge``); else ``otherwise``, the key's chain. The mutating policy set
+        the value before this runs, so a refusal means something changed it afterwards."""
+        picks, messages = [], []
+        for rule, scope, wanted in managed:
+            applies = " && ".join(t for t in (self._scope(scope), rule.variable) if t != "true") or "true"
+            picks.append((applies, f"optional.of({celtext.lit(wanted)})"))
+            shown = f"({value}.hasValue() ? {celtext.quoted(value + '.value()')} : 'absent')"
+            text = celtext.lit(f"{path} is managed by {rule.origin}: it must be {wanted!r}, not ")
+            messages.append((applies, f"{text} + {shown}"))
+        pick = "optional.none()"
+        for applies, chosen in picks:
+            pick = f"(({applies}) ? {chosen} : {pick})"
+        self.program.variables.append({"name": f"{name}g", "expression": pick})
+        wanted_value = f"variables.{name}g"
+        holds = f"{value}.hasValue() && {value}.value() == {wanted_value}.value()"
+        return f"({wanted_value}.hasValue() ? ({holds} ? '' : {celtext.chain(messages)}) : {otherwise})"
 
     def _metadata_audit(
         self, number: int, rule: _Rule, scope: KindScope, part: str, key: str, path: str, entry: MetadataValue
@@ -683,7 +714,7 @@ def compile_namespace(
     on the mutating webhook and say why."""
     program = Program()
     compiler = _Compiler(rules, program)
-    compiler.metadata()
+    compiler.metadata(managed_native=mutations)
     compiler.services()
     compiler.workloads(local_check)
     compiler.areas(network_grants)
