@@ -25,6 +25,8 @@ from enclave_cli.native import functions_used
 from enclave_cli.world import Compiled, World, compile_world
 from enclave_core import cel
 from enclave_core.api.names import TENANT_LABEL
+from enclave_tenants.native.minors import offered_from
+from enclave_testing.binaries import supported_kubernetes_minors
 
 from . import test_rules_native_differential as differential
 from .offline import KINDS, cli_request
@@ -162,3 +164,7 @@ def test_every_function_the_compiled_policies_call_is_in_the_cel_conformance_sui
                     used |= functions_used(obj)
     assert {"cidr", "containsCIDR", "matches", "orValue"} <= used
     assert used <= covered, sorted(used - covered)
+    # and kube-apiserver offers each to a new policy on every supported minor (enclave_tenants.native.minors)
+    oldest = min(tuple(int(part) for part in minor.split(".")) for minor in supported_kubernetes_minors())
+    late = {name: offered_from(name) for name in used if (offered_from(name) or (99, 0)) > oldest}
+    assert not late, late

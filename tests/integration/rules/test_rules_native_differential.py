@@ -22,6 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from enclave_cli.native import apply_json_patch, judge_mutating, judge_policy
 from enclave_core.api.rules import AppliedRule
+from enclave_tenants.native import minors
 from enclave_tenants.native.compiler import compile_namespace
 from enclave_tenants.native.objects import policies
 from enclave_testing.names import unique
@@ -505,7 +506,10 @@ def _enforce_natively(
     ``local_check=False`` compiles workload rules natively even where enclave test's engine could not bound
     them (the expressions are proven here, on kube-apiserver); ``network`` compiles NetworkPolicy grants."""
     program = compile_namespace(
-        [AppliedRule.model_validate(rule) for rule in rules], local_check=local_check, network_grants=network
+        [AppliedRule.model_validate(rule) for rule in rules],
+        local_check=local_check,
+        network_grants=network,
+        served=_served(stack),
     )
     # a probe the deciding policy refuses first, so the test knows when kube-apiserver enforces it
     program.validations.insert(
@@ -551,6 +555,12 @@ def _enforce_natively(
 
         poll(mutated, timeout=30, what="the compiled mutating policy in force")
     return made
+
+
+def _served(stack: Stack) -> minors.Minor:
+    """The minor this control plane serves: the policies are compiled for it, as enclave-tenants compiles them."""
+    info = client.VersionApi(stack.kube).get_code()
+    return minors.served({"major": info.major, "minor": info.minor, "gitVersion": info.git_version})
 
 
 def _locally(made: list[dict[str, Any]], request: Request, user: str, namespace: str, name: str) -> tuple[bool, str]:
@@ -942,7 +952,8 @@ def workload_namespaces(stack: Stack, native_namespaces: list[str], classes: Non
     tenant = stack.tenant(owner, rules)
     judged = stack.namespace_of(tenant, owner)
     status = stack.wait_rules(judged, len(rules))
-    program = compile_namespace([AppliedRule.model_validate(rule) for rule in status["rules"]], local_check=False)
+    applied = [AppliedRule.model_validate(rule) for rule in status["rules"]]
+    program = compile_namespace(applied, local_check=False, served=_served(stack))
     native_paths = {p.origin: p.path for p in program.placements if p.area == "workloads"}
     assert set(native_paths.values()) == {"native"}, program.placements
     native = unique("native")

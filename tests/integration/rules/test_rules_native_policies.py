@@ -12,6 +12,7 @@ import json
 import signal
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -33,6 +34,17 @@ ON_WEBHOOK = {
         "conditions": [{"name": "always", "expression": "now > timestamp('2000-01-01T00:00:00Z')"}],
     }
 }
+
+NOT_OFFERED = {
+    "enforce": {
+        "action": "deny",
+        "metadata": [{"kinds": ["ConfigMap"], "labels": {"tier": {}}}],
+        "conditions": [{"name": "greatest", "expression": "math.greatest(1, 2) == 2"}],
+    }
+}
+"""A condition Enclave's CEL engine takes and kube-apiserver's policy environment does not (no ``math``
+library): compiled into the policy, kube-apiserver would refuse to store it, and no rule of the namespace would
+be enforced natively."""
 
 
 def _configure(stack: Stack, engine: str, failure_policy: str) -> None:
@@ -66,15 +78,34 @@ def _policy_refusal(call: Any) -> str:
     return ""
 
 
+def _assert_kube_apiserver_refuses(registrations: client.AdmissionregistrationV1Api, expression: str) -> None:
+    """What compiling such a condition into the policy would meet: kube-apiserver refuses the policy (422)."""
+    body = {
+        "metadata": {"generateName": "enclave-test-not-offered-"},
+        "spec": {
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}
+                ]
+            },
+            "validations": [{"expression": expression}],
+        },
+    }
+    with pytest.raises(ApiException) as refused:
+        registrations.create_validating_admission_policy(body, dry_run="All")
+    assert refused.value.status == 422, refused.value.body
+    assert "math.greatest" in str(refused.value.body)
+
+
 def _configmap(**labels: str) -> dict[str, Any]:
     return {"metadata": {"generateName": "c-", "labels": labels}, "data": {"k": "v"}}
 
 
 def test_native_rules_are_policies_and_refuse_while_admission_is_stopped(stack: Stack) -> None:
     owner = unique("nap")
-    tenant = stack.tenant(owner, [NATIVE, ON_WEBHOOK])
+    tenant = stack.tenant(owner, [NATIVE, ON_WEBHOOK, NOT_OFFERED])
     namespace = stack.namespace_of(tenant, owner)
-    stack.wait_rules(namespace, 2)
+    stack.wait_rules(namespace, 3)
     _configure(stack, "native", "Ignore")
     registrations = client.AdmissionregistrationV1Api(stack.kube)
     selector = f"enclave.dev/native-rules-tenant={tenant}"
@@ -101,6 +132,9 @@ def test_native_rules_are_policies_and_refuse_while_admission_is_stopped(stack: 
     assert condition["status"] == "False", condition
     assert condition["reason"] == "OnWebhook"
     assert f"Tenant {tenant} spec.rules[1] metadata: enforce.conditions[0] reads `now`" in condition["message"]
+    not_offered = f"Tenant {tenant} spec.rules[2] metadata: enforce.conditions[0] cannot be a policy expression: "
+    assert not_offered + "math.greatest() is not in kube-apiserver's CEL environment" in condition["message"]
+    _assert_kube_apiserver_refuses(registrations, "math.greatest(1, 2) == 2")
     poll(
         lambda: [
             e

@@ -50,6 +50,7 @@ from enclave_core.cel.limits import COST_BUDGET, MAX_EXPRESSION_LENGTH
 from enclave_core.selectors import matches
 from enclave_core.snapshots.rules import RulesSnapshot
 from enclave_tenants.native.compiler import Program, compile_namespace, webhook_needed
+from enclave_tenants.native.minors import calls, literal_end
 from enclave_tenants.native.objects import policies
 from enclave_tenants.policy import Policy
 
@@ -263,19 +264,6 @@ def _error_text(expression: str, error: cel.EvalError) -> str:
     return f"expression '{expression}' resulted in error: {text}"
 
 
-_QUOTES: Final = ('"""', "'''", '"', "'")
-
-
-def _literal_end(expression: str, at: int) -> int:
-    """Where the string literal opening at ``at`` ends (raw strings take no escapes)."""
-    raw = at > 0 and expression[at - 1] in "rR"
-    quote = next(q for q in _QUOTES if expression.startswith(q, at))
-    end = at + len(quote)
-    while end < len(expression) and not expression.startswith(quote, end):
-        end += 2 if expression[end] == "\\" and not raw else 1
-    return min(end + len(quote), len(expression))
-
-
 def _rewrite(expression: str) -> tuple[str, list[str]]:
     """``expression`` with each ``variables.<name>`` outside string literals read as the identifier ``v_<name>``,
     and the names, in order of first use."""
@@ -285,7 +273,7 @@ def _rewrite(expression: str) -> tuple[str, list[str]]:
     while at < len(expression):
         char = expression[at]
         if char in "'\"":
-            end = _literal_end(expression, at)
+            end = literal_end(expression, at)
             out.append(expression[at:end])
             at = end
             continue
@@ -495,7 +483,7 @@ def _patch_maps(expression: str) -> str:
     at = 0
     while at < len(expression):
         if expression[at] in "'\"":
-            end = _literal_end(expression, at)
+            end = literal_end(expression, at)
             out.append(expression[at:end])
             at = end
             continue
@@ -579,26 +567,11 @@ _NAMESPACES: Final = frozenset({"optional", "ip", "math", "strings", "base64", "
 _MACROS: Final = frozenset(
     {"all", "exists", "exists_one", "map", "filter", "transformList", "transformMap", "has", "cel.bind"}
 )
-_CALL: Final = re.compile(r"(?:\b([A-Za-z_]\w*)\.)?([A-Za-z_]\w*)\s*\(")
 
 
 def _calls(text: str) -> set[str]:
     """The functions ``text`` calls, outside its string literals (macros are the language's own)."""
-    bare, at = [], 0
-    while at < len(text):
-        if text[at] in "'\"":
-            end = _literal_end(text, at)
-            bare.append(" " * (end - at))
-            at = end
-        else:
-            bare.append(text[at])
-            at += 1
-    found = set()
-    for prefix, name in _CALL.findall("".join(bare)):
-        qualified = f"{prefix}.{name}"
-        if qualified not in _MACROS and name not in _MACROS:
-            found.add(qualified if prefix in _NAMESPACES else name)
-    return found
+    return {name for name in calls(text) if name not in _MACROS and name.rpartition(".")[2] not in _MACROS}
 
 
 def functions_used(policy: JSON) -> set[str]:

@@ -18,7 +18,7 @@ from enclave_core.api.meta import ValueMatcher
 from enclave_core.api.rules import AppliedRule, KindScope
 from enclave_core.patterns import PatternError, compile_pattern
 from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
-from enclave_tenants.native import dialect
+from enclave_tenants.native import dialect, minors
 
 
 def lit(text: str) -> str:
@@ -125,8 +125,10 @@ def kind_scope(scope: KindScope) -> str:
 # -- applicability --------------------------------------------------------------------------------------------
 
 
-def applies(rule: AppliedRule) -> tuple[str, str]:
-    """(CEL for "the rule applies to this request", why it cannot be native or '')."""
+def applies(rule: AppliedRule, served: minors.Minor = minors.NEWEST) -> tuple[str, str]:
+    """(CEL for "the rule applies to this request", why it cannot be native or ''). ``served``: the minor of the
+    kube-apiserver the policy is for; a condition or audience calling a function its CEL environment does not
+    offer (Enclave's engine knows more, :mod:`.minors`) keeps the rule on the webhook."""
     audience = rule.audience or []
     terms = []
     users = sorted(
@@ -148,6 +150,9 @@ def applies(rule: AppliedRule) -> tuple[str, str]:
                 facade.condition(entry.name, cel.RULE_AUDIENCE_ENV)
             except cel.CelCompileError as err:
                 return "", f"audience[{position}] does not compile ({err}): the webhook refuses what it applies to"
+            missing = minors.unavailable([entry.name], served)
+            if missing:
+                return "", f"audience[{position}] cannot be a policy expression: {'; '.join(missing)}"
             terms.append(f"({entry.name})")
     conditions = []
     for position, condition in enumerate((rule.enforce.conditions if rule.enforce else None) or ()):
@@ -163,6 +168,9 @@ def applies(rule: AppliedRule) -> tuple[str, str]:
                 "",
                 f"enforce.conditions[{position}] reads `now`, which a ValidatingAdmissionPolicy has no variable for",
             )
+        missing = minors.unavailable([condition.expression], served)
+        if missing:
+            return "", f"enforce.conditions[{position}] cannot be a policy expression: {'; '.join(missing)}"
         conditions.append(f"({condition.expression})")
     who = ["(" + " || ".join(terms) + ")"] if terms else []
     return " && ".join([*who, *conditions]) or "true", ""

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from enclave_core.api.rules import AppliedRule, CidrList, KindScope, MetadataValue
-from enclave_tenants.native import celtext, ingress, mutations, network, workloads
+from enclave_tenants.native import celtext, ingress, minors, mutations, network, workloads
 from enclave_tenants.native.area import Rule as AreaRule
 
 JSON = dict[str, Any]
@@ -89,6 +89,8 @@ class Program:
     mutation_variables: list[JSON] = field(default_factory=list)
     mutations: list[JSON] = field(default_factory=list)
     """The MutatingAdmissionPolicy's body (:mod:`~enclave_tenants.native.mutations`); empty: none."""
+    served: minors.Minor = minors.NEWEST
+    """The kube-apiserver minor the program is for (what its CEL environment offers, :mod:`.minors`)."""
 
     @property
     def empty(self) -> bool:
@@ -126,7 +128,7 @@ class _Compiler:
         links and checks read it."""
         for index, rule in enumerate(rules):
             origin = celtext.origin_text(rule)
-            applies, why = celtext.applies(rule)
+            applies, why = celtext.applies(rule, program.served)
             if why:
                 self.rules.append((rule, None))
                 for area in _areas(rule):
@@ -683,7 +685,7 @@ def webhook_needed(rules: Sequence[AppliedRule], program: Program) -> str:
     area left on the webhook (mutations and managed/default values among them, where no MutatingAdmissionPolicy
     sets them: :meth:`_Compiler.mutating` says so per rule)."""
     for rule in rules:
-        if celtext.applies(rule)[1]:
+        if celtext.applies(rule, program.served)[1]:
             return f"{celtext.origin_text(rule)} does not compile to a policy"
     for placement in program.placements:
         if placement.path == "webhook" and placement.area not in ELSEWHERE:
@@ -701,7 +703,12 @@ def condition_error_message(origin: str) -> str:
 
 
 def compile_namespace(
-    rules: Sequence[AppliedRule], *, local_check: bool = True, network_grants: bool = False, mutations: bool = True
+    rules: Sequence[AppliedRule],
+    *,
+    local_check: bool = True,
+    network_grants: bool = False,
+    mutations: bool = True,
+    served: minors.Minor = minors.NEWEST,
 ) -> Program:
     """A namespace's rules (in order, as RuleStatus ``status.rules`` holds them) to one policy program.
 
@@ -711,8 +718,11 @@ def compile_namespace(
     NetworkPolicy grants too (:mod:`~enclave_tenants.native.network`, exact, proven against the webhook by the
     differential test); off by default (:data:`NETWORK_ON_WEBHOOK` says why). ``mutations``: kube-apiserver serves
     MutatingAdmissionPolicies (Kubernetes 1.36 and later), so metadata mutations compile to one; else they stay
-    on the mutating webhook and say why."""
-    program = Program()
+    on the mutating webhook and say why. ``served``: the minor of the kube-apiserver the policies are for
+    (``/version``, :func:`.minors.served`): a rule whose conditions or audience call a function its CEL
+    environment does not offer stays on the webhook, and every rule does when a function the compiler writes is
+    not offered (a kube-apiserver older than Enclave supports)."""
+    program = Program(served=served)
     compiler = _Compiler(rules, program)
     compiler.metadata(managed_native=mutations)
     compiler.services()
@@ -721,4 +731,25 @@ def compile_namespace(
     compiler.conditions_evaluate()
     compiler.other_areas()
     compiler.mutating(rules, mutations)
+    missing = minors.unavailable(_texts(program), served)
+    if missing:
+        why = "the compiled policy would call what kube-apiserver does not offer: " + "; ".join(missing)
+        on_webhook = [
+            Placement(p.origin, p.area, "webhook", why if p.path == "native" else p.why) for p in program.placements
+        ]
+        return Program(placements=on_webhook, served=served)
     return program
+
+
+def _texts(program: Program) -> list[str]:
+    """Every CEL text of the program's policies (the match conditions are :mod:`.objects`', of the base library)."""
+    found = [str(v["expression"]) for v in (*program.variables, *program.mutation_variables)]
+    for validation in (*program.validations, *program.audit_validations):
+        found += [str(validation[key]) for key in ("expression", "messageExpression") if key in validation]
+    for mutation in program.mutations:
+        found += [
+            str(patch["expression"])
+            for patch in (mutation.get("jsonPatch"), mutation.get("applyConfiguration"))
+            if patch
+        ]
+    return found

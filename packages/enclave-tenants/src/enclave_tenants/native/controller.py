@@ -46,6 +46,7 @@ from enclave_core.kube.informer import Informer
 from enclave_core.kube.rest import JSON, Kube, KubeError, resource_path
 from enclave_core.runtime.loops import ControllerLoop, LoopMetrics, Result
 from enclave_core.snapshots.rules import RULE_STATUS_NAME
+from enclave_tenants.native import minors
 from enclave_tenants.native.compiler import GROUP_VERSION as POLICY_GROUP_VERSION
 from enclave_tenants.native.compiler import Program, compile_namespace, webhook_needed
 from enclave_tenants.native.objects import policies
@@ -62,6 +63,9 @@ kube-apiserver loads policy and binding changes on a refresh of about a second (
 written a moment ago may not be enforced yet; the webhook keeps judging until then."""
 MUTATING_PATH: Final = f"/apis/{POLICY_GROUP_VERSION}/mutatingadmissionpolicies"
 MUTATING_BINDINGS_PATH: Final = f"/apis/{POLICY_GROUP_VERSION}/mutatingadmissionpolicybindings"
+VERSION_SECONDS: Final = 300.0
+"""How long the served Kubernetes minor (``/version``) is trusted before it is read again: an upgraded
+kube-apiserver offers more CEL, and a policy may then take what stayed on the webhook."""
 _POLICY: Final = "ValidatingAdmissionPolicy"
 _BINDING: Final = "ValidatingAdmissionPolicyBinding"
 _MUTATING: Final = "MutatingAdmissionPolicy"
@@ -107,6 +111,9 @@ class NativePolicies:
         )
         self.mutations_served = False
         """kube-apiserver serves MutatingAdmissionPolicies (:meth:`run` asks, before the loops start)."""
+        self.served: minors.Minor | None = None
+        """The minor kube-apiserver serves (:func:`.minors.served`), read before the first pass that compiles."""
+        self._served_at = -math.inf
         self._programs: dict[str, tuple[Program, str]] = {}
         """``status.rules`` as JSON -> its program and :func:`webhook_needed` (a tenant's namespaces mostly share
         their rules)."""
@@ -172,12 +179,24 @@ class NativePolicies:
 
     # -- one pass ---------------------------------------------------------------------------------------------
 
+    async def _discover_served(self) -> None:
+        """The Kubernetes minor kube-apiserver serves, from ``/version``, never assumed: what its CEL environment
+        offers the policies (:mod:`.minors`). Read again every :data:`VERSION_SECONDS`; a failure fails the pass
+        (the loop retries), so nothing is compiled for a minor not known."""
+        if self.engine == "webhook" or time.monotonic() - self._served_at < VERSION_SECONDS:
+            return
+        served = minors.served(await self.kube.get("/version"))
+        if served != self.served:
+            log.info("kube-apiserver serves Kubernetes %d.%d", *served)
+            self.served, self._programs = served, {}
+        self._served_at = time.monotonic()
+
     def _program(self, rules: list[JSON]) -> tuple[Program, str]:
         key = json.dumps(rules, sort_keys=True)
         found = self._programs.get(key)
         if found is None:
             applied = [AppliedRule.model_validate(rule) for rule in rules]
-            program = compile_namespace(applied, mutations=self.mutations_served)
+            program = compile_namespace(applied, mutations=self.mutations_served, served=self.served or minors.NEWEST)
             found = (program, webhook_needed(applied, program))
             if len(self._programs) > 1000:
                 self._programs = {}
@@ -230,6 +249,7 @@ class NativePolicies:
         return found, programs
 
     async def reconcile(self) -> Result:
+        await self._discover_served()
         wanted, programs = self.wanted()
         # The label goes before anything it relied on changes; it comes only once what it relies on is settled.
         for namespace in self._labelled():
