@@ -1041,6 +1041,7 @@ MUTATION_CASES = [
             Request("configmaps", _cm({"team": "mine"}).body, user="other"),
             Request("configmaps", _cm().body, user="other"),
             _svc(),
+            Request("endpoints", {"metadata": {}}),  # never judged nor mutated (the control plane's kinds)
             _update(_cm({"team": "x"}), {"tier": "y"}),
             _update(_cm(), {"tier": None}),
         ],
@@ -1066,7 +1067,7 @@ def _stored(stack: Stack, user: str, namespace: str, request: Request, name: str
     """(admitted, the denial, the labels and annotations of the object as kube-apiserver would store it)."""
     body = json.loads(json.dumps(request.body))
     body["metadata"]["name"] = name
-    kind = "config_map" if request.kind == "configmaps" else "service"
+    kind = {"configmaps": "config_map", "services": "service", "endpoints": "endpoints"}[request.kind]
     api = stack.core(user)
     found: list[Any] = []
     if request.old is not None:
@@ -1127,17 +1128,15 @@ def test_webhook_and_mutating_policy_store_the_same_object(
     client.CoreV1Api(stack.kube).create_namespace({"metadata": {"name": native}})
     native_namespaces.append(native)
     rbac = client.RbacAuthorizationV1Api(stack.kube)
+    subjects = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user} for user in (owner, other)]
+    endpoints = {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["create"]}  # admin no longer may
     for namespace in (judged, native):
-        rbac.create_namespaced_role_binding(
-            namespace,
-            {
-                "metadata": {"name": "differential-users"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
-                "subjects": [
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user} for user in (owner, other)
-                ],
-            },
-        )
+        rbac.create_namespaced_role(namespace, {"metadata": {"name": "endpoints"}, "rules": [endpoints]})
+        for name, kind, role in (("differential-users", "ClusterRole", "admin"), ("endpoints", "Role", "endpoints")):
+            ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role}
+            rbac.create_namespaced_role_binding(
+                namespace, {"metadata": {"name": name}, "roleRef": ref, "subjects": subjects}
+            )
     made = _enforce_natively(stack, tenant, status["rules"], native, owner)
     # the rules reach admission asynchronously: the webhook sets the first request's values once it has them
     first = case.requests[0]

@@ -24,11 +24,23 @@ from enclave_core.snapshots.tenancy import SERVICE_ACCOUNT_PREFIX
 from enclave_tenants.native import celtext
 from enclave_tenants.native.compiler import GROUP_VERSION, JSON, Program
 
+UNGOVERNED: Final = (
+    "/events",
+    "events.k8s.io/events",
+    "coordination.k8s.io/leases",
+    "/endpoints",
+    "discovery.k8s.io/endpointslices",
+)
+"""``group/resource`` the webhook never judges (``enclave_admission.rules.exempt.UNGOVERNED``): the control
+plane writes them constantly and no rule is about them."""
+
 
 def skip_unjudged(namespace: str, ignored_groups: Sequence[str], *, unnamed: bool = False) -> JSON:
     """The policy's matchCondition: who and what the webhook never judges (``enclave_admission.rules.exempt``):
     Enclave's service accounts, ``system:masters``, ``system:`` users that are not service accounts, users of
-    ``ignoreUserWithGroups``, the control plane's objects in every namespace. ``unnamed``: for a mutating
+    ``ignoreUserWithGroups``, the control plane's objects in every namespace, and the kinds it writes constantly
+    (Events, Leases, Endpoints, EndpointSlices: a tenant application's leader-election Lease is not judged nor
+    mutated either). ``unnamed``: for a mutating
     policy, which sees a create by ``generateName`` before kube-apiserver names the object (``request.name``
     is then absent, and reading it an error)."""
     user = "request.userInfo.username"
@@ -42,6 +54,7 @@ def skip_unjudged(namespace: str, ignored_groups: Sequence[str], *, unnamed: boo
         + " == 'kube-root-ca.crt')",
         "(request.resource.group == '' && request.resource.resource == 'serviceaccounts' && " + name + " == 'default')",
     ]
+    skipped.append(f"(request.resource.group + '/' + request.resource.resource) in {celtext.list_literal(UNGOVERNED)}")
     if ignored_groups:
         skipped.append(f"request.userInfo.groups.exists(g, g in {celtext.list_literal(sorted(ignored_groups))})")
     return {"name": SKIP_UNJUDGED_CONDITION, "expression": "!(" + " || ".join(skipped) + ")"}
