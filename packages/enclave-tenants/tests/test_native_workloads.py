@@ -58,18 +58,37 @@ def test_registries_qos_placement_and_resources_compile_and_need_no_webhook() ->
     assert {"w_qos", "w_ctr", "w_res"} <= set(names)
 
 
-def test_rules_enclave_tests_engine_cannot_bound_stay_on_the_webhook_and_say_why() -> None:
-    """enclave test judges native policies with Enclave's CEL engine, whose cost bound on its input is stricter
-    than kube-apiserver's: a rule it could refuse on a Pod kube-apiserver admits stays on the webhook."""
+def test_rules_go_native_by_default_and_the_strict_local_check_still_says_why() -> None:
+    """A rule Enclave's CEL engine cannot bound by its static estimate for Pods of every size is native by default
+    (enclave test judges a Pod within the envelope without that estimate); ``local_check=True`` keeps it off."""
     rules = _rules(
         _workloads(registries=[{"url": "^registry\\.example/"}]),
         _workloads("deny", targets=["CronJob"]),
     )
-    program = compile_namespace(rules)
+    assert {path for path, _ in _paths(compile_namespace(rules)).values()} == {"native"}
+    program = compile_namespace(rules, local_check=True)
     path, why = _paths(program)["Tenant t spec.rules[0]"]
     assert path == "webhook"
     assert "limits of Enclave's CEL engine" in why
     assert _paths(program)["Tenant t spec.rules[1]"][0] == "native"  # the kind itself: a bounded expression
+
+
+def test_the_envelope_proof_covers_the_workload_validations_alone() -> None:
+    program = compile_namespace(_rules(_workloads(registries=[{"url": "^r/"}]), _workloads(qosClasses=["Guaranteed"])))
+    texts = [text for v in program.validations for text in (v["expression"], v["messageExpression"])]
+    assert len(texts) == 4
+    assert all(workload_limits.proven_at_envelope(text) for text in texts)
+    for other in ("variables.w0i.all(l, true)", "variables.x0i.all(l, l.all(m, size(m) == 0))", "object.spec != null"):
+        assert not workload_limits.proven_at_envelope(other)
+    items, text = workload_limits.ENVELOPE_ITEMS, workload_limits.ENVELOPE_TEXT
+    assert workload_limits.within_envelope([{"a": ["x" * text] * items}])
+    assert not workload_limits.within_envelope([{"a": ["x" * (text + 1)]}])
+    assert not workload_limits.within_envelope([{"a": [[[1] * (items + 1)]]}])
+    assert not workload_limits.within_envelope([{str(n): 1 for n in range(items + 1)}])
+    deep: Any = "x"
+    for _ in range(100_000):  # nesting past Python's stack: one pass without recursion
+        deep = [deep]
+    assert workload_limits.within_envelope([deep])
 
 
 def test_security_budgets_and_patterns_go_cannot_take_stay_on_the_webhook_and_say_why() -> None:

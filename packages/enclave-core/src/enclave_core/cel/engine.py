@@ -34,8 +34,9 @@ class CompiledExpression(Protocol):
         """Static facts if the engine exposes a syntax tree, else ``None``."""
         ...
 
-    def evaluate(self, variables: Mapping[str, Any]) -> EvalResult[Any]:
-        """Evaluate once; never raises for data-dependent failures."""
+    def evaluate(self, variables: Mapping[str, Any], measured: bool = True) -> EvalResult[Any]:
+        """Evaluate once; never raises for data-dependent failures. ``measured=False`` skips the cost guard on
+        the input (:mod:`enclave_core.cel.cost`): only for a caller that has bounded the work otherwise."""
         ...
 
 

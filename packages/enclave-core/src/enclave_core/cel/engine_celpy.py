@@ -209,7 +209,7 @@ class _Compiled:
     def activation(self, variables: Mapping[str, Any]) -> dict[str, Any]:
         return {name: _to_cel(value) for name, value in variables.items() if name in self._names}
 
-    def evaluate(self, variables: Mapping[str, Any]) -> EvalResult[Any]:
+    def evaluate(self, variables: Mapping[str, Any], measured: bool = True) -> EvalResult[Any]:
         try:
             activation = self.activation(variables)
         except (TypeError, ValueError) as exc:

@@ -705,7 +705,7 @@ def condition_error_message(origin: str) -> str:
 def compile_namespace(
     rules: Sequence[AppliedRule],
     *,
-    local_check: bool = True,
+    local_check: bool = False,
     network_grants: bool = False,
     mutations: bool = True,
     served: minors.Minor = minors.NEWEST,
@@ -713,9 +713,10 @@ def compile_namespace(
     """A namespace's rules (in order, as RuleStatus ``status.rules`` holds them) to one policy program.
 
     ``local_check``: keep on the webhook a workload rule whose policy expressions Enclave's own CEL engine (what
-    ``enclave test`` judges native policies with) cannot bound, so both of its engines answer alike; only the
-    differential test, which proves the expressions on kube-apiserver, turns it off. ``network_grants`` compiles
-    NetworkPolicy grants too (:mod:`~enclave_tenants.native.network`, exact, proven against the webhook by the
+    ``enclave test`` judges native policies with) cannot bound by its static estimate for Pods of every size; off
+    by default: the rule's envelope (:mod:`~enclave_tenants.native.workload_limits`) bounds them for ``enclave
+    test`` on a Pod within it, and past it the offline answer is undecided rather than different.
+    ``network_grants`` compiles NetworkPolicy grants too (:mod:`~enclave_tenants.native.network`, exact, proven against the webhook by the
     differential test); off by default (:data:`NETWORK_ON_WEBHOOK` says why). ``mutations``: kube-apiserver serves
     MutatingAdmissionPolicies (Kubernetes 1.36 and later), so metadata mutations compile to one; else they stay
     on the mutating webhook and say why. ``served``: the minor of the kube-apiserver the policies are for

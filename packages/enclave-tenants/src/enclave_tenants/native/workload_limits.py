@@ -1,6 +1,17 @@
 """What a compiled workload rule may cost: kube-apiserver's limits on a policy's CEL evaluation, an upper estimate
-of a rule's cost over the largest Pod a native rule must fit (the envelope), and whether Enclave's own CEL engine
-(what ``enclave test`` judges native policies with) can bound a rule's expressions for Pods of every size.
+of a rule's cost over the largest Pod a native rule must fit (the envelope), and what that proof lets ``enclave
+test`` evaluate.
+
+kube-apiserver counts the actual cost of each evaluation and stops it past the per-call limit; Enclave's CEL engine
+(cel-expr-python, what ``enclave test`` judges native policies with) counts nothing as it runs and cannot be
+interrupted, so it guards each evaluation with its static estimate on the input, which for the workload rules'
+expressions (containers x registries x characters) is far above what cel-go counts (millions on a one-container
+Pod). The envelope closes that gap for the rules' own expressions: a rule goes native only when its cost over a Pod
+of the envelope fits the per-call limit, and the rules together the policy budget (:func:`estimated_cost`), so on a
+Pod within the envelope (:func:`within_envelope`) a workload validation (:func:`proven_at_envelope`) is known to stay
+within kube-apiserver's limits and the engine may run it unmeasured (the work is bounded by the envelope). Past the
+envelope, the engine's estimate decides, and where it is over the budget the answer is undecided offline (the
+webhook stands in, said), never a guessed refusal.
 
 Apart from :mod:`enclave_tenants.native.workloads` so each file stays one idea: that module writes the CEL, this
 one says whether it may be used.
@@ -76,6 +87,44 @@ def estimated_cost(policy: WorkloadsPolicy) -> int:
     return cost
 
 
+VALIDATION: Final = "variables.{name}.all(l, l.all(m, size(m) == 0))"
+"""A workload rule part's validation (``{name}``: its variable): every container list's messages empty."""
+MESSAGE: Final = "string(variables.{name}.map(l, l.filter(m, size(m) > 0)).filter(l, size(l) > 0)[0][0])"
+"""... and its message: the first message of the first list that has one."""
+_PART: Final = r"w[0-9]+[kqirp]"
+_PROVEN: Final = re.compile(
+    "|".join(re.escape(text).replace(re.escape("{name}"), _PART) for text in (VALIDATION, MESSAGE))
+)
+
+
+def proven_at_envelope(expression: str) -> bool:
+    """Whether ``expression`` is a workload rule's validation or message (:data:`VALIDATION`, :data:`MESSAGE`), whose
+    cost over a Pod of the envelope the compiler proved within kube-apiserver's limits."""
+    return _PROVEN.fullmatch(expression) is not None
+
+
+def within_envelope(values: Sequence[Any]) -> bool:
+    """Whether every list and map in ``values`` (what an expression reads of a request, projected) holds at most
+    :data:`ENVELOPE_ITEMS` entries and every string at most :data:`ENVELOPE_TEXT` characters. One pass without
+    recursion, stopping at the first thing past it (the input may be a hostile 3 MiB Pod)."""
+    stack: list[Any] = list(values)
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if len(item) > ENVELOPE_TEXT:
+                return False
+        elif kind is list or kind is dict:
+            if len(item) > ENVELOPE_ITEMS:
+                return False
+            if kind is dict:
+                stack += item.keys()
+                stack += item.values()
+            else:
+                stack += item
+    return True
+
+
 LOCAL_INPUT: Final = MAX_STRING_INPUT
 """The input size (elements or characters of one list or string of a Pod) up to which Enclave's CEL engine
 must bound a rule's expression: past it the engine measures each evaluation and may refuse a Pod that
@@ -124,10 +173,9 @@ def bound(expression: str, variables: Sequence[JSON]) -> str:
 def locally_unbounded(
     applies: str, shared: Sequence[JSON], variables: Sequence[JSON], validations: Sequence[JSON]
 ) -> str:
-    """Why ``enclave test``'s native engine (Enclave's CEL engine, judging the policies as kube-apiserver would)
-    could not evaluate one of the rule's validations, or '': such a rule stays on the webhook, so that both
-    engines of ``enclave test`` answer alike. The engine's limits (length, depth, a cost bound on its input)
-    are stricter than kube-apiserver's."""
+    """Why Enclave's CEL engine could not bound one of the rule's validations for Pods of every size by its static
+    estimate, or ''. Only under ``compile_rules(..., local_check=True)`` (off by default): ``enclave test`` judges a
+    Pod within the envelope without that estimate (:func:`within_envelope`), so it no longer keeps rules off."""
     declared = [*shared, *[{**v, "expression": v["expression"].replace(applies, "true", 1)} for v in variables]]
     for validation in validations:
         for key in ("expression", "messageExpression"):

@@ -25,10 +25,11 @@ capability spellings, escalation defaults: not compiled) and ``disruptionBudgets
 state a policy is not given); a registry or placement pattern Go's regexp would read differently; a rule whose
 expression could pass kube-apiserver's per-expression cost limit over the envelope (:data:`ENVELOPE_ITEMS`
 containers, tolerations or selector keys, references of :data:`ENVELOPE_TEXT` characters), or the rules
-together the policy's budget (:mod:`~enclave_tenants.native.workload_limits`); and, unless the caller turns the
-check off, a rule whose expressions Enclave's own CEL engine cannot bound for Pods of every size (``enclave
-test`` judges native policies with it, and must answer as kube-apiserver would). A Pod past the envelope may make kube-apiserver stop the evaluation: the policy
-(failure policy Fail) then refuses it, where the webhook might admit: a difference that only ever refuses.
+together the policy's budget (:mod:`~enclave_tenants.native.workload_limits`). That envelope is also what lets
+``enclave test`` judge these expressions offline on a Pod within it (``local_check=True`` restores the older, stricter
+rule: keep off any rule whose expressions Enclave's CEL engine cannot bound by its static estimate for Pods of every
+size). A Pod past the envelope may make kube-apiserver stop the evaluation: the policy (failure policy Fail) then
+refuses it, where the webhook might admit: a difference that only ever refuses.
 
 Known message differences (decisions are the same): a value the webhook quotes with Python's ``repr`` (an
 image, a key) is quoted ``'...'`` as is, so one holding a quote or a control character reads differently;
@@ -49,8 +50,10 @@ from enclave_tenants.native.area import Area, Rule
 from enclave_tenants.native.workload_limits import (
     ENVELOPE_ITEMS,
     ENVELOPE_TEXT,
+    MESSAGE,
     PER_CALL_LIMIT,
     POLICY_BUDGET,
+    VALIDATION,
     estimated_cost,
     locally_unbounded,
 )
@@ -466,7 +469,7 @@ def _parts(policy: WorkloadsPolicy) -> list[tuple[str, Callable[[Rule, Workloads
 _SHARED: Final = shared_variables(True, True, True)
 
 
-def compile_rules(rules: Sequence[tuple[Rule, WorkloadsPolicy]], *, local_check: bool = True) -> Area:
+def compile_rules(rules: Sequence[tuple[Rule, WorkloadsPolicy]], *, local_check: bool = False) -> Area:
     """The namespace's workload rules (those that compile to CEL at all), in order, to one :class:`Area`: per
     rule and part (the kind itself, QoS, images, resources, placement) a variable holding the messages of what
     it refuses, per container list, and a validation asking them all to be ''; kube-apiserver reports the first
@@ -503,11 +506,7 @@ def compile_rules(rules: Sequence[tuple[Rule, WorkloadsPolicy]], *, local_check:
             name = f"w{rule.index}{suffix}"
             variables.append({"name": name, "expression": f"{rule.variable} && {asked} ? {found} : []"})
             validations.append(
-                {
-                    "expression": f"variables.{name}.all(l, l.all(m, size(m) == 0))",
-                    "messageExpression": f"string(variables.{name}.map(l, l.filter(m, size(m) > 0))"
-                    ".filter(l, size(l) > 0)[0][0])",
-                }
+                {"expression": VALIDATION.format(name=name), "messageExpression": MESSAGE.format(name=name)}
             )
         local = locally_unbounded(rule.variable, _SHARED, variables, validations) if local_check else ""
         if local:
