@@ -37,6 +37,7 @@ failure policy decides, and the case says why.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -268,9 +269,11 @@ def _error_text(expression: str, error: cel.EvalError) -> str:
     return f"expression '{expression}' resulted in error: {text}"
 
 
-def _rewrite(expression: str) -> tuple[str, list[str]]:
+@functools.lru_cache(maxsize=4096)
+def _rewrite(expression: str) -> tuple[str, tuple[str, ...]]:
     """``expression`` with each ``variables.<name>`` outside string literals read as the identifier ``v_<name>``,
-    and the names, in order of first use."""
+    and the names, in order of first use. Cached: a policy's every expression binds the same variables, rewritten
+    character by character (most of what judging a compiled workload policy cost)."""
     out: list[str] = []
     names: list[str] = []
     at = 0
@@ -291,7 +294,7 @@ def _rewrite(expression: str) -> tuple[str, list[str]]:
             continue
         out.append(char)
         at += 1
-    return "".join(out), names
+    return "".join(out), tuple(names)
 
 
 def with_variables(expression: str, declared: list[JSON]) -> str:
@@ -331,11 +334,12 @@ class _Budget:
             issues = "; ".join(str(issue) for issue in err.issues)
             return cel.Failed(cel.EvalError(cel.ErrorKind.LIMIT, f"not evaluated offline: {issues}", expression))
         facts = program.facts
-        spent = cost.on_input(facts.cost, variables) if facts is not None and facts.cost is not None else 0.0
-        if spent > COST_BUDGET and facts is not None and enveloped(expression, facts.paths, variables):
+        if facts is not None and enveloped(expression, facts.paths, variables):
             # a workload rule's validation on a Pod within its envelope: the compiler proved it (and the rules
-            # together) within kube-apiserver's limits there, and the envelope bounds the engine's work
+            # together) within kube-apiserver's limits there, and the envelope bounds the engine's work; its
+            # estimate (a walk of the whole tree, millions on a one-container Pod) is neither needed nor charged
             return program.evaluate(variables, measured=False)
+        spent = cost.on_input(facts.cost, variables) if facts is not None and facts.cost is not None else 0.0
         if spent <= COST_BUDGET:  # past it, the per-call limit refuses first (the engine's error)
             self.left -= spent
             if self.left < 0:
