@@ -25,6 +25,7 @@ from enclave_core.api.rules import AppliedRule
 from enclave_tenants.native import minors
 from enclave_tenants.native.compiler import compile_namespace
 from enclave_tenants.native.objects import policies
+from enclave_tenants.native.workload_limits import ENVELOPE_ITEMS, ENVELOPE_TEXT
 from enclave_testing.names import unique
 from enclave_testing.policies import create_bound_to, delete_labelled
 from enclave_testing.waiting import poll
@@ -499,12 +500,12 @@ def _enforce_natively(
     rules: list[dict[str, Any]],
     namespace: str,
     user: str,
-    local_check: bool = True,
+    local_check: bool = False,
     network: bool = False,
 ) -> list[dict[str, Any]]:
     """The compiled policies, bound to ``namespace`` alone, with a probe refusal; returns them once they enforce.
-    ``local_check=False`` compiles workload rules natively even where enclave test's engine could not bound
-    them (the expressions are proven here, on kube-apiserver); ``network`` compiles NetworkPolicy grants."""
+    Workload rules compile with the defaults (native, the expressions proven here, on kube-apiserver);
+    ``network`` compiles NetworkPolicy grants."""
     program = compile_namespace(
         [AppliedRule.model_validate(rule) for rule in rules],
         local_check=local_check,
@@ -725,7 +726,7 @@ def _workload_rules() -> list[dict[str, Any]]:
         AppliedRule.model_validate({**rule, "origin": {"kind": "Tenant", "name": "t", "index": index}})
         for index, rule in enumerate(rules)
     ]
-    placements = compile_namespace(applied, local_check=False).placements
+    placements = compile_namespace(applied).placements
     paths = {p.origin: p.path for p in placements if p.area == "workloads"}
     return [rule for index, rule in enumerate(rules) if paths[f"Tenant t spec.rules[{index}]"] == "native"]
 
@@ -953,7 +954,7 @@ def workload_namespaces(stack: Stack, native_namespaces: list[str], classes: Non
     judged = stack.namespace_of(tenant, owner)
     status = stack.wait_rules(judged, len(rules))
     applied = [AppliedRule.model_validate(rule) for rule in status["rules"]]
-    program = compile_namespace(applied, local_check=False, served=_served(stack))
+    program = compile_namespace(applied, served=_served(stack))
     native_paths = {p.origin: p.path for p in program.placements if p.area == "workloads"}
     assert set(native_paths.values()) == {"native"}, program.placements
     native = unique("native")
@@ -975,7 +976,7 @@ def workload_namespaces(stack: Stack, native_namespaces: list[str], classes: Non
             rbac.create_namespaced_role_binding(
                 namespace, {"metadata": {"name": name}, "roleRef": ref, "subjects": [subject]}
             )
-    _enforce_natively(stack, tenant, status["rules"], native, owner, local_check=False)
+    _enforce_natively(stack, tenant, status["rules"], native, owner)
     # the rules reach admission asynchronously: the webhook refuses an unlisted image once it has them
     bad = catalogue.workload("Pod", catalogue.pod_spec(catalogue.container("quay.io/x/y:1")))
     poll(lambda: not _send_workload(stack, owner, judged, WorkloadRequest("probe", bad))[0], timeout=30)
@@ -997,6 +998,31 @@ def test_webhook_and_native_policies_decide_workloads_alike(
     assert not (request_.refused and policy[0]), f"{where}: admitted"
     if not webhook[0]:
         assert policy[1] in webhook[1], f"{where}: native reason {policy[1]!r} not among the webhook's {webhook[1]!r}"
+
+
+def _at_the_envelope(image: str) -> WorkloadRequest:
+    """A Pod as large as a native workload rule must fit (:mod:`enclave_tenants.native.workload_limits`): 100
+    containers whose images are 512 characters long."""
+    padded = (image.rsplit(":", 1)[0] + "/" + "x" * ENVELOPE_TEXT)[: ENVELOPE_TEXT - 2] + ":1"
+    containers = [catalogue.container(padded, name=f"c{n}") for n in range(ENVELOPE_ITEMS)]
+    return WorkloadRequest(f"envelope-{image}", catalogue.workload("Pod", catalogue.pod_spec(*containers)))
+
+
+@pytest.mark.parametrize("image", [catalogue.GOOD, "quay.io/x/y:1"])
+def test_a_pod_at_the_envelope_is_decided_alike_within_kube_apiservers_cost_limits(
+    stack: Stack, workload_namespaces: tuple[str, str, str], image: str
+) -> None:
+    """The premise of enclave test's unmeasured evaluation of workload rules on a Pod within the envelope
+    (``enclave_cli.native.enveloped``): kube-apiserver judges such a Pod under every catalogue rule without
+    reaching its cost limits, and decides as the webhook does."""
+    user, judged, native = workload_namespaces
+    request_ = _at_the_envelope(image)
+    webhook = _send_workload(stack, user, judged, request_)
+    policy = _send_workload(stack, user, native, request_)
+    assert "cost" not in policy[1], policy
+    assert webhook[0] == policy[0], f"webhook {webhook}, native {policy}"
+    if not webhook[0]:
+        assert policy[1] in webhook[1], f"native reason {policy[1]!r} not among the webhook's {webhook[1]!r}"
 
 
 # -- mutations: the object stored after the MutatingAdmissionPolicy equals the one after the mutating webhook -------
