@@ -1,8 +1,9 @@
 """What an area module of the native-rules compiler is given and gives back.
 
 :mod:`enclave_tenants.native.compiler` keeps the namespace-wide work (each rule's applicability variable, the
-metadata and Service chains, the checks and placements of the rest); an area compiled in a module of its own
-(:mod:`~enclave_tenants.native.ingress`, :mod:`~enclave_tenants.native.network`) takes the namespace's rules in
+metadata chains, the checks and placements of the rest, the order of the areas); an area compiled in a module of
+its own (:mod:`~enclave_tenants.native.services`, :mod:`~enclave_tenants.native.workloads`,
+:mod:`~enclave_tenants.native.ingress`, :mod:`~enclave_tenants.native.network`) takes the namespace's rules in
 order as :class:`Rule` (None for a rule whose applicability did not compile: it is on the webhook) and returns an
 :class:`Area` the compiler folds into the program.
 """

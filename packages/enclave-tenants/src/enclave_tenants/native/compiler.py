@@ -17,7 +17,8 @@ NetworkPolicy grants unless asked for (:data:`NETWORK_ON_WEBHOOK`) and the workl
 :mod:`~enclave_tenants.native.workloads` keeps there; workload mutations, metadata ones that
 :mod:`~enclave_tenants.native.mutations` cannot fold into the MutatingAdmissionPolicy (or all of them where
 kube-apiserver serves none); quotas (ledgers).
-Ingress, network and workloads compile in modules of their own (:meth:`_Compiler.areas`). Items interact across
+Services, workloads, ingress and network compile in modules of their own (:mod:`~enclave_tenants.native.services`,
+:mod:`~enclave_tenants.native.workloads`, :meth:`_Compiler.areas`), folded in the order the compiler calls them. Items interact across
 rules, so an item is native only when *every* rule that speaks about it is: a label key one webhook-only rule governs stays on the webhook for all of them,
 as does a key with a ``managed`` value where no MutatingAdmissionPolicy sets it (else the policy refuses any other
 value in the webhook's words, :meth:`_Compiler._managed`) or that an audit rule also judges,
@@ -39,8 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from enclave_core.api.rules import AppliedRule, CidrList, KindScope, MetadataValue
-from enclave_tenants.native import celtext, ingress, minors, mutations, network, workloads
+from enclave_core.api.rules import AppliedRule, KindScope, MetadataValue
+from enclave_tenants.native import celtext, ingress, minors, mutations, network, services, workloads
+from enclave_tenants.native.area import Area
 from enclave_tenants.native.area import Rule as AreaRule
 
 JSON = dict[str, Any]
@@ -53,7 +55,6 @@ below it means a policy never fails on a large object."""
 
 GROUP_VERSION: Final = "admissionregistration.k8s.io/v1"
 
-_SERVICES: Final = "request.resource.group == '' && request.resource.resource == 'services'"
 NETWORK_ON_WEBHOOK: Final = (
     "NetworkPolicy grants are judged by the webhook: the exact test of a CIDR minus its except blocks "
     "(enclave_tenants.native.network) costs quadratically in the blocks, past the CEL cost a policy may spend on "
@@ -335,117 +336,11 @@ class _Compiler:
             }
         )
 
-    # -- services
+    # -- areas compiled in modules of their own
 
     def services(self) -> None:
-        governing = [(rule, compiled) for rule, compiled in self.rules if rule.enforce and rule.enforce.services]
-        if not governing:
-            return
-        on_webhook = [celtext.origin_text(rule) for rule, compiled in governing if compiled is None]
-        problems: list[str] = []
-        for rule, _ in governing:
-            services = rule.enforce.services if rule.enforce else None
-            if services and services.external_names:
-                problems += celtext.matcher_problems(services.external_names.hostnames)
-        if on_webhook or problems:
-            why = (
-                f"{on_webhook[0]} also judges Services and stays on the webhook (the last match decides)"
-                if on_webhook
-                else problems[0]
-            )
-            for rule, compiled in governing:
-                if compiled is not None:
-                    self.program.placements.append(Placement(celtext.origin_text(rule), "services", "webhook", why))
-            return
-        rules = [(rule, compiled) for rule, compiled in governing if compiled is not None]
-        self.program.resources.add("services")
-        for _, compiled in rules:
-            self.asked.setdefault(compiled.index, []).append(_SERVICES)
-            self.program.placements.append(
-                Placement(compiled.origin, "services", "native", "Service fields compile to the policy")
-            )
-        self._service_items(rules)
-
-    def _service_items(self, rules: Sequence[tuple[AppliedRule, _Rule]]) -> None:
-        """Per Service constraint, the items it judges (``v`` a string, or ``p`` a port of ``spec.ports``), those
-        of the old object (an UPDATE judges only new values), and the items' field path."""
-        spec, old = "object.spec", "(oldObject == null ? {} : oldObject.spec)"
-        kind = "(has({0}.type) && {0}.type != '' ? {0}.type : 'ClusterIP')"
-        lb_old = (
-            f"({old}.?loadBalancerIP.orValue('') == '' ? [] : [{old}.loadBalancerIP]) + "
-            f"{old}.?loadBalancerSourceRanges.orValue([])"
-        )
-        ports = f"{old}.?ports.orValue([]).map(p, p.?nodePort.orValue(0))"
-        constraints = [
-            (
-                "types",
-                f"[{kind.format(spec)}]",
-                f"(oldObject == null ? [] : [{kind.format('oldObject.spec')}])",
-                "'spec.type'",
-            ),
-            (
-                "externalIPs",
-                f"{spec}.?externalIPs.orValue([])",
-                f"{old}.?externalIPs.orValue([])",
-                "'spec.externalIPs[' + string(i) + ']'",
-            ),
-            (
-                "externalNames",
-                f"({spec}.?externalName.orValue('') == '' ? [] : [{spec}.externalName])",
-                f"({old}.?externalName.orValue('') == '' ? [] : [{old}.externalName])",
-                "'spec.externalName'",
-            ),
-            (
-                "loadBalancerIP",
-                f"({spec}.?loadBalancerIP.orValue('') == '' ? [] : [{spec}.loadBalancerIP])",
-                lb_old,
-                "'spec.loadBalancerIP'",
-            ),
-            (
-                "loadBalancerSourceRanges",
-                f"{spec}.?loadBalancerSourceRanges.orValue([])",
-                lb_old,
-                "'spec.loadBalancerSourceRanges[' + string(i) + ']'",
-            ),
-            ("nodePorts", f"{spec}.?ports.orValue([])", ports, "'spec.ports[' + string(i) + '].nodePort'"),
-        ]
-        for what, items, previous, path in constraints:
-            links = []
-            audits = []
-            for rule, compiled in rules:
-                services = rule.enforce.services if rule.enforce else None
-                found = _service_link(what, compiled, services, path)
-                if found is None:
-                    continue
-                if compiled.action == "audit":
-                    audits.append((compiled, found))
-                else:
-                    links.append((f"{compiled.variable} && ({found[0]})", found[1]))
-            if what == "nodePorts":
-                element, skip = "p", f"(p.?nodePort.orValue(0) == 0 || p.?nodePort.orValue(0) in {previous})"
-            else:
-                element, skip = "v", f"v in {previous}"
-            if links:
-                name = f"s_{what}"
-                judged = f"{items}.transformList(i, {element}, {skip} ? '' : {celtext.chain(links)}).filter(m, m != '')"
-                self.program.variables.append({"name": name, "expression": judged})
-                self.program.validations.append(
-                    {
-                        "expression": f"size(variables.{name}) == 0",
-                        "messageExpression": f"variables.{name}.join('; ')",
-                        "reason": "Forbidden",
-                    }
-                )
-            for compiled, (matches, message) in audits:
-                listed = f"{items}.transformList(i, {element}, {skip} || !({matches}) ? '' : {message})"
-                self.program.audit_validations.append(
-                    {
-                        "expression": f"!({compiled.variable}) || {listed}.all(m, m == '')",
-                        "messageExpression": f"{listed}.filter(m, m != '').join('; ')",
-                    }
-                )
-
-    # -- workloads
+        """``enforce.services``: :mod:`~enclave_tenants.native.services`, one chain per Service item."""
+        self._fold("services", services.compile_area(self._area_rules()))
 
     def workloads(self, local_check: bool) -> None:
         """``enforce.workloads``: :mod:`enclave_tenants.native.workloads` (each rule alone: no chain)."""
@@ -454,23 +349,12 @@ class _Compiler:
             for rule, compiled in self.rules
             if compiled is not None and rule.enforce and (policy := rule.enforce.workloads) is not None
         ]
-        area = workloads.compile_rules(found, local_check=local_check)
-        self.program.placements += [Placement(origin, "workloads", path, why) for origin, path, why in area.placements]
-        self.program.variables += area.variables
-        self.program.validations += area.validations
-        self.program.audit_validations += area.audit_validations
-        self.program.resources |= area.resources
-        for index, asked in area.asked.items():
-            self.asked.setdefault(index, []).append(asked)
-
-    # -- areas compiled in modules of their own
+        self._fold("workloads", workloads.compile_rules(found, local_check=local_check))
 
     def areas(self, network_grants: bool) -> None:
         """Ingress and network (:mod:`~enclave_tenants.native.ingress`, :mod:`~enclave_tenants.native.network`),
         each an :class:`~enclave_tenants.native.area.Area`; network only when asked, else on the webhook."""
-        rules = [
-            (rule, None if c is None else AreaRule(c.index, c.origin, c.action, c.variable)) for rule, c in self.rules
-        ]
+        rules = self._area_rules()
         compiled = [("ingress", ingress.compile_area), ("network", network.compile_area)]
         if not network_grants:
             compiled.pop()
@@ -480,14 +364,23 @@ class _Compiler:
                 if c is not None and network.governs(rule)
             ]
         for name, compile_area in compiled:
-            found = compile_area(rules)
-            self.program.placements += [Placement(origin, name, path, why) for origin, path, why in found.placements]
-            self.program.variables += found.variables
-            self.program.validations += found.validations
-            self.program.audit_validations += found.audit_validations
-            self.program.resources |= found.resources
-            for index, asked in found.asked.items():
-                self.asked.setdefault(index, []).append(asked)
+            self._fold(name, compile_area(rules))
+
+    def _area_rules(self) -> list[tuple[AppliedRule, AreaRule | None]]:
+        """The namespace's rules in order as an area module takes them (None: the rule is on the webhook)."""
+        return [
+            (rule, None if c is None else AreaRule(c.index, c.origin, c.action, c.variable)) for rule, c in self.rules
+        ]
+
+    def _fold(self, name: str, found: Area) -> None:
+        """An area module's part appended to the program, in the order the compiler calls the areas."""
+        self.program.placements += [Placement(origin, name, path, why) for origin, path, why in found.placements]
+        self.program.variables += found.variables
+        self.program.validations += found.validations
+        self.program.audit_validations += found.audit_validations
+        self.program.resources |= found.resources
+        for index, asked in found.asked.items():
+            self.asked.setdefault(index, []).append(asked)
 
     # -- checks
 
@@ -591,80 +484,6 @@ def _areas(rule: AppliedRule) -> list[str]:
         if enforce is not None and getattr(enforce, area) is not None
     ]
     return found + (["mutate"] if rule.mutate else []) + (["quota"] if rule.quota else [])
-
-
-def _networks(cidrs: CidrList | None) -> list[str] | None:
-    """The rule's CIDRs as the fewest networks covering the same addresses (:func:`celtext.networks`); None when
-    the rule has no such constraint."""
-    return None if cidrs is None else celtext.networks(cidrs.cidrs or ())
-
-
-_AS_CIDR: Final = "(isCIDR(v) ? cidr(v).masked() : cidr(v + (ip(v).family() == 4 ? '/32' : '/128')))"
-
-
-def _service_link(what: str, rule: _Rule, services: Any, path: str) -> tuple[str, str] | None:
-    """(matches, verdict) of one rule on one Service item (``v``, or Service port ``p``), or None when the rule has
-    no constraint on it (the webhook's ``services.py``)."""
-    verb = "denies" if rule.action == "deny" else "audits"
-    value = celtext.quoted("v")
-
-    def verdict(inside: str, constraint: str) -> tuple[str, str]:
-        if rule.action == "allow":
-            return (
-                "true",
-                f"({inside}) ? '' : {celtext.lit(f'{rule.origin} allows ')} + {path} + {celtext.lit(f' only {constraint}; got ')} + {value}",
-            )
-        return (
-            inside,
-            f"{celtext.lit(f'{rule.origin} {verb} ')} + {path} + '=' + {value} + {celtext.lit(f' ({constraint})')}",
-        )
-
-    if what == "types":
-        if not services.types:
-            return None
-        return verdict(f"v in {celtext.list_literal(services.types)}", f"types {sorted(services.types)}")
-    if what == "externalNames":
-        names = services.external_names.hostnames if services.external_names else None
-        if not names:
-            return None
-        return verdict(celtext.matchers("v", names), f"hostnames {celtext.describe(names)}")
-    if what == "nodePorts":
-        ranges = [(r.from_, r.to) for r in (services.node_ports.ports if services.node_ports else None) or ()]
-        if not ranges:
-            return None
-        port = "p.?nodePort.orValue(0)"
-        inside = " || ".join(f"({low} <= {port} && {port} <= {high})" for low, high in ranges)
-        text = ", ".join(f"{low}-{high}" for low, high in ranges)
-        value = celtext.quoted(f"string({port})")
-        if rule.action == "allow":
-            return (
-                "true",
-                f"({inside}) ? '' : {celtext.lit(f'{rule.origin} allows ')} + {path} + {celtext.lit(f' only node ports {text}; got ')} + {value}",
-            )
-        return (
-            f"({inside})",
-            f"{celtext.lit(f'{rule.origin} {verb} ')} + {path} + '=' + {value} + {celtext.lit(f' (node ports {text})')}",
-        )
-    cidrs = services.external_i_ps if what == "externalIPs" else services.load_balancers
-    networks = _networks(cidrs)
-    if networks is None:
-        return None
-    parses = "(isIP(v) || isCIDR(v))"
-    if what == "externalIPs":
-        constraint = "the rule's externalIPs CIDRs"
-        if not networks:
-            if rule.action == "allow":
-                return None
-            return verdict("true", "no external IPs at all")
-    else:
-        constraint = "the rule's loadBalancers CIDRs"
-    contains = f"{celtext.list_literal(networks)}.exists(c, cidr(c).containsCIDR({_AS_CIDR}))"
-    if rule.action == "allow":
-        inside = contains
-    else:
-        inside = f"{celtext.list_literal(networks)}.exists(c, cidr(c).containsCIDR({_AS_CIDR}) || {_AS_CIDR}.containsCIDR(cidr(c)))"
-    matches, message = verdict(inside, constraint)
-    return f"{parses} && ({matches})", message
 
 
 # -- the webhook round trip -----------------------------------------------------------------------------------
