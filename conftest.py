@@ -23,3 +23,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         if path.is_relative_to(BENCH):
             item.add_marker(pytest.mark.bench)
+
+
+SHARED_SCOPES = ("tests/security", "tests/integration/proxy", "tests/integration/oidc", "tests/bench")
+"""Directories whose modules share one expensive thing per process (the ``fence`` and ``proxied`` stacks of
+:mod:`enclave_testing.shared`, the oidc suite's Keycloak, the benchmarks' Enclave): under ``pytest -n`` each
+goes to one worker whole, so it starts once, as in a serial run."""
+
+
+def _scope(nodeid: str) -> str:
+    """The unit ``pytest -n`` hands a worker: a shared directory whole, otherwise a test module (its module-scoped
+    stack starts once), a package's unit tests by package."""
+    path = nodeid.split("::", 1)[0]
+    for shared in SHARED_SCOPES:
+        if path.startswith(shared + "/"):
+            return shared
+    if path.startswith("packages/"):
+        return "/".join(path.split("/", 2)[:2])
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Two workers on the project's two cores: the suite waits on leases, watches and processes as much as it
+    computes, so a second session (its own control plane) fills the waits; the scopes keep shared stacks whole."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return SharedScopeScheduling(config, log)
