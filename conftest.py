@@ -25,19 +25,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.bench)
 
 
-SHARED_SCOPES = ("tests/security", "tests/integration/proxy", "tests/integration/oidc", "tests/bench")
-"""Directories whose modules share one expensive thing per process (the ``fence`` and ``proxied`` stacks of
-:mod:`enclave_testing.shared`, the oidc suite's Keycloak, the benchmarks' Enclave): under ``pytest -n`` each
-goes to one worker whole, so it starts once, as in a serial run."""
+SHARED_SCOPES = {
+    "tests/security/": "tests/security",
+    "tests/integration/proxy/": "tests/integration/proxy",
+    "tests/integration/oidc/": "tests/integration/oidc",
+    "tests/bench/test_admission_bench.py": "tests/bench/bench_enclave",
+    "tests/bench/test_rules_bench.py": "tests/bench/bench_enclave",
+}
+"""Modules that share one expensive thing per process (the ``fence`` and ``proxied`` stacks of
+:mod:`enclave_testing.shared`, the oidc suite's Keycloak, the benchmarks' ``bench_enclave``): under ``pytest -n``
+each group goes to one worker whole, so it starts once, as in a serial run."""
 
 
 def _scope(nodeid: str) -> str:
-    """The unit ``pytest -n`` hands a worker: a shared directory whole, otherwise a test module (its module-scoped
+    """The unit ``pytest -n`` hands a worker: a shared group whole, otherwise a test module (its module-scoped
     stack starts once), a package's unit tests by package."""
     path = nodeid.split("::", 1)[0]
-    for shared in SHARED_SCOPES:
-        if path.startswith(shared + "/"):
-            return shared
+    for prefix, group in SHARED_SCOPES.items():
+        if path.startswith(prefix):
+            return group
     if path.startswith("packages/"):
         return "/".join(path.split("/", 2)[:2])
     return path
