@@ -31,7 +31,8 @@ from enclave_testing.paths import repo_root
 
 PACKAGE = "enclave-admission"
 SKIPPED = {"build", "dist", "__pycache__"}
-"""Directories a build or an interpreter writes into the package; their contents are outputs, not inputs."""
+"""Directories a build or an interpreter writes into the package (and hidden ones: mypyc's ``.mypy_cache``); their
+contents are outputs, not inputs."""
 SKIPPED_SUFFIXES = (".egg-info", ".so", ".pyc", ".c", ".h")
 KEPT = 4
 """Wheels kept per package: enough for a few branches side by side, small enough to forget about (a few MB each)."""
@@ -53,7 +54,9 @@ def digest(source: Path) -> str:
 def _inputs(source: Path) -> Iterator[Path]:
     for directory, subdirectories, files in os.walk(source):
         subdirectories[:] = [
-            name for name in subdirectories if name not in SKIPPED and not name.endswith(SKIPPED_SUFFIXES)
+            name
+            for name in subdirectories
+            if name not in SKIPPED and not name.startswith(".") and not name.endswith(SKIPPED_SUFFIXES)
         ]
         for name in files:
             if not name.endswith(SKIPPED_SUFFIXES):
