@@ -185,9 +185,9 @@ def test_the_worst_case_expression_is_refused_by_the_budget_not_run() -> None:
     27e9 steps) fails closed within the cost budget instead of holding the CLI."""
     nested = "object.data.all(a, object.data.all(b, object.data.all(c, a != '' || b != '' || c != '')))"
     data = {f"k{i}": "v" for i in range(3000)}
-    started = time.monotonic()
+    started = time.process_time()  # CPU time: a loaded host does not inflate it
     refused = _refusals(_policy([{"expression": nested, "message": "m"}]), _request(data))
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
     assert refused is not None
     assert len(refused) == 1
     assert "resulted in error" in refused[0]

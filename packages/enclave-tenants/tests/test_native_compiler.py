@@ -262,16 +262,18 @@ def test_worst_case_rules_compile_fast_and_past_the_budget_stay_on_the_webhook()
     values = [{"exp": f"x{n}[0-9]+"} for n in range(16)]
     entry = {"kinds": ["*"], "labels": {f"k{n}": {"values": values} for n in range(64)}}
     rules = _rules(*[{"enforce": {"action": "deny", "metadata": [entry]}}] * 32)
-    started = time.monotonic()
+    # a bound against a blow-up in the tenant's input, not a speed target: CPU time, which the other processes of
+    # a loaded host (a parallel test run) do not inflate, with room for a slow one
+    started = time.process_time()
     program = compile_namespace(rules)
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 15
     path, why = _placed(program)[("Tenant t spec.rules[0]", "metadata")]
     assert path == "webhook"
     assert f"more than {MAX_TERMS} terms" in why
     assert program.empty
-    started = time.monotonic()
+    started = time.process_time()
     program = compile_namespace(rules[:28])  # 28 x 17 terms: within the budget, compiled
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 15
     assert _placed(program)[("Tenant t spec.rules[0]", "metadata")][0] == "native"
     assert len(program.validations) == 64
 

@@ -148,6 +148,6 @@ def test_the_scan_is_linear_in_the_worst_tenant_text() -> None:
     a backtracking pattern would take hours)."""
     size = 250_000
     for text in ('"' + "\\" * size, "'''" + "\\'" * size, "r'" + "a" * size, "f(" * size, "'\\" * size):
-        started = time.monotonic()
+        started = time.process_time()  # CPU time: a loaded host does not inflate it
         minors.calls(text)
-        assert time.monotonic() - started < 2, text[:10]
+        assert time.process_time() - started < 2, text[:10]

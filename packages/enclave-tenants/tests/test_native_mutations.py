@@ -175,9 +175,9 @@ def test_a_namespace_of_mutations_and_native_rules_needs_no_webhook() -> None:
 
 def test_a_key_past_the_budget_stays_on_the_webhook_quickly() -> None:
     rules = _rules(*[_mutate({"team": str(n)}) for n in range(MAX_TERMS + 1)])
-    started = time.monotonic()
+    started = time.process_time()  # CPU time: a loaded host does not inflate it
     placed = _placed(rules)
-    assert time.monotonic() - started < 10
+    assert time.process_time() - started < 10
     path, why = placed[("Tenant t spec.rules[0]", "mutate")]
     assert path == "webhook"
     assert f"more than {MAX_TERMS} entries" in why
