@@ -18,8 +18,9 @@ NetworkPolicy grants unless asked for (:data:`NETWORK_ON_WEBHOOK`) and the workl
 :mod:`~enclave_tenants.native.mutations` cannot fold into the MutatingAdmissionPolicy (or all of them where
 kube-apiserver serves none); quotas (ledgers).
 Services, workloads, ingress and network compile in modules of their own (:mod:`~enclave_tenants.native.services`,
-:mod:`~enclave_tenants.native.workloads`, :meth:`_Compiler.areas`), folded in the order the compiler calls them. Items interact across
-rules, so an item is native only when *every* rule that speaks about it is: a label key one webhook-only rule governs stays on the webhook for all of them,
+:mod:`~enclave_tenants.native.workloads`, :meth:`_Compiler.areas`), folded in the order the compiler calls them.
+Items interact across rules, so an item is native only when *every* rule that speaks about it is: a label key one
+webhook-only rule governs stays on the webhook for all of them,
 as does a key with a ``managed`` value where no MutatingAdmissionPolicy sets it (else the policy refuses any other
 value in the webhook's words, :meth:`_Compiler._managed`) or that an audit rule also judges,
 and an item whose expression would pass the policy's budget (:data:`MAX_TERMS`). Audit rules never decide;
