@@ -15,7 +15,8 @@ from enclave_admission.review import Decision
 from enclave_cli import testing
 from enclave_cli.__main__ import main
 from enclave_cli.engine import NATIVE, Outcome, Step
-from enclave_cli.native import OUT_OF_BUDGET, judge_policy, with_variables
+from enclave_cli.native import judge_policy
+from enclave_cli.policy_cel import OUT_OF_BUDGET, with_variables
 from enclave_cli.world import compile_world
 
 HERE = Path(__file__).parent

@@ -21,7 +21,7 @@ from enclave_cli import testing
 from enclave_cli.areas import NO_USAGE
 from enclave_cli.documents import Document
 from enclave_cli.engine import NATIVE, Request, resource_of
-from enclave_cli.native import functions_used
+from enclave_cli.policy_cel import functions_used
 from enclave_cli.world import Compiled, World, compile_world
 from enclave_core import cel
 from enclave_core.api.names import TENANT_LABEL

@@ -1013,7 +1013,7 @@ def test_a_pod_at_the_envelope_is_decided_alike_within_kube_apiservers_cost_limi
     stack: Stack, workload_namespaces: tuple[str, str, str], image: str
 ) -> None:
     """The premise of enclave test's unmeasured evaluation of workload rules on a Pod within the envelope
-    (``enclave_cli.native.enveloped``): kube-apiserver judges such a Pod under every catalogue rule without
+    (``enclave_cli.policy_cel.enveloped``): kube-apiserver judges such a Pod under every catalogue rule without
     reaching its cost limits, and decides as the webhook does."""
     user, judged, native = workload_namespaces
     request_ = _at_the_envelope(image)

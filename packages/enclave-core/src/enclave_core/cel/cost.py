@@ -461,7 +461,7 @@ def over_budget(bound: CostBound, data: Mapping[str, Any]) -> str:
 def on_input(bound: CostBound, data: Mapping[str, Any]) -> float:
     """The estimate of one evaluation on ``data`` (sized by what each path the expression reads holds): what a
     caller budgeting several evaluations together charges for it (a ValidatingAdmissionPolicy's expressions share
-    one budget in kube-apiserver, ``enclave_cli.native``)."""
+    one budget in kube-apiserver, ``enclave_cli.policy_cel``)."""
     if bound.tree is None:
         return bound.fixed
     return _cost(bound.tree, bound.variables, _Measured(data))
