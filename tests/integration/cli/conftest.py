@@ -104,12 +104,23 @@ def _uidless(value: Any) -> Any:
     return value
 
 
+def _commuting(patch: Any) -> Any:
+    """A patch of ``add`` operations on distinct paths in path order: applied in any order they store the same
+    object, and the webhook and the local engine may list the keys of one mutation in different orders."""
+    if not isinstance(patch, list) or not all(isinstance(op, dict) and op.get("op") == "add" for op in patch):
+        return patch
+    paths = [str(op.get("path")) for op in patch]
+    if len(set(paths)) != len(paths):
+        return patch
+    return sorted(patch, key=lambda op: str(op.get("path")))
+
+
 def answer(outcome: Outcome) -> tuple[str, str, Any, list[tuple[str, str]], list[str]]:
     """What a user sees (the result, the denial message, the patch with tenant uids masked, the warnings) and
     the reason each hook decided with."""
     reasons = [(step.hook, step.decision.reason) for step in outcome.steps]
     warnings = [warning for step in outcome.steps for warning in step.decision.warnings]
-    return outcome.result, outcome.message, _uidless(outcome.patch), reasons, warnings
+    return outcome.result, outcome.message, _commuting(_uidless(outcome.patch)), reasons, warnings
 
 
 _PLURALS = {
