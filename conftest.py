@@ -51,8 +51,8 @@ def _scope(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Two workers on the project's two cores: the suite waits on leases, watches and processes as much as it
-    computes, so a second session (its own control plane) fills the waits; the scopes keep shared stacks whole."""
+    """Under ``pytest -n N`` (opt-in: on two cores the workers starve each other, docs/benchmarks.md), each worker a
+    session with its own control plane; the scopes keep shared stacks on one worker so each starts once."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
