@@ -120,6 +120,15 @@ def _entries(rules: Sequence[AppliedRule]) -> dict[tuple[str, str], list[_Entry]
     return keys
 
 
+def _prevail(stages: list[tuple[str, str]], name: str, tags: tuple[str, str], pick: str) -> None:
+    """Two stages: ``pick`` (the last applicable value of these entries), then that value where there is one and
+    the previous stage's where not (an overwrite, and the managed value, win over what came before)."""
+    picked, out = tags
+    before = f"variables.{name}{stages[-1][0]}"
+    stages.append((picked, pick))
+    stages.append((out, f"variables.{name}{picked}.hasValue() ? variables.{name}{picked} : {before}"))
+
+
 def _pick(entries: Sequence[_Entry], applies: dict[int, str], last: bool) -> str:
     """CEL optional: the value of the last (or first) entry that applies to the request, else none."""
     links = [
@@ -168,9 +177,7 @@ def compile_mutations(rules: Sequence[AppliedRule]) -> Mutations:
             stages.append(("p", f"variables.{name}c.hasValue() ? variables.{name}c : {_pick(plain, applies, False)}"))
         overwrites = [e for e in entries if e.what == "overwrite"]
         if overwrites:
-            stages.append(("w", _pick(overwrites, applies, True)))
-            before = f"variables.{name}{stages[-2][0]}"
-            stages.append(("o", f"variables.{name}w.hasValue() ? variables.{name}w : {before}"))
+            _prevail(stages, name, ("w", "o"), _pick(overwrites, applies, True))
         defaults = [e for e in entries if e.what == "default"]
         if defaults:
             before = f"variables.{name}{stages[-1][0]}"
@@ -178,9 +185,7 @@ def compile_mutations(rules: Sequence[AppliedRule]) -> Mutations:
             stages.append(("d", f"{before}.hasValue() || request.operation != 'CREATE' ? {before} : {pick}"))
         managed = [e for e in entries if e.what == "managed"]
         if managed:
-            stages.append(("v", _pick(managed, applies, True)))
-            before = f"variables.{name}{stages[-2][0]}"
-            stages.append(("m", f"variables.{name}v.hasValue() ? variables.{name}v : {before}"))
+            _prevail(stages, name, ("v", "m"), _pick(managed, applies, True))
         found.variables += [{"name": f"{name}{stage}", "expression": text} for stage, text in stages]
         current, value = f"variables.{name}c", f"variables.{name}{stages[-1][0]}"
         changed = f"{value}.hasValue() && (!{current}.hasValue() || {current}.value() != {value}.value())"
