@@ -32,6 +32,7 @@ MB = 2**20
 def run(root: Path) -> None:
     from kubernetes import client
 
+    from enclave_testing.clients import create_namespace_retrying
     from enclave_testing.controlplane import ControlPlane
     from enclave_testing.crds import install_crds
     from enclave_testing.procstat import peak_rss_bytes, rss_bytes, settled_rss
@@ -76,17 +77,7 @@ def run(root: Path) -> None:
         def populate(name: str) -> None:
             api = client.CoreV1Api(plane.impersonate(f"owner-{name}", [users]))
             for index in range(namespaces):
-                deadline = time.monotonic() + 300
-                while True:
-                    try:
-                        api.create_namespace({"metadata": {"name": f"{name}-{index}"}})
-                        break
-                    except client.ApiException as err:
-                        if err.status == 409:
-                            break
-                        if time.monotonic() > deadline or err.status not in (403, 400, 422, 500, 503):
-                            raise
-                        time.sleep(0.5)
+                create_namespace_retrying(api, f"{name}-{index}", 300)
 
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(populate, names))

@@ -32,6 +32,7 @@ from kubernetes import client
 
 from enclave_testing import binaries
 from enclave_testing import capsule as capsule_peer
+from enclave_testing.clients import create_namespace_retrying
 from enclave_testing.controlplane import ControlPlane
 from enclave_testing.crds import install_crds
 from enclave_testing.procstat import peak_rss_bytes, settled_rss
@@ -108,19 +109,8 @@ def _populate(
     def populate(name: str) -> None:
         api = client.CoreV1Api(plane.impersonate(f"owner-{name}", [users_group]))
         for index in range(NAMESPACES):
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    api.create_namespace({"metadata": {"name": f"{name}-{index}"}})
-                    break
-                except client.ApiException as err:
-                    # A tenant its system has not admitted yet (a webhook that has not seen it) refuses the
-                    # owner: retried until the bound, the same for both systems.
-                    if err.status == 409:
-                        break
-                    if time.monotonic() > deadline or err.status not in (403, 400, 422, 500, 503):
-                        raise
-                    time.sleep(0.5)
+            # the same bound for both systems
+            create_namespace_retrying(api, f"{name}-{index}", 120)
 
     print(f"  {prefix}: {TENANTS} tenants stored in {tenants_stored:.0f} s; owners creating namespaces", flush=True)
     started = time.monotonic()

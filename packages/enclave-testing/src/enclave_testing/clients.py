@@ -7,6 +7,7 @@ at the urllib3 layer, where a header may repeat.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +48,19 @@ def core(api: Any) -> client.CoreV1Api:
 
 def custom(api: Any) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
+
+
+def create_namespace_retrying(api: Any, name: str, bound: float) -> None:
+    """Create namespace ``name`` as ``api``'s caller, retrying while its tenant is not admitted yet (a webhook that
+    has not seen the tenant refuses the owner) for ``bound`` seconds; one already there counts as created."""
+    deadline = time.monotonic() + bound
+    while True:
+        try:
+            api.create_namespace({"metadata": {"name": name}})
+            return
+        except client.ApiException as err:
+            if err.status == 409:
+                return
+            if time.monotonic() > deadline or err.status not in (403, 400, 422, 500, 503):
+                raise
+            time.sleep(0.5)
